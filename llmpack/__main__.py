@@ -1,0 +1,5 @@
+import sys
+
+from llmpack.cli import main
+
+sys.exit(main())

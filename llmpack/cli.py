@@ -1,0 +1,97 @@
+"""`llmpack` command line. Each subcommand's work lives in its own module; this file only
+declares arguments (so `llmpack run` and a built executable accept exactly the same flags)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from llmpack import __version__
+from llmpack.errors import LlmpackError
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """Flags that shape how the model is served; recorded as defaults by `llmpack build`."""
+    p.add_argument("--recipe", help="recipe name (see `llmpack recipes`) or path to a recipe .toml")
+    p.add_argument("--ctx", type=int, default=None, help="context size in tokens shared by all requests (default: recipe's, capped by the model)")
+    p.add_argument("--parallel", type=int, default=None, help="max sequences decoded together (default 32)")
+    p.add_argument("--gpu-layers", default=None, help="layers to offload to the GPU: N, all, or auto (default auto)")
+    p.add_argument("--system", default=None, help="default system prompt for the chat page")
+
+
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    """Flags of the server itself; the same for `llmpack run` and a built executable."""
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; anything else exposes the model to your network)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080, next free one if busy; 0 = any free port)")
+    p.add_argument("--no-browser", action="store_true", help="do not open the chat page in a browser")
+    p.add_argument("--api-key", default=None, help="require this key as `Authorization: Bearer KEY` on /v1 routes")
+    p.add_argument("--cors", action="store_true", help="allow cross-origin browser requests (off by default)")
+    p.add_argument("--max-waiting", type=int, default=256, help="queued requests beyond which new ones get 503")
+
+
+def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int | None]:
+    def run(args: argparse.Namespace) -> int | None:
+        import importlib
+
+        return getattr(importlib.import_module(module), func)(args)
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llmpack", description="Pack a GGUF model into one double-clickable chat app.")
+    parser.add_argument("--version", action="version", version=f"llmpack {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("inspect", help="show what a GGUF file (or built executable) holds and how much memory it needs")
+    p.add_argument("model", help="a .gguf file or an executable made by `llmpack build`")
+    p.add_argument("--ctx", type=int, default=None, help="context size for the KV estimate (default: trained context)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_lazy("llmpack.runtime.model_info", "cmd_inspect"))
+
+    p = sub.add_parser("recipes", help="list the built-in model-family recipes")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("llmpack.runtime.recipes", "cmd_recipes"))
+
+    p = sub.add_parser("run", help="serve a GGUF model and open the chat page")
+    p.add_argument("model", help="path to a .gguf file")
+    add_model_args(p)
+    add_serve_args(p)
+    p.set_defaults(func=_lazy("llmpack.runtime.server.launch", "cmd_run"))
+
+    p = sub.add_parser("build", help="pack a GGUF model into one executable")
+    p.add_argument("model", help="path to a .gguf file")
+    p.add_argument("-o", "--output", required=True, help="executable to write (add .exe for Windows)")
+    p.add_argument("--name", default=None, help="display name shown on the chat page")
+    add_model_args(p)
+    p.add_argument("--stub", default=None, help="runtime stub to use (e.g. one made on Windows or with a GPU build)")
+    p.add_argument("--compress", choices=["auto", "zstd", "none"], default="none", help="compress the model (auto: only if it shrinks below 90%%)")
+    p.add_argument("--sidecar", action="store_true", help="write a small executable plus the model file beside it")
+    p.set_defaults(func=_lazy("llmpack.builder.build", "cmd_build"))
+
+    p = sub.add_parser("stub", help="build (or show) the cached PyInstaller runtime stub")
+    p.add_argument("--force", action="store_true", help="rebuild even if cached")
+    p.add_argument("-o", "--output", default=None, help="also copy the stub here")
+    p.set_defaults(func=_lazy("llmpack.builder.stub", "cmd_stub"))
+
+    p = sub.add_parser("demo", help="build the chat executable from the built-in demo model and launch it")
+    p.add_argument("-o", "--output", default=None, help="where to write the executable (default ./gemma-chat)")
+    add_serve_args(p)
+    p.set_defaults(func=_lazy("llmpack.builder.build", "cmd_demo"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        rc = args.func(args)
+    except LlmpackError as exc:
+        print(f"llmpack: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

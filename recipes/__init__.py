@@ -1,0 +1,1 @@
+"""Per-model-family presets as TOML files (llmpack.recipes)."""

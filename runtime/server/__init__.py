@@ -1,0 +1,1 @@
+"""OpenAI-compatible HTTP server and chat page over the engine (llmpack.runtime.server)."""

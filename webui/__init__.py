@@ -1,0 +1,1 @@
+"""The chat page, served as static files (llmpack.webui)."""
