@@ -1,0 +1,370 @@
+"""The engine: one thread that turns queued requests into one llama_decode per step.
+
+`add_request` and `abort` may be called from any thread (HTTP handlers); they only touch
+thread-safe queues. Everything else - scheduler, block manager, llama.cpp - is owned by
+the engine thread, so there are no locks on the hot path.
+"""
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from llmpack.errors import LlmpackError
+from llmpack.runtime.block_manager import BlockManager
+from llmpack.runtime.detokenizer import Detokenizer
+from llmpack.runtime.model_runner import ModelRunner, RunnerConfig
+from llmpack.runtime.outputs import CompletionOutput, RequestOutput
+from llmpack.runtime.sampler import SequenceSampler, compute_logprobs
+from llmpack.runtime.sampling_params import InvalidParameterError, SamplingParams
+from llmpack.runtime.scheduler import ScheduledChunk, Scheduler
+from llmpack.runtime.sequence import Sequence, SequenceStatus
+
+
+class PromptTooLongError(LlmpackError):
+    def __init__(self, n_tokens: int, limit: int) -> None:
+        super().__init__(f"the prompt is {n_tokens} tokens long, but the context holds {limit} "
+                         f"(including at least one generated token); shorten it or start with a larger --ctx")
+        self.n_tokens, self.limit = n_tokens, limit
+
+
+class QueueFullError(LlmpackError):
+    pass
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    model_path: str
+    n_ctx: int = 4096
+    max_num_seqs: int = 32
+    n_batch: int = 512
+    block_size: int = 16
+    gpu_layers: int | str = "auto"
+    enable_prefix_cache: bool = True
+    max_waiting: int = 256
+    n_threads: int | None = None
+
+
+@dataclass(slots=True)
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    num_preemptions: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    requests_finished_total: int
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    seed: int
+    outbox: "queue.SimpleQueue[RequestOutput]" = field(default_factory=queue.SimpleQueue)
+    seqs: list[Sequence] = field(default_factory=list)
+    forked: bool = False
+    done: bool = False
+    arrival_time: float = field(default_factory=time.monotonic)
+
+
+class RequestStream:
+    """Iterate to receive a request's RequestOutput deltas; the last has finished=True."""
+
+    def __init__(self, engine: "LLMEngine", request: Request) -> None:
+        self.engine, self.request = engine, request
+        self.request_id = request.request_id
+
+    def __iter__(self) -> Iterator[RequestOutput]:
+        while True:
+            out = self.request.outbox.get()
+            yield out
+            if out.finished:
+                return
+
+    def get(self, timeout: float | None = None) -> RequestOutput:
+        return self.request.outbox.get(timeout=timeout)
+
+    def abort(self) -> None:
+        self.engine.abort(self.request_id)
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, progress: Callable[[float], None] | None = None) -> None:
+        from llmpack.runtime.gpu_fit import resolve_gpu_layers
+
+        self.config = config
+        n_gpu = resolve_gpu_layers(config.gpu_layers, config.model_path, config.n_ctx)
+        self.runner = ModelRunner(RunnerConfig(
+            model_path=str(config.model_path), n_ctx=config.n_ctx, n_batch=config.n_batch,
+            max_num_seqs=config.max_num_seqs, n_gpu_layers=n_gpu, n_threads=config.n_threads), progress)
+        self.n_gpu_layers = n_gpu
+        self.n_ctx = self.runner.n_ctx
+        self.n_vocab = self.runner.n_vocab
+        self.model_name = self.runner.meta("general.name") or str(config.model_path)
+        num_blocks = self.n_ctx // config.block_size
+        self.max_model_len = num_blocks * config.block_size
+        self.bm = BlockManager(num_blocks, config.block_size, self.runner.cfg.n_seq_max, self.runner,
+                               config.enable_prefix_cache)
+        self.scheduler = Scheduler(self.bm, config.max_num_seqs, config.n_batch)
+        self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
+        self._aborts: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._pending = 0                      # requests in the inbox, not yet seen by the loop
+        self._pending_lock = threading.Lock()
+        self._requests: dict[str, Request] = {}
+        self._wakeup = threading.Event()
+        self._stop = False
+        self._piece_cache: dict[int, bytes] = {}
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.requests_finished_total = 0
+        self.steps = 0
+        self._thread = threading.Thread(target=self._loop, name="llmpack-engine", daemon=True)
+        self._thread.start()
+
+    # ---- public, thread-safe --------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.runner.tokenize(text, add_special, parse_special)
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None) -> RequestStream:
+        params = params or SamplingParams()
+        params.validate()
+        ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids:
+            raise InvalidParameterError("prompt", "is empty")
+        if len(ids) + 1 > self.max_model_len:
+            raise PromptTooLongError(len(ids), self.max_model_len)
+        seed = params.seed if params.seed is not None else random.getrandbits(31)
+        req = Request(request_id or uuid.uuid4().hex, prompt if isinstance(prompt, str) else None, ids, params, seed)
+        with self._pending_lock:
+            if self._pending + len(self.scheduler.waiting) >= self.config.max_waiting:
+                raise QueueFullError(f"{self.config.max_waiting} requests are already waiting; try again shortly")
+            self._pending += 1
+            self._inbox.put(req)
+        self._wakeup.set()
+        return RequestStream(self, req)
+
+    def abort(self, request_id: str) -> None:
+        self._aborts.put(request_id)
+        self._wakeup.set()
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            num_running=len(self.scheduler.running), num_waiting=len(self.scheduler.waiting) + self._pending,
+            kv_blocks_used=self.bm.num_used_blocks,
+            kv_blocks_total=self.bm.num_blocks, prefix_cache_queries=self.bm.prefix_queries,
+            prefix_cache_hits=self.bm.prefix_hits, num_preemptions=self.scheduler.num_preemptions,
+            prompt_tokens_total=self.prompt_tokens_total, generation_tokens_total=self.generation_tokens_total,
+            requests_finished_total=self.requests_finished_total)
+
+    def shutdown(self) -> None:
+        self._stop = True
+        self._wakeup.set()
+        self._thread.join(timeout=30)
+        self.runner.close()
+
+    # ---- engine thread --------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop:
+            self._drain_inbox()
+            if not self.scheduler.has_work():
+                self._wakeup.wait(0.5)
+                self._wakeup.clear()
+                continue
+            try:
+                self._step()
+            except Exception as exc:  # never let one bad step kill the engine
+                traceback.print_exc()
+                self._fail_all(f"internal engine error: {exc}")
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                req = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            with self._pending_lock:
+                self._pending -= 1
+            self._requests[req.request_id] = req
+            self.prompt_tokens_total += len(req.prompt_token_ids)
+            seq = self._new_sequence(req, 0, list(req.prompt_token_ids))
+            self.scheduler.add(seq)
+        while True:
+            try:
+                rid = self._aborts.get_nowait()
+            except queue.Empty:
+                break
+            req = self._requests.get(rid)
+            if req is not None:
+                self._abort_request(req)
+
+    def _new_sequence(self, req: Request, index: int, tokens: list[int]) -> Sequence:
+        p = req.params
+        seq = Sequence(request=req, index=index, token_ids=tokens, num_prompt_tokens=len(req.prompt_token_ids),
+                       sampler=SequenceSampler(p, req.seed + index),
+                       detok=Detokenizer(p.stop, p.include_stop_str_in_output))
+        req.seqs.append(seq)
+        return seq
+
+    def _step(self) -> None:
+        chunks = self.scheduler.schedule()
+        if not chunks:
+            return
+        tokens: list[int] = []
+        positions: list[int] = []
+        seq_ids: list[int] = []
+        want: list[bool] = []
+        for c in chunks:
+            s, n = c.seq, c.num_tokens
+            tokens += s.token_ids[c.start:c.start + n]
+            positions += range(c.start, c.start + n)
+            seq_ids += [s.llama_seq] * n
+            want += [False] * (n - 1) + [c.samples]
+        self.runner.decode(tokens, positions, seq_ids, want)
+        self.steps += 1
+        for c in chunks:
+            c.seq.num_computed_tokens += c.num_tokens
+            self.bm.commit(c.seq)
+        sampled = [c.seq for c in chunks if c.samples]
+        deltas: dict[Request, list[CompletionOutput]] = {}
+        if sampled:
+            rows = self.runner.logits_rows(len(sampled))
+            argmax = rows.argmax(axis=1)
+            for k, seq in enumerate(sampled):
+                self._sample_and_append(seq, rows[k], int(argmax[k]), deltas)
+        for req, outs in deltas.items():
+            self._emit(req, outs)
+
+    def _sample_and_append(self, seq: Sequence, row, argmax: int,
+                           deltas: dict[Request, list[CompletionOutput]]) -> None:
+        req, p = seq.request, seq.request.params
+        lp_row = row.copy() if p.logprobs is not None else None
+        if seq.sampler.has_penalties:
+            seq.sampler.apply_penalties(row, seq.token_ids, seq.output_token_ids)
+        token = argmax if (seq.sampler.chain is None and not seq.sampler.has_penalties) else seq.sampler.sample(row)
+        fork_now = p.n > 1 and not req.forked
+        self._append(seq, token, lp_row, deltas)
+        if fork_now:
+            req.forked = True
+            for j in range(1, p.n):
+                child = self._new_sequence(req, j, list(req.prompt_token_ids))
+                child.admitted_time = seq.admitted_time
+                child_token = child.sampler.sample(row)
+                if len(self.scheduler.running) < self.config.max_num_seqs and \
+                        seq.llama_seq >= 0 and self.bm.fork(seq, child):
+                    child.status = SequenceStatus.RUNNING
+                    self.scheduler.running.append(child)
+                else:
+                    self.scheduler.add(child)
+                self._append(child, child_token, lp_row, deltas)
+
+    def _append(self, seq: Sequence, token: int, lp_row, deltas: dict[Request, list[CompletionOutput]]) -> None:
+        req, p = seq.request, seq.request.params
+        seq.token_ids.append(token)
+        self.generation_tokens_total += 1
+        if seq.first_token_time is None:
+            seq.first_token_time = time.monotonic()
+        out = CompletionOutput(index=seq.index, token_ids=[token])
+        if lp_row is not None:
+            out.logprobs = [compute_logprobs(lp_row, token, p.logprobs, self._piece_text)]
+        if (not p.ignore_eos and self.runner.is_eog(token)) or token in p.stop_token_ids:
+            out.text = seq.detok.flush()
+            self._finish(seq, out, "stop", token)
+        else:
+            out.text = seq.detok.add(self._piece(token))
+            if seq.detok.stopped_by is not None:
+                self._finish(seq, out, "stop", seq.detok.stopped_by)
+            elif (p.max_tokens is not None and seq.num_output_tokens >= p.max_tokens) \
+                    or seq.num_tokens >= self.max_model_len:
+                out.text += seq.detok.flush()
+                self._finish(seq, out, "length", None)
+        deltas.setdefault(req, []).append(out)
+
+    def _finish(self, seq: Sequence, out: CompletionOutput, reason: str, stop_reason) -> None:
+        seq.finish_reason, seq.stop_reason = reason, stop_reason
+        out.finish_reason, out.stop_reason = reason, stop_reason
+        self.scheduler.finish(seq)
+        seq.sampler.close()
+
+    def _emit(self, req: Request, outs: list[CompletionOutput]) -> None:
+        finished = req.forked or req.params.n == 1
+        finished = finished and len(req.seqs) == req.params.n and all(s.is_finished for s in req.seqs)
+        head = req.seqs[0]
+        req.outbox.put(RequestOutput(
+            request_id=req.request_id, outputs=outs, finished=finished, prompt=req.prompt,
+            prompt_token_ids=req.prompt_token_ids, num_prompt_tokens=len(req.prompt_token_ids),
+            num_cached_tokens=head.num_cached_tokens,
+            num_generated_tokens=sum(s.num_output_tokens for s in req.seqs)))
+        if finished:
+            self._retire(req)
+
+    def _retire(self, req: Request) -> None:
+        req.done = True
+        self._requests.pop(req.request_id, None)
+        self.requests_finished_total += 1
+
+    def _abort_request(self, req: Request, error: str | None = None) -> None:
+        outs = []
+        for seq in req.seqs:
+            if not seq.is_finished:
+                out = CompletionOutput(index=seq.index, text=seq.detok.flush())
+                self._finish(seq, out, "abort", None)
+                outs.append(out)
+        req.outbox.put(RequestOutput(
+            request_id=req.request_id, outputs=outs, finished=True, prompt=req.prompt,
+            prompt_token_ids=req.prompt_token_ids, num_prompt_tokens=len(req.prompt_token_ids),
+            num_generated_tokens=sum(s.num_output_tokens for s in req.seqs), error=error))
+        self._retire(req)
+
+    def _fail_all(self, message: str) -> None:
+        for req in list(self._requests.values()):
+            self._abort_request(req, error=message)
+
+    # ---- tokens to text ---------------------------------------------------------------------
+    def _piece(self, token: int) -> bytes:
+        piece = self._piece_cache.get(token)
+        if piece is None:
+            piece = self._piece_cache[token] = self.runner.token_bytes(token)
+        return piece
+
+    def _piece_text(self, token: int) -> str:
+        return self._piece(token).decode("utf-8", errors="replace")
+
+    # ---- invariants (tests) -------------------------------------------------------------------
+    def check_consistency(self) -> None:
+        """Assert that the block manager's view and llama.cpp's memory agree. Call only while
+        the engine is idle (tests)."""
+        bm, bs = self.bm, self.config.block_size
+        running = {s.llama_seq: s for s in self.scheduler.running}
+        refs = {b.block_id: 0 for b in bm.blocks}
+        for s in self.scheduler.running:
+            for bid in s.block_table:
+                refs[bid] += 1
+        for b in bm.blocks:
+            assert b.ref_count == refs[b.block_id], f"block {b.block_id}: ref {b.ref_count} != {refs[b.block_id]}"
+            if b.ref_count == 0:
+                in_free, in_cache = b.block_id in bm.free_block_ids, b.block_id in bm.cached_free
+                assert in_free != in_cache, f"block {b.block_id} is unreferenced but free={in_free} cached={in_cache}"
+                assert in_free or b.hash is not None
+        assert len(bm.free_block_ids) + len(bm.cached_free) + sum(1 for v in refs.values() if v) == bm.num_blocks
+        for sid, held in bm.held_by.items():
+            pos_max = self.runner.seq_pos_max(sid)
+            if sid in running:
+                assert pos_max == running[sid].num_computed_tokens - 1, (sid, pos_max, running[sid].num_computed_tokens)
+            elif held:
+                assert sid in bm.zombies
+                assert pos_max == max(bm.blocks[b].index for b in held) * bs + bs - 1, (sid, pos_max)
+            else:
+                assert pos_max == -1, f"llama.cpp sequence {sid} holds cells the block manager doesn't know"
+

@@ -1,0 +1,198 @@
+"""One llama.cpp model and context, driven through llama-cpp-python's low-level API.
+
+The runner knows nothing about requests or blocks: it loads the model, tokenizes, decodes
+one mixed batch (prefill chunks and decode tokens of many sequences) per call, hands out
+logits rows, and exposes llama.cpp's per-sequence memory operations to the block manager.
+
+Context choices, and why:
+- `kv_unified=True`: every sequence draws cells from one pool of `n_ctx` cells, so a
+  sequence can be as long as the whole context and cells can be shared between sequences
+  (`seq_cp` shares a cell, it does not copy it) - which is what prefix caching and n>1 need.
+- `swa_full=True`: sliding-window layers (Gemma 2/3) keep every cell instead of pruning
+  those that slid out of the window, so a cached prefix is still complete when reused.
+- `n_outputs_max = n_seq_max`: llama.cpp sizes its logits buffer as rows x vocabulary
+  x 4 bytes (1 MiB per row for a 262k vocabulary); we only ever ask for one row per
+  sequence per step, so reserving n_batch rows would waste hundreds of MiB. (llama.cpp
+  asserts n_outputs_max >= n_seq_max, which is why n_seq_max is not simply 256.)
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import llama_cpp as lc
+
+from llmpack.errors import LlmpackError
+
+_backend_ready = False
+
+
+class ModelLoadError(LlmpackError):
+    pass
+
+
+@dataclass(slots=True)
+class RunnerConfig:
+    model_path: str
+    n_ctx: int = 4096
+    n_batch: int = 512           # token budget of one step (prefill chunks + decode tokens)
+    max_num_seqs: int = 32       # sequences decoded together
+    n_seq_max: int = 0           # llama.cpp sequence ids (running + those holding cached prefixes); 0 = auto
+    n_gpu_layers: int = 0
+    n_threads: int | None = None
+    verbose: bool = False
+
+
+def _silence_llama_log() -> None:
+    """llama.cpp logs every load step to stderr; the product prints its own progress."""
+
+    @lc.llama_log_callback
+    def _quiet(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover
+        if level == 2 and os.environ.get("LLMPACK_DEBUG"):  # GGML_LOG_LEVEL_ERROR
+            os.write(2, text)
+
+    _silence_llama_log.callback = _quiet  # type: ignore[attr-defined]  # keep it alive
+    lc.llama_log_set(_quiet, ctypes.c_void_p(0))
+
+
+class ModelRunner:
+    def __init__(self, cfg: RunnerConfig, progress: Callable[[float], None] | None = None) -> None:
+        global _backend_ready
+        if not _backend_ready:
+            if not cfg.verbose:
+                _silence_llama_log()
+            lc.llama_backend_init()
+            _backend_ready = True
+        self.cfg = cfg
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = cfg.n_gpu_layers
+        if progress is not None:
+            def _on_progress(frac: float, _user: ctypes.c_void_p) -> bool:
+                progress(float(frac))
+                return True
+
+            self._progress_cb = lc.llama_progress_callback(_on_progress)
+            mparams.progress_callback = self._progress_cb
+        self.model = lc.llama_model_load_from_file(str(cfg.model_path).encode(), mparams)
+        if not self.model:
+            raise ModelLoadError(f"llama.cpp could not load {cfg.model_path}; run `llmpack inspect` on it for details")
+        self.vocab = lc.llama_model_get_vocab(self.model)
+        self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
+
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = cfg.n_ctx
+        cparams.n_batch = cfg.n_batch
+        cparams.n_ubatch = cfg.n_batch
+        if not cfg.n_seq_max:
+            cfg.n_seq_max = min(lc.llama_max_parallel_sequences(), max(64, 2 * cfg.max_num_seqs))
+        cparams.n_seq_max = cfg.n_seq_max
+        cparams.n_outputs_max = cfg.n_seq_max
+        threads = cfg.n_threads or max(1, os.cpu_count() or 1)
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.kv_unified = True
+        cparams.swa_full = True
+        cparams.no_perf = True
+        self.ctx = lc.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            lc.llama_model_free(self.model)
+            raise ModelLoadError(
+                f"llama.cpp could not create a context of {cfg.n_ctx} tokens; try a smaller --ctx or fewer --gpu-layers")
+        self.n_ctx = lc.llama_n_ctx(self.ctx)
+        self.mem = lc.llama_get_memory(self.ctx)
+        self._batch = lc.llama_batch_init(cfg.n_batch, 0, 1)
+        self._tok_buf = (lc.llama_token * 8192)()
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
+        self.bos_id = lc.llama_vocab_bos(self.vocab)
+
+    # ---- text ---------------------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8", errors="replace")
+        buf, cap = self._tok_buf, len(self._tok_buf)
+        if len(data) + 8 > cap:
+            cap = len(data) + 8
+            buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        """The raw bytes of one token's piece (may be part of a multi-byte character)."""
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self.vocab, token))
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = lc.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    # ---- decoding -----------------------------------------------------------------------
+    def decode(self, tokens: list[int], positions: list[int], seq_ids: list[int], want_logits: list[bool]) -> None:
+        """Run one llama_decode over a batch of (token, position, sequence) rows.
+
+        Only rows with want_logits produce output; read them with logits_rows() in order.
+        """
+        n = len(tokens)
+        b = self._batch
+        b.n_tokens = n
+        for i in range(n):
+            b.token[i] = tokens[i]
+            b.pos[i] = positions[i]
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq_ids[i]
+            b.logits[i] = want_logits[i]
+        rc = lc.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with status {rc} (1 = no KV slot for the batch)")
+
+    def logits_rows(self, n_rows: int) -> np.ndarray:
+        """The output rows of the last decode as an (n_rows, n_vocab) float32 view (no copy)."""
+        ptr = lc.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
+
+    # ---- KV memory (per llama.cpp sequence id) ------------------------------------------
+    def seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
+        lc.llama_memory_seq_rm(self.mem, seq_id, p0, p1)
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        lc.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        return lc.llama_memory_seq_pos_max(self.mem, seq_id)
+
+    def clear(self) -> None:
+        lc.llama_memory_clear(self.mem, True)
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            lc.llama_model_free(self.model)
+            self.model = None
+
+
+def default_threads() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def model_file_size(path: str | Path) -> int:
+    return Path(path).stat().st_size

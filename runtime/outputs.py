@@ -1,0 +1,40 @@
+"""What the engine hands back: a stream of RequestOutput per request.
+
+In a stream, each RequestOutput carries *deltas*: `outputs` lists only the samples (by `index`)
+that produced new text or finished at this step. `LLM.generate` accumulates them into the
+final, vLLM-shaped result where each CompletionOutput holds the whole text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    token_id: int
+    token: str                                   # the token's text piece
+    logprob: float
+    top: list[tuple[int, str, float]] = field(default_factory=list)  # (token_id, piece, logprob), best first
+
+
+@dataclass(slots=True)
+class CompletionOutput:
+    index: int                                   # which of the n samples
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None             # None while running; "stop" | "length" | "abort"
+    stop_reason: str | int | None = None         # the stop string or token id that ended it, if any
+    logprobs: list[TokenLogprob] | None = None
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    request_id: str
+    outputs: list[CompletionOutput]
+    finished: bool = False                       # all n samples finished
+    prompt: str | None = None
+    prompt_token_ids: list[int] = field(default_factory=list)
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0                   # prompt tokens served from the prefix cache
+    num_generated_tokens: int = 0                # so far, summed over the n samples
+    error: str | None = None                     # set when the engine failed this request

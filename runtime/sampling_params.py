@@ -1,0 +1,65 @@
+"""Per-request sampling parameters, in vLLM's shape, validated once at the door."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmpack.errors import LlmpackError
+
+
+class InvalidParameterError(LlmpackError, ValueError):
+    """A sampling parameter is out of range; the message names the parameter (HTTP 400)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0          # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0                    # 0 or -1 = disabled
+    min_p: float = 0.0
+    seed: int | None = None           # None = random; sample i of n uses seed + i
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    penalty_last_n: int = 64
+    max_tokens: int | None = 16       # None = until the context is full
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = None       # return this many top alternatives per token (0 = chosen token only)
+    include_stop_str_in_output: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.validate()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self) -> None:
+        def check(ok: bool, param: str, message: str) -> None:
+            if not ok:
+                raise InvalidParameterError(param, message)
+
+        check(isinstance(self.n, int) and 1 <= self.n <= 128, "n", f"must be an integer from 1 to 128, got {self.n!r}")
+        check(0.0 <= self.temperature <= 100.0, "temperature", f"must be between 0 and 100, got {self.temperature}")
+        check(0.0 < self.top_p <= 1.0, "top_p", f"must be in (0, 1], got {self.top_p}")
+        check(isinstance(self.top_k, int) and self.top_k >= -1, "top_k", f"must be -1, 0 or a positive integer, got {self.top_k!r}")
+        check(0.0 <= self.min_p <= 1.0, "min_p", f"must be in [0, 1], got {self.min_p}")
+        check(-2.0 <= self.presence_penalty <= 2.0, "presence_penalty", f"must be in [-2, 2], got {self.presence_penalty}")
+        check(-2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty", f"must be in [-2, 2], got {self.frequency_penalty}")
+        check(0.0 < self.repetition_penalty <= 10.0, "repetition_penalty", f"must be in (0, 10], got {self.repetition_penalty}")
+        check(self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 1),
+              "max_tokens", f"must be a positive integer, got {self.max_tokens!r}")
+        check(self.seed is None or isinstance(self.seed, int), "seed", f"must be an integer, got {self.seed!r}")
+        check(all(isinstance(s, str) and s for s in self.stop) and len(self.stop) <= 16,
+              "stop", "must be up to 16 non-empty strings")
+        check(all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "must be token ids")
+        check(self.logprobs is None or (isinstance(self.logprobs, int) and 0 <= self.logprobs <= 20),
+              "logprobs", f"must be an integer from 0 to 20, got {self.logprobs!r}")
