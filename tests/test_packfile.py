@@ -1,0 +1,641 @@
+"""Spec for llmpack.builder.packfile: the byte layout of a built executable.
+
+[stub image][pad to 64 KiB][MODEL][pad][manifest JSON][PyInstaller archive][stub tail][64-byte trailer]
+
+The PyInstaller bootloader finds its archive by scanning back from the end of the file for the
+cookie, so the model goes *before* the archive (never scanned, never re-extracted) and the file
+must stay a valid ELF / PE. Stubs used here:
+
+* ``elf_stub``: PyInstaller's real Linux bootloader + a real CArchive added with
+  ``objcopy --add-section pydata=...``, exactly how PyInstaller assembles onefile on Linux (fast).
+* ``pe_stub``: PyInstaller's real Windows bootloader (run.exe from the win_amd64 wheel) with a
+  CArchive appended as overlay and the PE checksum set, as PyInstaller does on Windows.
+* ``onefile_exe`` (marked ``stub``): a real ``pyinstaller --onefile`` program that reads its
+  own manifest, built once per PyInstaller version and source hash, cached under the user cache.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+import zlib
+from pathlib import Path
+
+import platformdirs
+import PyInstaller
+import pytest
+from llmpack.builder import packfile
+from llmpack.builder.packfile import PackError
+from PyInstaller.archive.readers import CArchiveReader
+from PyInstaller.archive.writers import CArchiveWriter
+
+REPO = Path(__file__).resolve().parents[1]
+COOKIE_MAGIC = b"MEI\014\013\012\013\016"
+MiB = 1024 * 1024
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+def _assets() -> Path:
+    """Cache for slow-to-make test inputs; deliberately not LLMPACK_CACHE (tests redirect that)."""
+    root = os.environ.get("LLMPACK_TEST_ASSETS") or \
+        Path(platformdirs.user_cache_dir("llmpack", appauthor=False)) / "test-assets"
+    Path(root).mkdir(parents=True, exist_ok=True)
+    return Path(root)
+
+
+def _make_archive(path: Path, tmp: Path) -> Path:
+    """A genuine PyInstaller CArchive (PKG) with compressed and raw entries and an option."""
+    (tmp / "hello.txt").write_bytes(b"hello from the archive\n" * 100)
+    (tmp / "blob.bin").write_bytes(os.urandom(50_000))
+    entries = [("pyi-llmpack-test-option", "", False, "o"),
+               ("data/hello.txt", str(tmp / "hello.txt"), True, "x"),
+               ("blob.bin", str(tmp / "blob.bin"), False, "b")]
+    CArchiveWriter(str(path), entries, "libpython3.11.so.1.0")
+    return path
+
+
+@pytest.fixture(scope="session")
+def archive(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("archive")
+    return _make_archive(tmp / "archive.pkg", tmp)
+
+
+@pytest.fixture(scope="session")
+def elf_stub(tmp_path_factory, archive) -> Path:
+    bootloader = Path(PyInstaller.__file__).parent / "bootloader" / "Linux-64bit-intel" / "run"
+    if not bootloader.is_file() or not shutil.which("objcopy"):
+        pytest.skip("needs PyInstaller's x86-64 Linux bootloader and objcopy")
+    out = tmp_path_factory.mktemp("elf") / "stub"
+    shutil.copyfile(bootloader, out)
+    subprocess.run(["objcopy", "--add-section", f"pydata={archive}", str(out)], check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def windows_run_exe() -> bytes:
+    """PyInstaller's Windows bootloader, from the win_amd64 wheel of the installed version."""
+    cached = _assets() / f"pyinstaller-{PyInstaller.__version__}-win_amd64-run.exe"
+    if not cached.is_file():
+        dl = _assets() / f"wheel-dl-{os.getpid()}"
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                               "--platform", "win_amd64", f"pyinstaller=={PyInstaller.__version__}", "-d", str(dl)],
+                              capture_output=True, text=True)
+        wheels = glob.glob(str(dl / "*.whl"))
+        if proc.returncode or not wheels:
+            shutil.rmtree(dl, ignore_errors=True)
+            pytest.skip(f"could not download the PyInstaller Windows wheel: {proc.stderr[-300:]}")
+        with zipfile.ZipFile(wheels[0]) as z:
+            data = z.read("PyInstaller/bootloader/Windows-64bit-intel/run.exe")
+        tmp = cached.with_name(cached.name + f".tmp-{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, cached)
+        shutil.rmtree(dl, ignore_errors=True)
+    return cached.read_bytes()
+
+
+def _pe(data: bytes) -> dict:
+    """Independent minimal PE parser for the checks below."""
+    pe = struct.unpack_from("<I", data, 0x3C)[0]
+    assert data[pe:pe + 4] == b"PE\0\0"
+    nsec, optsz = struct.unpack_from("<H", data, pe + 6)[0], struct.unpack_from("<H", data, pe + 20)[0]
+    opt = pe + 24
+    magic = struct.unpack_from("<H", data, opt)[0]
+    dirs = opt + (112 if magic == 0x20B else 96)
+    sections = [data[opt + optsz + 40 * i: opt + optsz + 40 * (i + 1)] for i in range(nsec)]
+    overlay = max(struct.unpack_from("<I", s, 20)[0] + struct.unpack_from("<I", s, 16)[0] for s in sections)
+    return {"checksum_at": opt + 64, "checksum": struct.unpack_from("<I", data, opt + 64)[0],
+            "security_at": dirs + 32, "sections": sections, "overlay": overlay}
+
+
+def _pe_checksum(data: bytes, checksum_at: int) -> int:
+    """pefile's algorithm: 32-bit end-around-carry sum of dwords, folded to 16 bits, + length."""
+    import numpy as np
+
+    buf = bytearray(data)
+    buf[checksum_at:checksum_at + 4] = bytes(4)
+    buf += bytes(-len(buf) % 4)
+    total = int(np.frombuffer(bytes(buf), "<u4").sum(dtype=np.uint64))
+    while total >> 32:
+        total = (total & 0xFFFFFFFF) + (total >> 32)
+    total = (total & 0xFFFF) + (total >> 16)
+    total = (total + (total >> 16)) & 0xFFFF
+    return total + len(data)
+
+
+@pytest.fixture(scope="session")
+def pe_stub(tmp_path_factory, windows_run_exe, archive) -> Path:
+    data = bytearray(windows_run_exe + archive.read_bytes())  # PyInstaller appends the PKG as overlay
+    at = _pe(bytes(data))["checksum_at"]
+    data[at:at + 4] = struct.pack("<I", _pe_checksum(bytes(data), at))
+    out = tmp_path_factory.mktemp("pe") / "stub.exe"
+    out.write_bytes(bytes(data))
+    return out
+
+
+HELLO = r'''
+import json, sys
+import zstandard  # noqa: F401  (bundled so zstd extraction works frozen)
+from llmpack.builder import packfile
+out = {"argv": sys.argv[1:]}
+pyz = getattr(sys.modules.get("pyimod02_importers"), "pyz_archive", None)  # where the bootloader found the PYZ
+out["pyz_file"], out["pyz_offset"] = getattr(pyz, "_filename", None), getattr(pyz, "_start_offset", None)
+try:
+    m = packfile.read_manifest(sys.executable)
+    out["sha256"], out["archive_offset"], out["defaults"] = m.model.sha256, m.archive_offset, m.defaults
+    if "--extract" in sys.argv:
+        dest = sys.argv[sys.argv.index("--extract") + 1]
+        out["extracted"] = str(packfile.extract_model(sys.executable, m, dest))
+except packfile.PackError as exc:
+    out["error"] = str(exc)
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="session")
+def onefile_exe() -> Path:
+    """A real PyInstaller onefile program (~30 s to build once, then cached)."""
+    sources = {"llmpack": ["__init__.py", "errors.py", "paths.py"],
+               "llmpack/builder": ["__init__.py", "packfile.py", "elf.py", "pe.py"]}
+    repo_dir = {"llmpack": REPO / "llmpack", "llmpack/builder": REPO / "builder"}
+    key = hashlib.sha256(HELLO.encode())
+    for pkg, names in sources.items():
+        for name in names:
+            key.update((repo_dir[pkg] / name).read_bytes())
+    exe = _assets() / f"onefile-pyi{PyInstaller.__version__}-{key.hexdigest()[:16]}" / "hello"
+    if exe.is_file():
+        return exe
+    work = _assets() / f"onefile-build-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    for pkg, names in sources.items():  # stage: PyInstaller cannot follow setuptools' editable finder
+        (work / "src" / pkg).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            shutil.copyfile(repo_dir[pkg] / name, work / "src" / pkg / name)
+    (work / "hello.py").write_text(HELLO)
+    subprocess.run([sys.executable, "-m", "PyInstaller", "--onefile", "--noconfirm", "--log-level", "ERROR",
+                    "--paths", str(work / "src"), "--exclude-module", "numpy", "--distpath", str(work / "dist"),
+                    "--workpath", str(work / "build"), "--specpath", str(work), str(work / "hello.py")],
+                   check=True, cwd=work)
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(work / "dist" / "hello", exe)
+    shutil.rmtree(work, ignore_errors=True)
+    for old in _assets().glob("onefile-pyi*"):  # builds of older sources
+        if old != exe.parent:
+            shutil.rmtree(old, ignore_errors=True)
+    return exe
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF\x03\x00\x00\x00" + os.urandom(3 * MiB + 12345))
+    return path
+
+
+EXTRA = {"recipe": {"name": "chatml", "stop": ["<|im_end|>"]},
+         "defaults": {"ctx": 4096, "parallel": 4, "gpu_layers": "auto", "system": "Be brief.", "name": "Tiny"},
+         "llama_cpp_version": "0.3.36"}
+
+
+def _run_json(exe: Path, *args: str) -> dict:
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _readelf_sections(path: Path) -> dict[str, tuple[int, int]]:
+    out = subprocess.run(["readelf", "-S", "-W", str(path)], capture_output=True, text=True, check=True).stdout
+    found = {}
+    for line in out.splitlines():
+        parts = line.replace("[ ", "[").split()
+        if len(parts) >= 6 and parts[0].startswith("[") and parts[0] != "[Nr]":
+            found[parts[1]] = (int(parts[4], 16), int(parts[5], 16))
+    return found
+
+
+# --------------------------------------------------------------------------- ELF
+
+
+def test_elf_layout_keeps_the_file_valid_and_the_archive_intact(elf_stub, model, tmp_path, archive):
+    out = tmp_path / "app"
+    manifest = packfile.write_packed(elf_stub, model, out, EXTRA)
+    data, stub = out.read_bytes(), elf_stub.read_bytes()
+    m = manifest.model
+
+    assert m.offset % (64 * 1024) == 0 and data[m.offset:m.offset + m.size] == model.read_bytes()
+    assert m.offset + m.stored_size <= manifest.manifest_offset < manifest.archive_offset
+    # readelf still lists pydata, now at the archive's new offset, same size; segments unchanged
+    before, after = _readelf_sections(elf_stub), _readelf_sections(out)
+    assert after["pydata"] == (manifest.archive_offset, archive.stat().st_size)
+    a = before["pydata"][0]
+    assert {k: v for k, v in after.items() if v[0] < a} == {k: v for k, v in before.items() if v[0] < a}
+    delta = manifest.archive_offset - a
+    assert after[".shstrtab"] == (before[".shstrtab"][0] + delta, before[".shstrtab"][1])
+    def phdrs(p: Path) -> str:
+        return subprocess.run(["readelf", "-l", "-W", str(p)], capture_output=True, text=True, check=True).stdout
+
+    assert phdrs(out) == phdrs(elf_stub)
+    assert data[manifest.archive_offset:][:archive.stat().st_size] == archive.read_bytes()
+    # PyInstaller's own reader (the same back-to-front cookie scan) finds the moved archive
+    reader = CArchiveReader(str(out))
+    assert reader._start_offset == manifest.archive_offset
+    assert reader.extract("data/hello.txt") == b"hello from the archive\n" * 100
+    assert reader.options == ["pyi-llmpack-test-option"]
+    # the head of the file is the stub's, apart from e_shoff (bytes 0x28..0x30)
+    assert data[:0x28] == stub[:0x28] and data[0x30:a] == stub[0x30:a]
+    assert data[0x28:0x30] != stub[0x28:0x30]
+    assert packfile.read_manifest(out).to_dict() == manifest.to_dict()
+
+
+def test_manifest_records_what_the_runtime_needs(elf_stub, model, tmp_path):
+    out = tmp_path / "app"
+    packfile.write_packed(elf_stub, model, out, {**EXTRA, "homepage": "https://example.org"})
+    d = packfile.read_manifest(out).to_dict()
+    assert d["format_version"] == 1
+    assert d["model"]["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
+    assert d["model"]["size"] == d["model"]["stored_size"] == model.stat().st_size
+    assert d["model"]["compression"] == "none" and d["model"]["location"] == "embedded"
+    assert d["recipe"] == EXTRA["recipe"] and d["defaults"] == EXTRA["defaults"]
+    assert d["llama_cpp_version"] == "0.3.36" and d["llmpack_version"]
+    assert d["built_at"].endswith("Z")
+    assert d["stub_sha256"] == hashlib.sha256(elf_stub.read_bytes()).hexdigest()
+    assert d["homepage"] == "https://example.org"  # unknown manifest_extra keys are kept
+
+
+def test_trailer_is_the_last_64_bytes(elf_stub, model, tmp_path):
+    out = tmp_path / "app"
+    manifest = packfile.write_packed(elf_stub, model, out, EXTRA)
+    data = out.read_bytes()
+    assert len(data) % 8 == 0 and data[-64:-56] == b"LLMPACK1"
+    magic, version, _, _, moff, mlen, model_off, model_len, arch, _, _ = packfile.TRAILER.unpack(data[-64:])
+    assert (version, moff, model_off, model_len, arch) == (
+        1, manifest.manifest_offset, manifest.model.offset, manifest.model.stored_size, manifest.archive_offset)
+    assert json.loads(data[moff:moff + mlen])["model"]["offset"] == model_off
+    assert data.rfind(COOKIE_MAGIC) < len(data) - 64  # the bootloader's backward scan still hits the cookie
+
+
+# --------------------------------------------------------------------------- real onefile program
+
+
+@pytest.mark.stub
+def test_real_onefile_program_runs_after_splicing(onefile_exe, model, tmp_path):
+    out = tmp_path / "app"
+    manifest = packfile.write_packed(onefile_exe, model, out, EXTRA)
+    assert "pydata" in _readelf_sections(out)
+    result = _run_json(out, "hello", "--flag")
+    assert result["argv"] == ["hello", "--flag"]
+    assert result["sha256"] == manifest.model.sha256 and result["defaults"] == EXTRA["defaults"]
+    # where the bootloader actually found its archive: after the model, where the trailer says
+    assert Path(result["pyz_file"]).resolve() == out.resolve()
+    assert result["pyz_offset"] > manifest.archive_offset >= manifest.model.offset + manifest.model.stored_size
+    # the unspliced program has no trailer and says so in one line
+    assert "not an llmpack executable" in _run_json(onefile_exe)["error"]
+
+
+@pytest.mark.stub
+def test_real_onefile_extracts_once_even_zstd(onefile_exe, model, tmp_path):
+    out = tmp_path / "app"
+    packfile.write_packed(onefile_exe, model, out, EXTRA, compress="zstd")
+    models = tmp_path / "models"
+    result = _run_json(out, "--extract", str(models))
+    assert Path(result["extracted"]).read_bytes() == model.read_bytes()
+    assert Path(result["extracted"] + ".ok").is_file()
+    mtime = Path(result["extracted"]).stat().st_mtime_ns
+    assert _run_json(out, "--extract", str(models))["extracted"] == result["extracted"]
+    assert Path(result["extracted"]).stat().st_mtime_ns == mtime
+
+
+@pytest.mark.stub
+def test_launch_time_does_not_grow_with_the_model(onefile_exe, tmp_path):
+    big = tmp_path / "big.gguf"
+    with open(big, "wb") as f:  # 256 MB (sparse): appended after the archive this cost ~5 s per launch
+        f.write(b"GGUF")
+        f.truncate(256 * MiB)
+    out = tmp_path / "app"
+    packfile.write_packed(onefile_exe, big, out, {}, compress="none")
+
+    if hasattr(os, "sync"):
+        os.sync()  # keep writeback of the 256 MB out of the timings
+
+    def launch(exe: Path) -> float:
+        t = time.perf_counter()
+        _run_json(exe)
+        return time.perf_counter() - t
+
+    launch(onefile_exe), launch(out)  # warm both
+    runs = [(launch(onefile_exe), launch(out)) for _ in range(3)]
+    plain, spliced = min(r[0] for r in runs), min(r[1] for r in runs)
+    assert spliced < plain * 1.5 + 0.5, (plain, spliced)
+
+
+# --------------------------------------------------------------------------- Windows PE
+
+
+def test_pe_splice_keeps_headers_sections_overlay_and_checksum(pe_stub, model, tmp_path, archive):
+    out = tmp_path / "app.exe"
+    manifest = packfile.write_packed(pe_stub, model, out, EXTRA)
+    stub, data = pe_stub.read_bytes(), out.read_bytes()
+    before, after = _pe(stub), _pe(data)
+    assert before["checksum"] != 0
+    assert after["sections"] == before["sections"] and after["overlay"] == before["overlay"]
+    at, ov = before["checksum_at"], before["overlay"]
+    assert data[:at] + data[at + 4:ov] == stub[:at] + stub[at + 4:ov]  # only the checksum changed
+    # the overlay is now: padding, model, manifest, the archive ending with its cookie, trailer
+    assert manifest.model.offset >= after["overlay"] and manifest.model.offset % 65536 == 0
+    alen = archive.stat().st_size
+    assert data[manifest.archive_offset:manifest.archive_offset + alen] == archive.read_bytes()
+    assert data[manifest.archive_offset + alen - 88:][:8] == COOKIE_MAGIC
+    assert CArchiveReader(str(out))._start_offset == manifest.archive_offset
+    assert after["checksum"] == _pe_checksum(data, after["checksum_at"]) != before["checksum"]
+    try:
+        import pefile
+    except ImportError:
+        pass
+    else:  # cross-check with pefile when it is installed
+        assert pefile.PE(data=data, fast_load=True).generate_checksum() == after["checksum"]
+    assert packfile.read_manifest(out).to_dict() == manifest.to_dict()
+    assert packfile.extract_model(out, manifest, tmp_path / "m").read_bytes() == model.read_bytes()
+
+
+def test_pe_checksum_left_zero_when_the_stub_had_none(pe_stub, model, tmp_path):
+    stub = bytearray(pe_stub.read_bytes())
+    at = _pe(bytes(stub))["checksum_at"]
+    stub[at:at + 4] = bytes(4)
+    (tmp_path / "nosum.exe").write_bytes(bytes(stub))
+    packfile.write_packed(tmp_path / "nosum.exe", model, tmp_path / "app.exe", {})
+    assert _pe((tmp_path / "app.exe").read_bytes())["checksum"] == 0
+
+
+def test_pe_checksum_matches_with_zstd_and_odd_sizes(pe_stub, tmp_path):
+    odd = tmp_path / "odd.gguf"
+    odd.write_bytes(b"GGUF" + b"abc" * 400_001)  # odd length, compressible
+    out = tmp_path / "app.exe"
+    m = packfile.write_packed(pe_stub, odd, out, {"defaults": {"name": "\u00e9t\u00e9"}}, compress="zstd")
+    data = out.read_bytes()
+    assert m.model.compression == "zstd"
+    assert _pe(data)["checksum"] == _pe_checksum(data, _pe(data)["checksum_at"])
+
+
+def test_pe_over_4_gib_is_refused_before_writing(pe_stub, tmp_path):
+    huge = tmp_path / "huge.gguf"
+    with open(huge, "wb") as f:
+        f.truncate(4 * 1024**3 + MiB)  # sparse: nothing is really written
+    t = time.perf_counter()
+    with pytest.raises(PackError, match="--sidecar"):
+        packfile.write_packed(pe_stub, huge, tmp_path / "app.exe", {}, compress="none")
+    assert time.perf_counter() - t < 5
+    assert not list(tmp_path.glob("*app.exe*"))
+
+
+def test_signed_pe_stub_is_refused_but_a_signed_result_is_readable(pe_stub, model, tmp_path):
+    stub = bytearray(pe_stub.read_bytes())
+    sec = _pe(bytes(stub))["security_at"]
+    signed = stub + bytes(-len(stub) % 8) + b"\x10\x00\x00\x00\x00\x02\x02\x00" + bytes(8)
+    struct.pack_into("<II", signed, sec, len(signed) - 16, 16)
+    (tmp_path / "signed.exe").write_bytes(bytes(signed))
+    with pytest.raises(PackError, match="signed"):
+        packfile.write_packed(tmp_path / "signed.exe", model, tmp_path / "x.exe", {})
+
+    out = tmp_path / "app.exe"  # signing the finished program appends a certificate after the trailer
+    manifest = packfile.write_packed(pe_stub, model, out, EXTRA)
+    data = bytearray(out.read_bytes())
+    cert_at = len(data)
+    assert cert_at % 8 == 0
+    data += b"\x20\x00\x00\x00\x00\x02\x02\x00" + os.urandom(24)
+    struct.pack_into("<II", data, sec, cert_at, 32)
+    out.write_bytes(bytes(data))
+    assert packfile.read_manifest(out).model == manifest.model
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def test_macho_is_refused_with_a_pointer_to_sidecar(model, tmp_path):
+    macho = tmp_path / "stub"
+    macho.write_bytes(b"\xcf\xfa\xed\xfe" + os.urandom(4096))
+    with pytest.raises(PackError, match="macOS.*--sidecar"):
+        packfile.write_packed(macho, model, tmp_path / "app", {})
+
+
+@pytest.mark.parametrize("content", [b"just some text\n" * 100, b"\x7fELF" + bytes(4000), b"MZ" + bytes(4000)])
+def test_unknown_or_broken_files_are_refused(content, model, tmp_path):
+    bad = tmp_path / "stub"
+    bad.write_bytes(content)
+    with pytest.raises(PackError):
+        packfile.write_packed(bad, model, tmp_path / "app", {})
+    assert not (tmp_path / "app").exists()
+
+
+def test_a_plain_executable_without_archive_is_refused(model, tmp_path):
+    plain = shutil.which("true") or pytest.skip("needs /bin/true")
+    shutil.copyfile(plain, tmp_path / "x")
+    with pytest.raises(PackError, match="PyInstaller onefile"):
+        packfile.write_packed(tmp_path / "x", model, tmp_path / "app", {})
+
+
+def test_a_packed_file_is_not_packed_again(elf_stub, model, tmp_path):
+    packfile.write_packed(elf_stub, model, tmp_path / "app", {})
+    with pytest.raises(PackError, match="already contains"):
+        packfile.write_packed(tmp_path / "app", model, tmp_path / "app2", {})
+
+
+# --------------------------------------------------------------------------- damage
+
+
+@pytest.fixture
+def packed(elf_stub, model, tmp_path) -> tuple[Path, packfile.Manifest]:
+    out = tmp_path / "app"
+    return out, packfile.write_packed(elf_stub, model, out, EXTRA)
+
+
+def test_corrupted_model_is_detected_and_leaves_nothing(packed, tmp_path):
+    out, manifest = packed
+    data = bytearray(out.read_bytes())
+    data[manifest.model.offset + 1_000_000] ^= 0xFF
+    out.write_bytes(bytes(data))
+    dest = tmp_path / "models"
+    with pytest.raises(PackError, match="corrupted \\(sha256 mismatch\\)"):
+        packfile.extract_model(out, packfile.read_manifest(out), dest)
+    assert list(dest.iterdir()) == []
+
+
+def test_truncated_file_is_detected(packed):
+    out, _ = packed
+    data = out.read_bytes()
+    for cut in (1, 64, 5000):
+        out.write_bytes(data[:-cut])
+        with pytest.raises(PackError, match="incomplete"):
+            packfile.read_manifest(out)
+    out.write_bytes(data[:40])
+    with pytest.raises(PackError):
+        packfile.read_manifest(out)
+
+
+def test_wrong_magic_and_damaged_trailer_or_manifest(packed):
+    out, manifest = packed
+    good = out.read_bytes()
+    cases = {len(good) - 64: "not an llmpack executable",             # magic
+             len(good) - 40: "corrupted",                             # offsets (trailer crc)
+             manifest.manifest_offset + 10: "corrupted"}              # manifest (crc32)
+    for at, message in cases.items():
+        bad = bytearray(good)
+        bad[at] ^= 0x55
+        out.write_bytes(bytes(bad))
+        with pytest.raises(PackError, match=message):
+            packfile.read_manifest(out)
+    # a consistent-looking trailer pointing outside the file
+    bad = bytearray(good)
+    struct.pack_into("<Q", bad, len(bad) - 64 + 16, len(bad) * 2)
+    struct.pack_into("<I", bad, len(bad) - 4, zlib.crc32(bytes(bad[-64:-4])))
+    out.write_bytes(bytes(bad))
+    with pytest.raises(PackError, match="outside the file"):
+        packfile.read_manifest(out)
+
+
+def test_find_embedded_model(packed, model, tmp_path, elf_stub):
+    out, manifest = packed
+    offset, length = packfile.find_embedded_model(out)
+    with open(out, "rb") as f:
+        f.seek(offset)
+        assert f.read(length) == model.read_bytes()
+    assert packfile.find_embedded_model(model) is None  # a plain GGUF
+    packfile.write_packed(elf_stub, model, tmp_path / "z", {}, compress="zstd")
+    assert packfile.find_embedded_model(tmp_path / "z") is None  # compressed: not usable in place
+
+
+# --------------------------------------------------------------------------- extraction cache
+
+
+def test_extract_once_then_reuse_without_reading(packed, model, tmp_path, monkeypatch):
+    out, manifest = packed
+    monkeypatch.setenv("LLMPACK_CACHE", str(tmp_path / "cache"))
+    calls = []
+    path = packfile.extract_model(out, manifest, progress=lambda done, total: calls.append(done))
+    assert path == tmp_path / "cache" / "models" / f"{manifest.model.sha256}.gguf"
+    assert path.read_bytes() == model.read_bytes()
+    assert calls and calls[-1] == model.stat().st_size
+    assert Path(str(path) + ".ok").is_file()
+    mtime = path.stat().st_mtime_ns
+
+    # proof that the second launch does not read the model: damage it inside the executable
+    data = bytearray(out.read_bytes())
+    data[manifest.model.offset + 10] ^= 0xFF
+    out.write_bytes(bytes(data))
+    calls.clear()
+    assert packfile.extract_model(out, manifest, progress=lambda d, t: calls.append(d)) == path
+    assert calls == [] and path.stat().st_mtime_ns == mtime
+
+
+def test_interrupted_extraction_is_not_mistaken_for_valid(packed, model, tmp_path):
+    out, manifest = packed
+    dest = tmp_path / "models"
+    dest.mkdir()
+    sha = manifest.model.sha256
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (dest / f"{sha}.gguf.tmp-{dead.pid}").write_bytes(b"partial")
+    (dest / f"{sha}.gguf.tmp-{os.getppid()}").write_bytes(b"someone else, still running")
+    final = dest / f"{sha}.gguf"
+    final.write_bytes(model.read_bytes()[:1000])  # truncated, no marker
+    assert packfile.extract_model(out, manifest, dest).read_bytes() == model.read_bytes()
+    assert not (dest / f"{sha}.gguf.tmp-{dead.pid}").exists()
+    assert (dest / f"{sha}.gguf.tmp-{os.getppid()}").exists()
+
+    # right size, wrong bytes, marker stale (mtime changed): re-verified and replaced
+    bad = bytearray(model.read_bytes())
+    bad[5] ^= 1
+    final.write_bytes(bytes(bad))
+    assert packfile.extract_model(out, manifest, dest).read_bytes() == model.read_bytes()
+
+    # crash between rename and marker: the complete file is verified once, not copied again
+    os.unlink(str(final) + ".ok")
+    calls = []
+    mtime = final.stat().st_mtime_ns
+    assert packfile.extract_model(out, manifest, dest, progress=lambda d, t: calls.append(d)) == final
+    assert calls and final.stat().st_mtime_ns == mtime and Path(str(final) + ".ok").is_file()
+
+
+# --------------------------------------------------------------------------- zstd
+
+
+def test_zstd_round_trip_with_independent_frames(elf_stub, tmp_path, monkeypatch):
+    import zstandard
+
+    monkeypatch.setattr(packfile, "FRAME_SIZE", 1 * MiB)
+    raw = (b"GGUF" + b"token embedding row " * 300_000)[:5 * MiB + 777]
+    src = tmp_path / "m.gguf"
+    src.write_bytes(raw)
+    out = tmp_path / "app"
+    m = packfile.write_packed(elf_stub, src, out, EXTRA, compress="zstd").model
+    assert m.compression == "zstd" and len(m.frames) == 6 and m.stored_size < m.size // 5
+    assert packfile.read_manifest(out).model == m
+    data = out.read_bytes()
+    for k, (off, stored, rawlen) in enumerate(m.frames):  # each frame decompresses on its own
+        frame = data[m.offset + off:m.offset + off + stored]
+        assert zstandard.ZstdDecompressor().decompress(frame) == raw[k * MiB:k * MiB + rawlen]
+    assert packfile.extract_model(out, packfile.read_manifest(out), tmp_path / "x").read_bytes() == raw
+
+
+@pytest.mark.parametrize("where", ["payload", "frame header"])
+def test_zstd_damage_is_reported(elf_stub, tmp_path, where):
+    src = tmp_path / "m.gguf"
+    src.write_bytes(b"GGUF" + os.urandom(1000) * 4000)
+    out = tmp_path / "app"
+    m = packfile.write_packed(elf_stub, src, out, {}, compress="zstd").model
+    data = bytearray(out.read_bytes())
+    data[m.offset + (m.stored_size // 2 if where == "payload" else 6)] ^= 0x40  # 6: content size
+    out.write_bytes(bytes(data))
+    with pytest.raises(PackError, match="corrupted"):
+        packfile.extract_model(out, packfile.read_manifest(out), tmp_path / "x")
+    assert list((tmp_path / "x").iterdir()) == []
+
+
+def test_auto_compression_only_when_it_pays(elf_stub, model, tmp_path):
+    assert packfile.write_packed(elf_stub, model, tmp_path / "a", {}, compress="auto").model.compression == "none"
+    text = tmp_path / "text.gguf"
+    text.write_bytes(b"GGUF" + b"the same words again and again " * 200_000)
+    assert packfile.write_packed(elf_stub, text, tmp_path / "b", {}, compress="auto").model.compression == "zstd"
+
+
+# --------------------------------------------------------------------------- sidecar
+
+
+def test_sidecar_keeps_the_model_beside_the_program(elf_stub, model, tmp_path):
+    out = tmp_path / "dist" / "chat"
+    out.parent.mkdir()
+    manifest = packfile.write_sidecar(elf_stub, model, out, EXTRA)
+    side = tmp_path / "dist" / "chat.gguf"
+    assert side.read_bytes() == model.read_bytes()
+    assert manifest.model.location == "sidecar" and manifest.model.file == "chat.gguf"
+    assert out.stat().st_size < elf_stub.stat().st_size + 64 * 1024
+    assert "pydata" in _readelf_sections(out) and CArchiveReader(str(out))._start_offset == manifest.archive_offset
+    assert packfile.read_manifest(out).to_dict() == manifest.to_dict()
+    assert packfile.find_embedded_model(out) is None
+    calls = []
+    assert packfile.extract_model(out, manifest, tmp_path / "m", progress=lambda d, t: calls.append(d)) == side
+    assert calls  # verified once
+    calls.clear()
+    assert packfile.extract_model(out, manifest, tmp_path / "m", progress=lambda d, t: calls.append(d)) == side
+    assert calls == []  # and then trusted
+    side.unlink()
+    with pytest.raises(PackError, match="missing"):
+        packfile.extract_model(out, manifest, tmp_path / "m")
+    assert packfile.sidecar_name("Chat.EXE") == "Chat.gguf" and packfile.sidecar_name("qwen2.5-x") == "qwen2.5-x.gguf"
+
+
+def test_sidecar_on_macos_leaves_the_stub_untouched(model, tmp_path):
+    macho = tmp_path / "stub"
+    macho.write_bytes(b"\xcf\xfa\xed\xfe" + os.urandom(4096))
+    out = tmp_path / "chat"
+    manifest = packfile.write_sidecar(macho, model, out, EXTRA)
+    assert out.read_bytes() == macho.read_bytes()
+    assert packfile.read_manifest(out).model == manifest.model
+    assert packfile.extract_model(out, manifest, tmp_path / "m") == tmp_path / "chat.gguf"
