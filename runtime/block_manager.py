@@ -64,6 +64,7 @@ class BlockManager:
         self.zombies: OrderedDict[int, None] = OrderedDict()        # finished ids still holding cache
         self.prefix_queries = 0   # prompt tokens looked up
         self.prefix_hits = 0      # of those, found cached
+        self.peak_used_blocks = 0
 
     # ---- capacity ----------------------------------------------------------------------
     @property
@@ -158,6 +159,7 @@ class BlockManager:
             block.index = len(seq.block_table)
             self._add_holder(block, seq.llama_seq)
             seq.block_table.append(block.block_id)
+        self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
         return True
 
     def note_lookup(self, seq: Sequence) -> None:
@@ -190,6 +192,7 @@ class BlockManager:
             self._add_holder(block, child.llama_seq)
             child.block_table.append(block.block_id)
         child.num_computed_tokens = n
+        self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
         return True
 
     def commit(self, seq: Sequence) -> None:

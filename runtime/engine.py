@@ -129,6 +129,7 @@ class LLMEngine:
         self.generation_tokens_total = 0
         self.requests_finished_total = 0
         self.steps = 0
+        self.tokens_computed_total = 0         # prompt and generated tokens run through llama_decode
         self._thread = threading.Thread(target=self._loop, name="llmpack-engine", daemon=True)
         self._thread.start()
 
@@ -168,6 +169,14 @@ class LLMEngine:
             prompt_tokens_total=self.prompt_tokens_total, generation_tokens_total=self.generation_tokens_total,
             requests_finished_total=self.requests_finished_total)
 
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        """Block until no request is queued or running (tests, benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while self._pending or self.scheduler.has_work():
+            if time.monotonic() > deadline:
+                raise TimeoutError("engine still busy")
+            time.sleep(0.01)
+
     def shutdown(self) -> None:
         self._stop = True
         self._wakeup.set()
@@ -194,12 +203,11 @@ class LLMEngine:
                 req = self._inbox.get_nowait()
             except queue.Empty:
                 break
-            with self._pending_lock:
-                self._pending -= 1
             self._requests[req.request_id] = req
             self.prompt_tokens_total += len(req.prompt_token_ids)
-            seq = self._new_sequence(req, 0, list(req.prompt_token_ids))
-            self.scheduler.add(seq)
+            self.scheduler.add(self._new_sequence(req, 0, list(req.prompt_token_ids)))
+            with self._pending_lock:
+                self._pending -= 1
         while True:
             try:
                 rid = self._aborts.get_nowait()
@@ -233,26 +241,26 @@ class LLMEngine:
             want += [False] * (n - 1) + [c.samples]
         self.runner.decode(tokens, positions, seq_ids, want)
         self.steps += 1
+        self.tokens_computed_total += len(tokens)
         for c in chunks:
             c.seq.num_computed_tokens += c.num_tokens
             self.bm.commit(c.seq)
-        sampled = [c.seq for c in chunks if c.samples]
         deltas: dict[Request, list[CompletionOutput]] = {}
-        if sampled:
-            rows = self.runner.logits_rows(len(sampled))
-            argmax = rows.argmax(axis=1)
-            for k, seq in enumerate(sampled):
-                self._sample_and_append(seq, rows[k], int(argmax[k]), deltas)
+        end = 0
+        for c in chunks:
+            end += c.num_tokens
+            if c.samples:
+                row = self.runner.logits_row(end - 1)
+                self._sample_and_append(c.seq, row, deltas)
         for req, outs in deltas.items():
             self._emit(req, outs)
 
-    def _sample_and_append(self, seq: Sequence, row, argmax: int,
-                           deltas: dict[Request, list[CompletionOutput]]) -> None:
+    def _sample_and_append(self, seq: Sequence, row, deltas: dict[Request, list[CompletionOutput]]) -> None:
         req, p = seq.request, seq.request.params
         lp_row = row.copy() if p.logprobs is not None else None
         if seq.sampler.has_penalties:
             seq.sampler.apply_penalties(row, seq.token_ids, seq.output_token_ids)
-        token = argmax if (seq.sampler.chain is None and not seq.sampler.has_penalties) else seq.sampler.sample(row)
+        token = seq.sampler.sample(row)
         fork_now = p.n > 1 and not req.forked
         self._append(seq, token, lp_row, deltas)
         if fork_now:

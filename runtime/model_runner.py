@@ -10,6 +10,7 @@ Context choices, and why:
   (`seq_cp` shares a cell, it does not copy it) - which is what prefix caching and n>1 need.
 - `swa_full=True`: sliding-window layers (Gemma 2/3) keep every cell instead of pruning
   those that slid out of the window, so a cached prefix is still complete when reused.
+- flash attention off on the CPU: see below, it makes results depend on batch size.
 - `n_outputs_max = n_seq_max`: llama.cpp sizes its logits buffer as rows x vocabulary
   x 4 bytes (1 MiB per row for a 262k vocabulary); we only ever ask for one row per
   sequence per step, so reserving n_batch rows would waste hundreds of MiB. (llama.cpp
@@ -99,6 +100,10 @@ class ModelRunner:
         cparams.kv_unified = True
         cparams.swa_full = True
         cparams.no_perf = True
+        # Flash attention on the CPU changes its arithmetic with the batch size (logits moved
+        # by ~0.9 once a ubatch reaches 8 tokens), so a request's greedy output would depend
+        # on who else is being served. Plain attention is batch-invariant and as fast here.
+        cparams.flash_attn_type = -1 if cfg.n_gpu_layers != 0 else 0   # AUTO on GPU, DISABLED on CPU
         self.ctx = lc.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             lc.llama_model_free(self.model)
@@ -162,10 +167,11 @@ class ModelRunner:
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with status {rc} (1 = no KV slot for the batch)")
 
-    def logits_rows(self, n_rows: int) -> np.ndarray:
-        """The output rows of the last decode as an (n_rows, n_vocab) float32 view (no copy)."""
-        ptr = lc.llama_get_logits(self.ctx)
-        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
+    def logits_row(self, batch_index: int) -> np.ndarray:
+        """The logits of one output token of the last decode, by its index in that batch, as a
+        float32 view of llama.cpp's buffer (no copy; valid until the next decode)."""
+        ptr = lc.llama_get_logits_ith(self.ctx, batch_index)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
 
     # ---- KV memory (per llama.cpp sequence id) ------------------------------------------
     def seq_rm(self, seq_id: int, p0: int, p1: int) -> None:

@@ -270,3 +270,12 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths)) + "  " + row[3])
     print("\nUse one with --recipe NAME, or pass a path to your own recipe .toml.")
     return 0
+
+
+def chat_format_for_model(info, explicit: str | None = None, recipe_data: dict | None = None) -> ChatFormat:
+    """resolve_chat() fed from a ModelInfo (llmpack.runtime.model_info.read_model_info)."""
+    special = info.special_tokens or {}
+    bos = (special.get("bos") or {}).get("text") or ""
+    eos = (special.get("eos") or {}).get("text") or ""
+    return resolve_chat(explicit, arch=info.architecture, name=info.name, embedded_template=info.chat_template,
+                        bos_token=bos, eos_token=eos, recipe_data=recipe_data)
