@@ -88,5 +88,5 @@ def resolve_gpu_layers(spec: int | str | None, model_path, n_ctx: int) -> int:
     from llmpack.runtime.model_info import read_model_info
 
     info = read_model_info(model_path, ctx=n_ctx)
-    return fit_gpu_layers(devices[0].free, info.layer_weight_bytes, info.non_layer_weight_bytes,
+    return fit_gpu_layers(devices[0].free, info.weight_bytes_per_layer, info.non_layer_weight_bytes,
                           info.kv_bytes_per_token_per_layer, n_ctx)

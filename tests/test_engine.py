@@ -197,3 +197,24 @@ def test_finish_reasons_length_and_context_limit(engine):
     with pytest.raises(PromptTooLongError) as err:
         engine.add_request(list(range(10, 10 + engine.max_model_len)), greedy(5))
     assert str(engine.max_model_len) in str(err.value)
+
+
+def test_multibyte_characters_split_across_byte_tokens_stream_whole(tiny_model):
+    """The tiny model's vocabulary spells CJK text with byte-fallback tokens, one byte each:
+    the engine's detokenizer must never hand out half a character."""
+    from llmpack.runtime.detokenizer import Detokenizer
+
+    eng = LLMEngine(EngineConfig(model_path=str(tiny_model), n_ctx=256, max_num_seqs=4, gpu_layers=0))
+    try:
+        text = "日本語 and é"
+        ids = eng.tokenize(text, add_special=False)
+        assert len(ids) > len(text)                 # some characters span several tokens
+        d = Detokenizer([])
+        deltas = [d.add(eng._piece(t)) for t in ids]
+        assert "\ufffd" not in "".join(deltas) and "".join(deltas) + d.flush() == text
+        assert all(delta == "" or delta.encode() for delta in deltas)
+        out = collect(eng.add_request(ids, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)))
+        assert len(out.outputs[0].token_ids) == 12
+        assert_consistent(eng)
+    finally:
+        eng.shutdown()

@@ -1,0 +1,165 @@
+"""Block-manager rules on their own, with a recorder standing in for llama.cpp's memory.
+(The engine tests check the same bookkeeping against the real llama.cpp memory.)"""
+from __future__ import annotations
+
+from llmpack.runtime.block_manager import BlockManager
+from llmpack.runtime.detokenizer import Detokenizer
+from llmpack.runtime.sampling_params import SamplingParams
+from llmpack.runtime.sequence import Sequence
+
+
+class RecordingKV:
+    """Tracks which positions each llama.cpp sequence id holds, like llama_memory_seq_*."""
+
+    def __init__(self) -> None:
+        self.pos: dict[int, set[int]] = {}
+
+    def seq_rm(self, s, p0, p1):
+        held = self.pos.setdefault(s, set())
+        self.pos[s] = {p for p in held if not ((p0 < 0 or p >= p0) and (p1 < 0 or p < p1))}
+
+    def seq_cp(self, src, dst, p0, p1):
+        self.pos.setdefault(dst, set()).update(p for p in self.pos.get(src, ()) if p0 <= p < p1)
+
+    def seq_pos_max(self, s):
+        return max(self.pos.get(s) or {-1})
+
+    def compute(self, seq: Sequence, n: int) -> None:
+        self.pos.setdefault(seq.llama_seq, set()).update(range(seq.num_computed_tokens, seq.num_computed_tokens + n))
+        seq.num_computed_tokens += n
+
+
+def make_seq(tokens: list[int]) -> Sequence:
+    return Sequence(request=None, index=0, token_ids=list(tokens), num_prompt_tokens=len(tokens),
+                    sampler=None, detok=Detokenizer([]))
+
+
+def admit(bm: BlockManager, kv: RecordingKV, seq: Sequence) -> None:
+    assert bm.assign_llama_seq(seq)
+    hits = bm.match_prefix(seq)
+    n = seq.num_tokens - len(hits) * bm.block_size
+    assert bm.allocate(seq, hits, n)
+    kv.compute(seq, n)
+    bm.commit(seq)
+
+
+def test_blocks_are_allocated_on_demand_and_freed_at_the_end():
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=8, block_size=4, num_llama_seqs=4, kv=kv, enable_prefix_cache=False)
+    seq = make_seq(range(10))
+    admit(bm, kv, seq)
+    assert len(seq.block_table) == 3 and bm.num_used_blocks == 3
+    assert bm.allocate(seq, [], 2)            # tokens 10, 11 fit in block 3
+    assert len(seq.block_table) == 3
+    assert bm.allocate(seq, [], 3)            # ...and 12 needs a fourth
+    assert len(seq.block_table) == 4
+    sid = seq.llama_seq
+    bm.free(seq)
+    assert bm.num_free_blocks == 8 and kv.seq_pos_max(sid) == -1
+
+
+def test_allocation_that_does_not_fit_changes_nothing():
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=2, block_size=4, num_llama_seqs=4, kv=kv)
+    seq = make_seq(range(12))
+    assert bm.assign_llama_seq(seq)
+    assert not bm.allocate(seq, [], 12)
+    assert bm.num_free_blocks == 2 and seq.block_table == []
+
+
+def test_prefix_cache_reuses_full_blocks_and_shares_cells():
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=16, block_size=4, num_llama_seqs=4, kv=kv)
+    first = make_seq([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+    admit(bm, kv, first)
+    bm.free(first)                             # blocks 0 and 1 stay cached under a zombie id
+    assert bm.num_used_blocks == 0 and len(bm.cached_free) == 2
+    second = make_seq([1, 2, 3, 4, 5, 6, 7, 8, 99])
+    assert bm.assign_llama_seq(second)
+    hits = bm.match_prefix(second)
+    assert len(hits) == 2
+    assert bm.allocate(second, hits, 1)
+    assert second.num_computed_tokens == 8 and second.num_cached_tokens == 8
+    assert kv.pos[second.llama_seq] == set(range(8))   # shared through seq_cp
+    assert bm.blocks[hits[0]].ref_count == 1 and hits[0] not in bm.cached_free
+
+
+def test_hash_chain_depends_on_the_whole_prefix():
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=16, block_size=4, num_llama_seqs=4, kv=kv)
+    admit(bm, kv, make_seq([1, 2, 3, 4, 5, 6, 7, 8, 0]))
+    other = make_seq([9, 9, 9, 9, 5, 6, 7, 8, 0])      # same second block, different first
+    assert bm.match_prefix(other) == []
+
+
+def test_unreferenced_cached_blocks_are_evicted_least_recently_used_first():
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=4, block_size=4, num_llama_seqs=8, kv=kv)
+    old, new = make_seq([1] * 8 + [0]), make_seq([2] * 8 + [0])
+    admit(bm, kv, old)
+    bm.free(old)
+    admit(bm, kv, new)
+    bm.free(new)
+    big = make_seq([3] * 9)                               # needs 3 blocks: evicts old's two first
+    admit(bm, kv, big)
+    assert bm.match_prefix(make_seq([1] * 8 + [0])) == []
+    assert len(bm.match_prefix(make_seq([2] * 8 + [0]))) == 1   # new's tail went, its head survives
+
+
+def test_fork_shares_full_blocks_and_gives_the_child_its_own_partial_block():
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=16, block_size=4, num_llama_seqs=4, kv=kv)
+    parent = make_seq(range(10))
+    admit(bm, kv, parent)
+    child = make_seq(range(10))
+    assert bm.fork(parent, child)
+    assert child.block_table[:2] == parent.block_table[:2]
+    assert child.block_table[2] != parent.block_table[2]
+    assert kv.pos[child.llama_seq] == set(range(10))
+    assert bm.num_used_blocks == 4          # 3 for the prompt + 1 partial for the child, not 6
+    bm.free(parent)
+    bm.free(child)
+    assert bm.num_used_blocks == 0
+
+
+def test_reclaiming_a_zombie_id_frees_its_cells():
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=16, block_size=4, num_llama_seqs=1, kv=kv)
+    a = make_seq([1] * 8 + [0])
+    admit(bm, kv, a)
+    bm.free(a)
+    assert bm.zombies                          # the only id holds the cached prefix
+    b = make_seq([5] * 5)
+    admit(bm, kv, b)                           # needs the id: the zombie is reclaimed
+    assert kv.pos[b.llama_seq] == set(range(5))
+    assert not bm.cached_free
+
+
+def test_detokenizer_holds_back_a_stop_string_split_across_pieces():
+    d = Detokenizer(["STOP"])
+    out = [d.add(b"Hello ST"), d.add(b"O"), d.add(b"P and more")]
+    assert "".join(out) == "Hello " and d.stopped_by == "STOP"
+    assert out[0] == "Hello "                  # "ST" was held back, never streamed
+
+
+def test_detokenizer_releases_a_false_alarm():
+    d = Detokenizer(["STOP"])
+    assert d.add(b"a ST") == "a "
+    assert d.add(b"ILL") == "STILL"
+
+
+def test_detokenizer_never_emits_half_a_character():
+    d = Detokenizer([])
+    raw = "日本".encode()
+    out = [d.add(raw[i:i + 1]) for i in range(len(raw))]
+    assert out == ["", "", "日", "", "", "本"]
+
+
+def test_sampling_params_reject_out_of_range_values():
+    import pytest
+
+    from llmpack.runtime.sampling_params import InvalidParameterError
+
+    for bad in (dict(temperature=-1), dict(top_p=0), dict(n=0), dict(max_tokens=0), dict(logprobs=99)):
+        with pytest.raises(InvalidParameterError):
+            SamplingParams(**bad)
