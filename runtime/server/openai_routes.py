@@ -1,0 +1,279 @@
+"""The OpenAI-compatible routes: /v1/models, /v1/chat/completions, /v1/completions.
+
+Parsing and response shapes live in `protocol`; this module owns the engine streams of a
+request (`Generation`): submitting, consuming, and aborting them when the client leaves.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from typing import Any, Callable, Iterator
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from llmpack.errors import LlmpackError
+from llmpack.runtime.sampling_params import InvalidParameterError
+from llmpack.runtime.server import protocol as P
+from llmpack.runtime.server.protocol import ApiError
+from llmpack.runtime.server.state import ServedModel, ServerState
+
+bp = Blueprint("openai", __name__)
+DONE = b"data: [DONE]\n\n"
+
+
+def _ctx() -> Any:
+    return current_app.extensions["llmpack"]
+
+
+def ready_model(state: ServerState) -> ServedModel:
+    model = state.model
+    if model is not None:
+        return model
+    if state.phase == "error":
+        raise ApiError(500, f"The model failed to load: {state.message}", code="model_load_failed")
+    raise ApiError(503, f"The model is still loading ({state.message}, {state.progress:.0%}); retry shortly.",
+                   code="model_loading", headers={"Retry-After": "2"})
+
+
+def json_body() -> Any:
+    mimetype = request.mimetype or ""
+    if mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise ApiError(415, "The request body must be JSON, sent with 'Content-Type: application/json'.",
+                       code="unsupported_media_type")
+    raw = request.get_data(cache=False)   # 413 past MAX_CONTENT_LENGTH
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise P.bad(None, "The request body is nested too deeply.") from None
+    except ValueError as exc:   # includes UnicodeDecodeError
+        raise P.bad(None, f"The request body is not valid JSON: {str(exc)[:200]}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def check_model_name(body: Any, model: ServedModel) -> None:
+    if not isinstance(body, dict):
+        raise P.bad(None, "The request body must be a JSON object.")
+    name = body.get("model")
+    if name is None or name == "":
+        return
+    if not isinstance(name, str):
+        raise P.bad("model", "'model' must be a string")
+    if name.lower() not in model.aliases:
+        raise ApiError(404, f"The model '{name[:200]}' does not exist; this server serves '{model.model_id}'.",
+                       param="model", code="model_not_found")
+
+
+# ---------------------------------------------------------------- routes
+def _model_card(model: ServedModel) -> dict:
+    return {"id": model.model_id, "object": "model", "created": model.created, "owned_by": "llmpack",
+            "max_model_len": model.n_ctx, "meta": {"n_ctx": model.n_ctx, **model.meta}}
+
+
+@bp.get("/v1/models")
+def list_models():
+    return jsonify({"object": "list", "data": [_model_card(ready_model(_ctx().state))]})
+
+
+@bp.get("/v1/models/<path:model_id>")
+def get_model(model_id: str):
+    model = ready_model(_ctx().state)
+    check_model_name({"model": model_id}, model)
+    return jsonify(_model_card(model))
+
+
+@bp.post("/v1/chat/completions")
+def chat_completions():
+    return _generate("chat", P.parse_chat)
+
+
+@bp.post("/v1/completions")
+def completions():
+    return _generate("completion", P.parse_completion)
+
+
+def _generate(kind: str, parse: Callable[[Any, ServedModel], P.Prepared]):
+    ctx = _ctx()
+    model = ready_model(ctx.state)
+    body = json_body()
+    check_model_name(body, model)
+    prep = parse(body, model)
+    rid, created = P.new_id(kind), int(time.time())
+    gen = Generation(model, prep, ctx, rid, request.environ.get("waitress.client_disconnected"))
+    if prep.stream:
+        return Response(_Body(_stream(gen, kind, rid, created), gen), mimetype="text/event-stream",
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        return jsonify(_complete(gen, kind, rid, created))
+    finally:
+        gen.close()
+
+
+# ---------------------------------------------------------------- engine streams
+def _map_submit_error(exc: Exception, param: str) -> Exception:
+    from llmpack.runtime.engine import PromptTooLongError, QueueFullError   # (imports llama.cpp)
+
+    if isinstance(exc, PromptTooLongError):
+        n, limit = getattr(exc, "n_tokens", None), getattr(exc, "limit", None)
+        return P.bad(param, f"This model's maximum context length is {limit} tokens, but your prompt is "
+                            f"{n} tokens long. Shorten the prompt (or start a new chat).", "context_length_exceeded")
+    if isinstance(exc, QueueFullError):
+        return ApiError(503, "The server is busy: too many requests are waiting. Retry shortly.",
+                        code="queue_full", type="server_overloaded", headers={"Retry-After": "1"})
+    if isinstance(exc, InvalidParameterError):
+        return P.bad(exc.param, str(exc))
+    if isinstance(exc, LlmpackError):   # e.g. "the prompt is empty"
+        return P.bad(param, str(exc))
+    return exc
+
+
+class Generation:
+    """The engine streams of one API request (one per prompt), consumed in prompt order."""
+
+    def __init__(self, model: ServedModel, prep: P.Prepared, ctx: Any, rid: str,
+                 disconnected: Callable[[], bool] | None) -> None:
+        self.model, self.prep, self.active = model, prep, ctx.state.active
+        self.timer = ctx.metrics.timer(model.model_id)
+        self.n = prep.params.n
+        self.streams: list[Any] = []
+        self.finished: list[bool] = []
+        self.counts: list[tuple[int, int, int]] = []   # (prompt, cached, generated) per stream
+        self.reasons: dict[int, str] = {}
+        try:
+            for i, ids in enumerate(prep.prompts):
+                self.streams.append(model.engine.add_request(ids, prep.params, request_id=f"{rid}-{i}"))
+                self.finished.append(False)
+                self.counts.append((len(ids), 0, 0))
+        except Exception as exc:
+            self._abort()
+            self.timer.done = True
+            raise _map_submit_error(exc, prep.prompt_param) from None
+        self.key = self.active.add(self.streams, disconnected)
+
+    def outputs(self) -> Iterator[tuple[int, Any]]:
+        """(index of the first choice of this prompt, RequestOutput delta)."""
+        for i, stream in enumerate(self.streams):
+            seen = 0
+            for out in stream:
+                if out.error:
+                    raise ApiError(500, f"Generation failed: {out.error}")
+                self.timer.tokens(out.num_generated_tokens - seen)
+                seen = out.num_generated_tokens
+                self.counts[i] = (out.num_prompt_tokens or self.counts[i][0], out.num_cached_tokens, seen)
+                for c in out.outputs:
+                    if c.finish_reason:
+                        self.reasons[i * self.n + c.index] = c.finish_reason
+                if out.finished:
+                    self.finished[i] = True
+                yield i * self.n, out
+
+    def usage(self) -> dict:
+        return P.usage(sum(c[0] for c in self.counts), sum(c[2] for c in self.counts),
+                       sum(c[1] for c in self.counts))
+
+    def _abort(self) -> None:
+        for stream, done in zip(self.streams, self.finished + [False] * len(self.streams)):
+            if not done:
+                try:
+                    stream.abort()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def close(self) -> None:
+        self._abort()
+        self.active.remove(self.key)
+        reason = self.reasons.get(0) if all(self.finished) else "abort"
+        self.timer.finish(reason)
+
+
+def _complete(gen: Generation, kind: str, rid: str, created: int) -> dict:
+    texts: dict[int, list[str]] = {}
+    lps: dict[int, list[Any]] = {}
+    for base, out in gen.outputs():
+        for c in out.outputs:
+            texts.setdefault(base + c.index, []).append(c.text)
+            if c.logprobs:
+                lps.setdefault(base + c.index, []).extend(c.logprobs)
+    if "abort" in gen.reasons.values():
+        raise ApiError(503, "The request was cancelled because the server is shutting down.", code="cancelled")
+    want_lp = gen.prep.params.logprobs is not None
+    choices = []
+    for idx in range(len(gen.streams) * gen.n):
+        text, reason = "".join(texts.get(idx, [])), gen.reasons.get(idx, "stop")
+        if kind == "chat":
+            lp = {"content": P.chat_logprobs(lps.get(idx, []), gen.prep.top_logprobs or 0)} if want_lp else None
+            choices.append({"index": idx, "message": {"role": "assistant", "content": text},
+                            "logprobs": lp, "finish_reason": reason})
+        else:
+            lp = P.completion_logprobs(lps.get(idx, []), 0)[0] if want_lp else None
+            choices.append({"index": idx, "text": text, "logprobs": lp, "finish_reason": reason})
+    return {"id": rid, "object": "chat.completion" if kind == "chat" else "text_completion", "created": created,
+            "model": gen.model.model_id, "system_fingerprint": gen.model.fingerprint, "choices": choices,
+            "usage": gen.usage()}
+
+
+class _Body:
+    """The SSE body; closing it (client gone, server done) always releases the engine streams,
+    even if iteration never started."""
+
+    def __init__(self, chunks: Iterator[bytes], gen: Generation) -> None:
+        self.chunks, self.gen = chunks, gen
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.chunks
+
+    def close(self) -> None:
+        try:
+            self.chunks.close()
+        finally:
+            self.gen.close()
+
+
+def _stream(gen: Generation, kind: str, rid: str, created: int) -> Iterator[bytes]:
+    chat = kind == "chat"
+    head = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
+            "model": gen.model.model_id, "system_fingerprint": gen.model.fingerprint}
+    tail = {"usage": None} if gen.prep.include_usage else {}
+    want_lp, k = gen.prep.params.logprobs is not None, gen.prep.top_logprobs or 0
+    offsets: dict[int, int] = {}
+    try:
+        if chat:   # at once: the client knows it was accepted even while it waits in the queue
+            yield P.sse({**head, "choices": [
+                {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                for i in range(len(gen.streams) * gen.n)], **tail})
+        for base, out in gen.outputs():
+            choices = []
+            for c in out.outputs:
+                if c.finish_reason == "abort":
+                    raise ApiError(503, "The request was cancelled because the server is shutting down.",
+                                   code="cancelled")
+                if not (c.text or c.logprobs or c.finish_reason):
+                    continue
+                idx = base + c.index
+                if chat:
+                    lp = {"content": P.chat_logprobs(c.logprobs or [], k)} if want_lp else None
+                    choices.append({"index": idx, "delta": {"content": c.text} if c.text else {},
+                                    "logprobs": lp, "finish_reason": c.finish_reason})
+                else:
+                    lp = None
+                    if want_lp:
+                        lp, offsets[idx] = P.completion_logprobs(c.logprobs or [], offsets.get(idx, 0))
+                    choices.append({"index": idx, "text": c.text, "logprobs": lp, "finish_reason": c.finish_reason})
+            if choices:
+                yield P.sse({**head, "choices": choices, **tail})
+        if gen.prep.include_usage:
+            yield P.sse({**head, "choices": [], "usage": gen.usage()})
+        yield DONE
+    except ApiError as exc:
+        yield P.sse(exc.body())
+        yield DONE
+    except Exception:  # noqa: BLE001 - the stream is already 200: report in-band, never leak details
+        traceback.print_exc(file=sys.stderr)
+        yield P.sse(ApiError(500, "Internal server error while generating.").body())
+        yield DONE
+    finally:
+        gen.close()

@@ -1,0 +1,162 @@
+"""Live servers for the server tests: the real engine on a real model, real waitress, real HTTP.
+
+`from server_fixtures import *` in a test module brings in the fixtures and helpers.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pytest
+import requests
+from gguf import GGUFReader, GGUFValueType
+
+from ggufs import CHATML_TEMPLATE, EOS_ID, tiny_vocab, write_tiny_model
+from llmpack.cli import build_parser
+from llmpack.runtime.server.launch import Server
+
+__all__ = ["LiveServer", "live_server", "chat_server", "wait_until", "wait_idle", "write_scripted_model",
+           "SCRIPTED_REPLY", "scripted_model", "sse_events", "stream_post"]
+
+
+class LiveServer:
+    """`llmpack run MODEL --no-browser --port 0 FLAGS...`, in this process (so tests can look at
+    the engine), serving on a background thread."""
+
+    def __init__(self, model: Path, *flags: str, prepare: Callable[..., Path] | None = None,
+                 display_name: str | None = None, recipe: Any = None) -> None:
+        self.args = build_parser().parse_args(["run", str(model), "--no-browser", "--port", "0", *flags])
+        self.server = Server(self.args, prepare or (lambda progress: Path(model)), recipe=recipe,
+                             display_name=display_name, quiet=True)
+        self.url = self.server.url
+        self.port = self.server.port
+        self.state = self.server.state
+        self._thread = threading.Thread(target=self.server.run, name="test-server", daemon=True)
+
+    def start(self, wait: bool = True) -> LiveServer:
+        self.server.start_preparing()
+        self._thread.start()
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        assert self.state.ready.wait(timeout), "the model did not become ready"
+        assert self.state.phase == "ready", self.state.message
+
+    @property
+    def engine(self) -> Any:
+        return self.state.model.engine
+
+    @property
+    def model_id(self) -> str:
+        return self.state.model.model_id
+
+    def openai(self, api_key: str = "not-needed", **kw: Any):
+        import openai
+
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=120, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> requests.Response:
+        kw.setdefault("timeout", 120)
+        return requests.post(self.url + path, json=body, **kw)
+
+    def stop(self) -> None:
+        self.server.stop()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the server did not stop"
+
+
+@contextlib.contextmanager
+def live_server(model: Path, *flags: str, **kw: Any) -> Iterator[LiveServer]:
+    srv = LiveServer(model, *flags, **kw)
+    try:
+        yield srv.start()
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def chat_server(tiny_chat_model: Path) -> Iterator[LiveServer]:
+    """The tiny ChatML model served with default flags."""
+    with live_server(tiny_chat_model) as srv:
+        yield srv
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def wait_idle(engine: Any, kv_baseline: int | None = None, timeout: float = 10.0) -> Any:
+    """Until nothing runs or waits (and the KV blocks in use are back to the baseline)."""
+    def idle():
+        s = engine.stats()
+        ok = s.num_running == 0 and s.num_waiting == 0
+        return s if ok and (kv_baseline is None or s.kv_blocks_used <= kv_baseline) else None
+    return wait_until(idle, timeout)
+
+
+def sse_events(resp: requests.Response) -> Iterator[str]:
+    """The data payloads of a streamed (`requests.post(..., stream=True)`) SSE response, each as
+    soon as its HTTP chunk arrives (chunk_size=None reads chunk by chunk)."""
+    for line in resp.iter_lines(chunk_size=None):
+        if line.startswith(b"data: "):
+            yield line[len(b"data: "):].decode("utf-8")
+
+
+def stream_post(url: str, body: Any, **kw: Any) -> requests.Response:
+    kw.setdefault("timeout", 120)
+    return requests.post(url, json=body, stream=True, **kw)
+
+
+# ---- a model whose answer is known -------------------------------------------------------------
+SCRIPTED_REPLY = ["Look: ", "<img src=x onerror=alert(1)>", " and ", "<script>alert(2)</script>",
+                  " **bold** ", "done."]
+
+
+def write_scripted_model(path: Path, reply: list[str] = SCRIPTED_REPLY) -> Path:
+    """A tiny llama model that answers every ChatML prompt with exactly `reply`, then EOS.
+
+    The last len(reply) vocabulary entries become the reply's pieces. Attention and FFN outputs
+    are zeroed, so the hidden state is the current token's embedding: a one-hot vector per
+    token of the chain "\\n" (the last token of every ChatML generation prompt) -> reply[0] ->
+    ... -> </s>, and the output matrix maps each to the next with a margin no sampler overrides.
+    """
+    vocab = tiny_vocab()
+    pieces = [p for p, _, _ in vocab]
+    ids = list(range(len(pieces) - len(reply), len(pieces)))
+    for i, text in zip(ids, reply):
+        pieces[i] = text.replace(" ", "\u2581")
+    write_tiny_model(path, chat_template=CHATML_TEMPLATE, n_layer=1, n_embd=64, name="scripted-test-model",
+                     extra_kv={"tokenizer.ggml.tokens": (pieces, GGUFValueType.ARRAY)})
+    chain = [5 + ord("\n"), *ids, EOS_ID]   # <0x0A> is byte token 5 + 10
+    reader = GGUFReader(path, "r+")
+    t = {x.name: x.data for x in reader.tensors}
+    for name, data in t.items():
+        if name.endswith(("attn_output.weight", "ffn_down.weight", "token_embd.weight", "output.weight")):
+            data[...] = 0
+        elif name == "output_norm.weight":
+            data[...] = 1
+    for dim, (a, b) in enumerate(zip(chain, chain[1:])):
+        t["token_embd.weight"][a, dim] = 1.0
+        t["output.weight"][b, dim] = 50.0
+    reader.data.flush()
+    del reader
+    assert np.isfinite(GGUFReader(path).tensors[0].data).all()
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_scripted_model(tmp_path_factory.mktemp("scripted") / "scripted.gguf")
