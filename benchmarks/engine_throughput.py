@@ -39,15 +39,20 @@ def bare_loop(runner: ModelRunner, prompts: list[list[int]], tokens: int) -> flo
     for s in range(len(prompts)):
         runner.seq_rm(s, -1, -1)
     t0 = time.perf_counter()
+    nxt = []
     toks, pos, seqs, want, last = [], [], [], [], []
-    for s, p in enumerate(prompts):
+    for s, p in enumerate(prompts):       # prefill in batches of whole prompts, <= n_batch tokens
+        if len(toks) + len(p) > runner.cfg.n_batch:
+            runner.decode(toks, pos, seqs, want)
+            nxt += [int(runner.logits_row(i).argmax()) for i in last]
+            toks, pos, seqs, want, last = [], [], [], [], []
         toks += p
         pos += range(len(p))
         seqs += [s] * len(p)
         want += [False] * (len(p) - 1) + [True]
         last.append(len(toks) - 1)
     runner.decode(toks, pos, seqs, want)
-    nxt = [int(runner.logits_row(i).argmax()) for i in last]
+    nxt += [int(runner.logits_row(i).argmax()) for i in last]
     cur = [len(p) for p in prompts]
     for _ in range(tokens - 1):
         runner.decode(nxt, cur, list(range(len(prompts))), [True] * len(prompts))

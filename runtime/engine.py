@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 from llmpack.errors import LlmpackError
 from llmpack.runtime.block_manager import BlockManager
 from llmpack.runtime.detokenizer import Detokenizer
-from llmpack.runtime.model_runner import ModelRunner, RunnerConfig
+from llmpack.runtime.model_runner import DecodeError, ModelRunner, RunnerConfig
 from llmpack.runtime.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.sampler import SequenceSampler, compute_logprobs
 from llmpack.runtime.sampling_params import InvalidParameterError, SamplingParams
@@ -239,7 +239,15 @@ class LLMEngine:
             positions += range(c.start, c.start + n)
             seq_ids += [s.llama_seq] * n
             want += [False] * (n - 1) + [c.samples]
-        self.runner.decode(tokens, positions, seq_ids, want)
+        try:
+            self.runner.decode(tokens, positions, seq_ids, want)
+        except DecodeError as exc:
+            # Our accounting keeps llama.cpp from running out of cells; if it ever does,
+            # recompute the newest sequence later rather than failing everyone.
+            if exc.status != 1 or len(self.scheduler.running) < 2:
+                raise
+            self.scheduler.preempt_newest()
+            return
         self.steps += 1
         self.tokens_computed_total += len(tokens)
         for c in chunks:
@@ -312,7 +320,7 @@ class LLMEngine:
         req.outbox.put(RequestOutput(
             request_id=req.request_id, outputs=outs, finished=finished, prompt=req.prompt,
             prompt_token_ids=req.prompt_token_ids, num_prompt_tokens=len(req.prompt_token_ids),
-            num_cached_tokens=head.num_cached_tokens,
+            num_cached_tokens=min(head.num_cached_tokens, len(req.prompt_token_ids)),
             num_generated_tokens=sum(s.num_output_tokens for s in req.seqs)))
         if finished:
             self._retire(req)

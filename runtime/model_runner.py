@@ -37,6 +37,14 @@ class ModelLoadError(LlmpackError):
     pass
 
 
+class DecodeError(RuntimeError):
+    """llama_decode refused a batch; status 1 means llama.cpp found no KV cells for it."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"llama_decode failed with status {status}")
+        self.status = status
+
+
 @dataclass(slots=True)
 class RunnerConfig:
     model_path: str
@@ -155,6 +163,8 @@ class ModelRunner:
         Only rows with want_logits produce output; read them with logits_rows() in order.
         """
         n = len(tokens)
+        if not 0 < n <= self.cfg.n_batch:
+            raise ValueError(f"a batch holds 1 to {self.cfg.n_batch} tokens, got {n}")
         b = self._batch
         b.n_tokens = n
         for i in range(n):
@@ -165,7 +175,7 @@ class ModelRunner:
             b.logits[i] = want_logits[i]
         rc = lc.llama_decode(self.ctx, b)
         if rc != 0:
-            raise RuntimeError(f"llama_decode failed with status {rc} (1 = no KV slot for the batch)")
+            raise DecodeError(rc)
 
     def logits_row(self, batch_index: int) -> np.ndarray:
         """The logits of one output token of the last decode, by its index in that batch, as a

@@ -80,6 +80,9 @@ class Scheduler:
             budget -= n
         return chunks
 
+    def preempt_newest(self) -> None:
+        self._preempt(self.running[-1])
+
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.bm.free(seq)
