@@ -73,10 +73,12 @@ def engine_run(engine: LLMEngine, prompts: list[list[int]], params: SamplingPara
     return len(prompts) * params.max_tokens / elapsed
 
 
-def kv_waste(engine: LLMEngine) -> float:
-    """Run 32 mixed-length requests and return the median waste while all are running."""
+def kv_waste(engine: LLMEngine, prompt_tokens: tuple[int, int], output_tokens: tuple[int, int]) -> float:
+    """Run 32 requests with prompt and output lengths drawn uniformly from the given ranges
+    and return the median waste (allocated block slots not holding a token) while all 32
+    are running. With 16-token blocks, expect about 7.5 / (mean sequence length)."""
     rng = random.Random(0)
-    words = "the quick brown fox jumps over a lazy dog while rain falls softly on old stone roofs".split()
+    vocab = engine.tokenize(" the quick brown fox jumps over a lazy dog while rain falls on old roofs", False)
     samples: list[float] = []
     stop = threading.Event()
 
@@ -94,10 +96,10 @@ def kv_waste(engine: LLMEngine) -> float:
     t = threading.Thread(target=sampler)
     t.start()
     streams = []
-    for i in range(32):
-        text = " ".join(rng.choice(words) for _ in range(rng.randint(8, 200)))
-        streams.append(engine.add_request(engine.tokenize(text), SamplingParams(
-            temperature=0, ignore_eos=True, max_tokens=rng.randint(32, 128))))
+    for _ in range(32):
+        prompt = [rng.choice(vocab) for _ in range(rng.randint(*prompt_tokens))]
+        streams.append(engine.add_request(prompt, SamplingParams(
+            temperature=0, ignore_eos=True, max_tokens=rng.randint(*output_tokens))))
     for s in streams:
         collect(s)
     stop.set()
@@ -139,7 +141,10 @@ def main() -> None:
     engine.shutdown()
 
     engine = LLMEngine(EngineConfig(model_path=model, n_ctx=N_CTX, max_num_seqs=MAX_SEQS, gpu_layers=0))
-    print(f"KV waste with 32 mixed-length sequences running: {kv_waste(engine) * 100:.2f} % of allocated slots")
+    for label, prompts_range, outputs_range in (("short prompts 16-256, outputs 32-128", (16, 256), (32, 128)),
+                                                ("chat-like prompts 64-1024, outputs 32-256", (64, 1024), (32, 256))):
+        waste = kv_waste(engine, prompts_range, outputs_range)
+        print(f"KV waste, 32 mixed-length sequences running ({label} tokens): {waste * 100:.2f} % of allocated slots")
     engine.shutdown()
 
 
