@@ -1,0 +1,314 @@
+"""`llmpack build MODEL -o OUT` and `llmpack demo`.
+
+build: validate the GGUF, decide its chat format once (explicit --recipe > template embedded in
+the GGUF > recipe matched from its metadata), record that recipe and the serving defaults in
+the manifest, and splice the model into the cached runtime stub (builder.packfile). With the
+stub cached this costs about one copy of the model.
+
+demo: build ./gemma-chat from the demo model (if missing or older than the stub or model) and
+run it in the foreground, passing the serve flags through and Ctrl+C on to it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmpack import __version__
+from llmpack.errors import LlmpackError
+
+DEMO_NAME = "gemma-chat"
+
+
+class BuildError(LlmpackError):
+    """`llmpack build` cannot make the requested executable."""
+
+
+@dataclass
+class BuildResult:
+    path: Path
+    manifest: Any            # packfile.Manifest
+    model_path: Path         # the .gguf written beside it with --sidecar, else the source model
+    size: int                # bytes of `path` (plus the sidecar model, if any)
+    seconds: float
+    chat_source: str
+    sidecar: bool
+
+
+def recipe_dict(chat) -> dict:
+    """The recipe a built executable stores: exactly the chat format `chat` resolved to, in the
+    recipe (TOML) shape, so the executable never depends on the recipes that ship with it."""
+    from llmpack.runtime.recipes import Recipe
+
+    if chat.recipe is not None and chat.source == f"recipe:{chat.recipe.name}":
+        data = chat.recipe.to_dict()
+    else:  # the template embedded in the GGUF, with a matched recipe's defaults where they apply
+        data = chat.recipe.to_dict() if chat.recipe is not None else {"name": "gguf", "match": {}}
+        data.update(description=f"chat template embedded in the GGUF ({chat.reason})",
+                    chat_template=chat.template, stop=list(chat.stop), eot_tokens=list(chat.eot_tokens),
+                    system_role=bool(chat.supports_system), sampling=dict(chat.sampling))
+        data.pop("context", None)
+        data.pop("system", None)
+        if chat.context:
+            data["context"] = int(chat.context)
+        if chat.system is not None:
+            data["system"] = chat.system
+    Recipe.from_dict(data, source="<build>")   # what the executable will do with it must work
+    return data
+
+
+def _check_flags(ctx: int | None, parallel: int | None, gpu_layers: Any) -> None:
+    if ctx is not None and ctx < 16:
+        raise BuildError(f"--ctx must be at least 16 tokens, not {ctx}")
+    if parallel is not None and parallel < 1:
+        raise BuildError(f"--parallel must be 1 or more, not {parallel}")
+    if gpu_layers is not None:
+        text = str(gpu_layers).strip().lower()
+        if text not in ("auto", "all") and not text.lstrip("-").isdigit():
+            raise BuildError(f"--gpu-layers must be a number, 'all' or 'auto', not {gpu_layers!r}")
+
+
+def _stub_kind(stub: Path) -> str:
+    with open(stub, "rb") as f:
+        head = f.read(4)
+    return "pe" if head[:2] == b"MZ" else "elf" if head == b"\x7fELF" else "other"
+
+
+def _check_output(model: Path, out: Path, stub: Path, sidecar: bool) -> None:
+    if out.is_dir():
+        raise BuildError(f"{out} is a folder; pass the file to write, e.g. -o {out / model.stem}")
+    if out.exists() and out.resolve() == model.resolve():
+        raise BuildError(f"-o {out} would overwrite the model itself; choose another name")
+    if sidecar:
+        from llmpack.builder.packfile import sidecar_name
+
+        beside = out.parent / sidecar_name(out)
+        if beside.exists() and beside.resolve() == model.resolve():
+            return   # the model already sits where the sidecar goes: packfile verifies it in place
+    kind = _stub_kind(stub)
+    if out.suffix.lower() == ".exe" and kind != "pe":
+        raise BuildError(f"{out.name} is a Windows program name but the runtime stub {stub} is not a Windows "
+                         "executable; build on Windows, or pass --stub with a stub made there "
+                         "(`llmpack stub -o llmpack-stub.exe`)")
+    if kind == "pe" and out.suffix.lower() != ".exe":
+        print(f"llmpack: warning: {out.name} is a Windows program; name it {out.name}.exe so it can be "
+              "double-clicked", file=sys.stderr)
+
+
+def build_executable(model, out, *, name: str | None = None, recipe: str | None = None, ctx: int | None = None,
+                     parallel: int | None = None, gpu_layers: Any = None, system: str | None = None,
+                     stub=None, compress: str = "none", sidecar: bool = False,
+                     progress: Any = "auto") -> BuildResult:
+    """Write `out` (and with sidecar=True, `<out stem>.gguf` beside it); see the module doc."""
+    from llmpack.builder import packfile
+    from llmpack.builder.stub import get_stub, llama_cpp_version, stub_info
+    from llmpack.runtime.gguf_check import validate_gguf
+    from llmpack.runtime.model_info import FILE_TYPE_NAMES
+    from llmpack.runtime.recipes import resolve_chat
+
+    started = time.monotonic()
+    model, out = Path(model).expanduser(), Path(out).expanduser()
+    if not model.is_file():
+        raise BuildError(f"{model}: no such file; pass the path to a .gguf model")
+    with open(model, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        try:
+            packfile.read_manifest(model)
+        except LlmpackError:
+            pass
+        else:
+            raise BuildError(f"{model} is already a program made by llmpack; pass its .gguf model "
+                             f"(get it back with `{model} --extract-to DIR`)")
+    _check_flags(ctx, parallel, gpu_layers)
+    # The bounds-checked header is all a build needs (read_model_info's vocabulary scan would
+    # add ~0.3 s on a 262k-token model for figures the manifest does not use).
+    header = validate_gguf(model)          # GGUFError: one line
+    kv = header.kv
+    model_name = kv.get("general.name") if isinstance(kv.get("general.name"), str) else None
+    # The file name helps matching a recipe here; the program only sees <sha256>.gguf later.
+    chat = resolve_chat(recipe, arch=header.architecture, name=[n for n in (model_name, model.stem) if n],
+                        embedded_template=kv.get("tokenizer.chat_template"), bos_token="", eos_token="")
+    if stub is None and os.name != "nt" and out.suffix.lower() == ".exe":   # before building a stub
+        raise BuildError(f"{out.name} is a Windows program name, but this computer makes {sys.platform} "
+                         "programs; build on Windows, or pass --stub with a runtime stub made there "
+                         "(`llmpack stub -o llmpack-stub.exe`)")
+    stub_path = get_stub(stub)
+    _check_output(model, out, stub_path, sidecar)
+
+    trained = kv.get(f"{header.architecture}.context_length") or 4096
+    display = name or model_name or model.stem
+    ftype = kv.get("general.file_type")
+    defaults = {"ctx": ctx or min(chat.context or 4096, trained), "parallel": parallel,
+                "gpu_layers": None if gpu_layers is None else str(gpu_layers), "system": system,
+                "name": display}
+    sinfo = stub_info(stub_path)
+    extra = {
+        "recipe": recipe_dict(chat),
+        "defaults": defaults,
+        "llama_cpp_version": sinfo.get("llama_cpp_version") or (llama_cpp_version() if stub is None else None),
+        "chat_format": {"source": chat.source, "reason": chat.reason},
+        "source_model": {"file": model.name, "name": model_name, "architecture": header.architecture,
+                         "parameters": sum(t.n_elements for t in header.tensors),
+                         "file_type": FILE_TYPE_NAMES.get(ftype & ~1024) if isinstance(ftype, int) else None,
+                         "context_length": kv.get(f"{header.architecture}.context_length")},
+        "stub": {"key": sinfo.get("key"), "platform": sinfo.get("platform"), "python": sinfo.get("python")},
+        "built_by": f"llmpack {__version__}",
+    }
+    if progress == "auto":
+        progress = sys.stderr.isatty()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if sidecar:
+        if compress not in (None, "none"):
+            print("llmpack: warning: --compress does not apply to --sidecar (the model file is kept as is)",
+                  file=sys.stderr)
+        manifest = packfile.write_sidecar(stub_path, model, out, extra, progress=progress)
+        model_out = out.parent / manifest.model.file
+        size = out.stat().st_size + model_out.stat().st_size
+    else:
+        manifest = packfile.write_packed(stub_path, model, out, extra, compress=compress or "none",
+                                         progress=progress)
+        model_out = model
+        size = out.stat().st_size
+    os.chmod(out, 0o755)
+    return BuildResult(path=out, manifest=manifest, model_path=model_out, size=size,
+                       seconds=time.monotonic() - started, chat_source=chat.source, sidecar=sidecar)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def run_hint(path: Path) -> str:
+    """How to start `path` from a shell in the current folder."""
+    try:
+        rel = path.resolve().relative_to(Path.cwd().resolve())
+        shown = str(rel) if rel.parent != Path(".") else rel.name
+    except ValueError:
+        shown = str(path)
+    if os.name == "nt":
+        return f".\\{shown}" if os.sep not in shown and "/" not in shown else shown
+    return shlex.quote(shown if "/" in shown else "./" + shown)
+
+
+def report(result: BuildResult) -> None:
+    m = result.manifest
+    d = m.defaults or {}
+    stored = m.model.stored_size
+    print(f"wrote {result.path} ({_mb(result.path.stat().st_size)}) in {result.seconds:.1f} s")
+    model_line = f"{d.get('name')}: {_mb(m.model.size)}"
+    if m.model.compression == "zstd":
+        model_line += f", stored zstd-compressed as {_mb(stored)}"
+    print(f"  model      {model_line}, chat format {result.chat_source}, context {d.get('ctx')} tokens")
+    if result.sidecar:
+        print(f"  model file {result.model_path} (keep it next to the program)")
+    print(f"  run it     {run_hint(result.path)}    (opens the chat page; --help lists the options)")
+    print("  API        OpenAI-compatible at http://127.0.0.1:8080/v1 while it runs (or the port it prints)")
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    result = build_executable(
+        args.model, args.output, name=args.name, recipe=args.recipe, ctx=args.ctx, parallel=args.parallel,
+        gpu_layers=args.gpu_layers, system=args.system, stub=args.stub, compress=args.compress,
+        sidecar=args.sidecar)
+    report(result)
+    return 0
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def serve_flags(args: argparse.Namespace) -> list[str]:
+    """The add_serve_args flags of `args`, as command-line arguments for a built executable."""
+    flags = ["--host", str(args.host), "--port", str(args.port)]
+    if getattr(args, "no_browser", False):
+        flags.append("--no-browser")
+    if getattr(args, "api_key", None):
+        flags += ["--api-key", args.api_key]
+    if getattr(args, "cors", False):
+        flags.append("--cors")
+    if getattr(args, "max_waiting", None) is not None:
+        flags += ["--max-waiting", str(args.max_waiting)]
+    return flags
+
+
+def _needs_build(out: Path, stub: Path, model: Path) -> bool:
+    from llmpack.builder import packfile
+
+    if not out.exists():
+        return True
+    try:
+        packfile.read_manifest(out)
+    except LlmpackError:
+        raise BuildError(f"{out} exists and is not a program made by llmpack; move it away or pass "
+                         "-o with another name") from None
+    return out.stat().st_mtime < max(stub.stat().st_mtime, model.stat().st_mtime)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from llmpack.builder.stub import get_stub
+    from llmpack.paths import demo_model_path
+
+    model = demo_model_path()
+    out = Path(args.output).expanduser() if args.output else Path(DEMO_NAME + (".exe" if os.name == "nt" else ""))
+    stub = get_stub()
+    if _needs_build(out, stub, model):
+        print(f"llmpack: building {out} from the demo model ({model.name})", file=sys.stderr, flush=True)
+        report(build_executable(model, out))
+    else:
+        print(f"llmpack: {out} is up to date", file=sys.stderr, flush=True)
+    print(f"llmpack: starting {run_hint(out)} {' '.join(shlex.quote(f) for f in serve_flags(args))}",
+          file=sys.stderr, flush=True)
+    return run_child([str(out.resolve()), *serve_flags(args)])
+
+
+def run_child(cmd: list[str]) -> int:
+    """Run `cmd` in the foreground until it exits; Ctrl+C (and SIGTERM/SIGHUP) reach it exactly
+    once and it decides how to stop. Returns its exit code (128+N if signal N killed it)."""
+    kw: dict[str, Any] = {}
+    if os.name != "nt":
+        # its own process group: a terminal's Ctrl+C reaches only us, and we forward it once
+        # (otherwise the program would get it from the terminal and from us)
+        if sys.version_info >= (3, 11):
+            kw["process_group"] = 0
+        else:  # pragma: no cover
+            kw["preexec_fn"] = os.setpgrp
+    child = subprocess.Popen(cmd, **kw)
+    previous = {}
+
+    def forward(signum: int, frame: Any) -> None:
+        if os.name == "nt":
+            return   # Windows delivers console Ctrl+C to every process on the console itself
+        try:
+            child.send_signal(signum)
+        except OSError:
+            pass
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                previous[sig] = signal.signal(sig, forward)
+            except (ValueError, OSError):
+                pass
+    try:
+        while True:
+            try:
+                rc = child.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+    finally:
+        for sig, handler in previous.items():
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError, TypeError):
+                pass
+    return 128 - rc if rc < 0 else rc

@@ -1,0 +1,247 @@
+"""What a built llmpack executable runs: the entry script frozen into the runtime stub.
+
+Double-click (no arguments): read the manifest at the end of this very file, start the server
+(the chat page opens in the browser), unpack the model once into the per-user cache while the
+page shows progress, load it, serve until Ctrl+C. Flags are those of `llmpack run` (without the
+model path) plus ``--info`` and ``--extract-to DIR``; the defaults recorded by `llmpack build`
+apply unless a flag says otherwise.
+
+A damaged or incomplete file is refused with one line and exit code 2, never a traceback. When
+Windows opened a console just for this program (double-click), fatal errors wait for Enter so
+the message can be read before the window closes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+SELFTEST_FLAG = "--llmpack-selftest"
+FAILED_MODEL_GRACE_S = 30.0   # keep serving the error page this long when a browser was opened
+
+
+def _frozen() -> bool:
+    return bool(getattr(sys, "frozen", False))
+
+
+def _self_path() -> Path:
+    if _frozen():
+        return Path(sys.executable).resolve()
+    override = os.environ.get("LLMPACK_SELF")   # running the entry script unfrozen, for debugging
+    if override:
+        return Path(override).resolve()
+    from llmpack.errors import LlmpackError
+
+    raise LlmpackError("this is llmpack's runtime entry point; it runs inside an executable made by "
+                       "`llmpack build` (set LLMPACK_SELF=PATH to debug one unfrozen)")
+
+
+def _restore_child_environment() -> None:
+    """PyInstaller points LD_LIBRARY_PATH (Linux) at its own folder; programs we start (the
+    browser via xdg-open) must see the user's original value instead."""
+    if not _frozen() or os.name == "nt":
+        return
+    for var in ("LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH"):
+        orig = os.environ.pop(var + "_ORIG", None)
+        if orig is not None:
+            os.environ[var] = orig
+        else:
+            os.environ.pop(var, None)
+
+
+def _leave_terminal_process_group() -> None:
+    """POSIX onefile: the bootloader parent forwards every signal it gets to us, so a terminal's
+    Ctrl+C (sent to the whole foreground process group) would arrive twice, and the server takes
+    a second Ctrl+C as "stop waiting" and cuts its shutdown short. In a process group of our own
+    we get it once, from the parent; signals sent to the program's pid are forwarded as before."""
+    if os.name == "nt" or not _frozen() or not hasattr(sys, "_MEIPASS"):
+        return
+    try:
+        if os.getpgrp() != os.getpid():
+            os.setpgid(0, 0)
+    except OSError:
+        pass
+
+
+def _started_by_double_click(argv: list[str]) -> bool:
+    """Windows: no arguments and no other program shares our console (the PyInstaller onefile
+    parent does: it counts as ours)."""
+    if os.name != "nt" or argv:
+        return False
+    try:
+        import ctypes
+
+        buf = (ctypes.c_uint32 * 8)()
+        n = ctypes.windll.kernel32.GetConsoleProcessList(buf, 8)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001
+        return False
+    return 0 < n <= (2 if _frozen() else 1)
+
+
+def _pause(argv: list[str]) -> None:
+    if _started_by_double_click(argv):
+        try:
+            input("\nPress Enter to close this window.")
+        except (EOFError, KeyboardInterrupt, OSError):
+            pass
+
+
+def build_parser(manifest=None) -> argparse.ArgumentParser:
+    from llmpack import __version__
+    from llmpack.cli import add_model_args, add_serve_args
+
+    defaults = (manifest.defaults if manifest is not None else None) or {}
+    name = defaults.get("name") or "this model"
+    parser = argparse.ArgumentParser(
+        prog=Path(sys.argv[0]).name or "llmpack-app",
+        description=f"Chat with {name} in your browser; also an OpenAI-compatible server at /v1. "
+                    "Made with llmpack; everything runs on this computer.",
+        epilog="Built-in defaults (see --info) apply to every flag you do not pass.")
+    parser.add_argument("--version", action="version", version=f"llmpack {__version__}")
+    add_model_args(parser)
+    add_serve_args(parser)
+    parser.add_argument("--name", default=None, help="display name shown on the chat page")
+    parser.add_argument("--info", action="store_true", help="print what this program contains (JSON) and exit")
+    parser.add_argument("--extract-to", metavar="DIR", default=None,
+                        help="write the model to DIR/<sha256>.gguf (for other tools) and exit")
+    return parser
+
+
+def apply_defaults(args: argparse.Namespace, manifest) -> tuple[dict | None, str | None]:
+    """Fill flags the user did not pass from the manifest; returns (recipe dict, display name)."""
+    defaults = manifest.defaults or {}
+    for key in ("ctx", "parallel", "gpu_layers", "system"):
+        if getattr(args, key, None) is None and defaults.get(key) is not None:
+            setattr(args, key, defaults[key])
+    return (manifest.recipe or None), (args.name or defaults.get("name") or None)
+
+
+def _stop_soon(delay: float) -> None:
+    """Ask the running server to stop (as Ctrl+C would) after `delay` seconds."""
+    import signal
+
+    def later() -> None:
+        time.sleep(delay)
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except (AttributeError, OSError, ValueError):  # pragma: no cover
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=later, name="llmpack-stop", daemon=True).start()
+
+
+def run(argv: list[str]) -> int:
+    from llmpack.builder import packfile
+    from llmpack.errors import LlmpackError
+
+    exe = _self_path()
+    manifest, problem = None, None
+    try:
+        manifest = packfile.read_manifest(exe)
+    except LlmpackError as exc:
+        problem = exc
+    args = build_parser(manifest).parse_args(argv)
+    if problem is not None:
+        if exe.name.lower().startswith("llmpack-stub"):
+            raise LlmpackError(f"{exe.name} is llmpack's runtime stub, not a chat program; make one with "
+                               "`llmpack build MODEL.gguf -o NAME`") from None
+        raise problem
+    if args.info:
+        print(json.dumps(manifest.to_dict(), indent=2, sort_keys=True))
+        return 0
+    if args.extract_to:
+        path = packfile.extract_model(exe, manifest, Path(args.extract_to).expanduser(),
+                                    progress=True if sys.stderr.isatty() else None)
+        print(path)
+        return 0
+
+    from llmpack.runtime.server.launch import serve
+
+    recipe, display_name = apply_defaults(args, manifest)
+    failed: list[BaseException] = []
+
+    def prepare_model(progress) -> Path:
+        def report(done: int, total: int) -> None:
+            progress("extracting", done / total if total else 1.0)
+
+        try:
+            return packfile.extract_model(exe, manifest, progress=report)
+        except LlmpackError as exc:
+            # The server shows this on the page and the console; then we stop (exit 2): a damaged
+            # download will not get better by waiting. A browser gets time to show the message.
+            failed.append(exc)
+            _stop_soon(0.2 if args.no_browser else FAILED_MODEL_GRACE_S)
+            raise
+
+    _restore_child_environment()
+    _leave_terminal_process_group()
+    rc = serve(args, prepare_model, recipe=recipe, display_name=display_name)
+    if failed:
+        _pause(argv)
+        return 2
+    return rc
+
+
+def selftest() -> int:
+    """Used by `llmpack stub` right after building: everything a launch needs is in the bundle."""
+    out: dict = {"ok": False}
+    try:
+        import llama_cpp
+        import zstandard   # models built with --compress
+
+        from llmpack import __version__
+        from llmpack.builder import packfile  # noqa: F401
+        from llmpack.runtime import engine  # noqa: F401
+        from llmpack.runtime.recipes import load_recipes
+        from llmpack.runtime.server import launch  # noqa: F401
+        from llmpack.runtime.server.app import webui_dir
+
+        llama_cpp.llama_backend_init()
+        web = webui_dir()
+        out.update(llmpack=__version__, llama_cpp=llama_cpp.__version__, zstd_backend=zstandard.backend,
+                   system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
+                   recipes=sorted(load_recipes()), webui=sorted(p.name for p in web.iterdir()),
+                   frozen=_frozen())
+        out["ok"] = (web / "index.html").is_file() and bool(out["recipes"])
+    except Exception as exc:  # noqa: BLE001 - reported to the builder
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    print(json.dumps(out))
+    return 0 if out["ok"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [SELFTEST_FLAG]:
+        return selftest()
+    from llmpack.errors import LlmpackError
+
+    try:
+        return run(argv)
+    except LlmpackError as exc:
+        print(f"llmpack: error: {exc}", file=sys.stderr, flush=True)
+        _pause(argv)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit:
+        raise
+    except Exception:  # a bug, not a user error: show it in full
+        import traceback
+
+        traceback.print_exc()
+        print("llmpack: internal error (above); please report it with the output of --info",
+              file=sys.stderr, flush=True)
+        _pause(argv)
+        return 1
+
+
+if __name__ == "__main__":
+    if os.name == "nt":
+        import multiprocessing
+
+        multiprocessing.freeze_support()
+    sys.exit(main())

@@ -1,0 +1,455 @@
+"""`llmpack stub`, `llmpack build`, `llmpack demo` and what a built executable does, for real:
+the PyInstaller runtime stub (built once, cached by its key), real executables, real HTTP.
+
+Built programs run from a temporary folder with a minimal environment (no venv on PATH, no
+PYTHONPATH, HOME and LLMPACK_CACHE in the temporary folder), so a pass shows they do not lean
+on the developer's Python. The byte layout and its refusal paths are tests/test_packfile.py's.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from ggufs import CHATML_TEMPLATE
+from llmpack.builder import packfile
+from llmpack.builder.stub import exe_name, get_stub, stub_info, stub_key
+from llmpack.runtime.server.state import MESSAGES
+
+UNPACKING = MESSAGES["extracting"]   # the console line of the extraction phase
+
+pytestmark = pytest.mark.stub
+
+REPO = Path(__file__).resolve().parents[1]
+CHAT = [{"role": "user", "content": "hello there"}]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def llmpack_cli(*args: str, check: bool = True, env: dict | None = None, timeout: float = 600,
+                cwd: Path | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "llmpack", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd)
+    if check:
+        assert proc.returncode == 0, f"llmpack {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}"
+    return proc
+
+
+def minimal_env(tmp: Path, **extra: str) -> dict[str, str]:
+    home = tmp / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    return {"HOME": str(home), "PATH": "/usr/bin:/bin", "LLMPACK_CACHE": str(tmp / "cache"), **extra}
+
+
+class App:
+    """A built executable (or `llmpack demo`) running as a child process."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env, cwd=cwd, start_new_session=True)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._readers = [threading.Thread(target=self._pump, args=(self.proc.stdout, self.out, True), daemon=True),
+                         threading.Thread(target=self._pump, args=(self.proc.stderr, self.err, False), daemon=True)]
+        for t in self._readers:
+            t.start()
+        self.url = ""
+
+    def _pump(self, stream, sink: list[str], announce: bool) -> None:
+        for line in stream:
+            sink.append(line)
+            if announce:
+                self._lines.put(line)
+
+    def wait_listening(self, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=0.5)
+            except queue.Empty:
+                assert self.proc.poll() is None, f"exited early ({self.proc.returncode}):\n{self.stderr}"
+                continue
+            if line.startswith("LLMPACK_LISTENING "):
+                self.url = line.split()[1].rstrip("/")
+                assert self.url.startswith("http://127.0.0.1:")
+                return self.url
+        raise AssertionError(f"no LLMPACK_LISTENING line in {timeout} s:\n{self.stdout}\n{self.stderr}")
+
+    def wait_answering(self, timeout: float = 60) -> int:
+        """Until /health answers at all (the server loop runs, so Ctrl+C is handled by it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                return requests.get(self.url + "/health", timeout=5).status_code
+            except requests.RequestException:
+                time.sleep(0.05)
+        raise AssertionError(f"/health never answered:\n{self.stderr}")
+
+    def wait_healthy(self, timeout: float = 300) -> dict:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"exited ({self.proc.returncode}):\n{self.stderr}"
+            try:
+                r = requests.get(self.url + "/health", timeout=5)
+                last = (r.status_code, r.text)
+                if r.status_code == 200:
+                    return r.json()
+            except requests.RequestException as exc:
+                last = exc
+            time.sleep(0.1)
+        raise AssertionError(f"/health never became 200 (last: {last}):\n{self.stderr}")
+
+    def chat(self, messages=CHAT, max_tokens: int = 16) -> dict:
+        r = requests.post(self.url + "/v1/chat/completions", timeout=120,
+                          json={"messages": messages, "max_tokens": max_tokens, "temperature": 0})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def stop(self, group: bool = False, timeout: float = 15) -> tuple[int, float]:
+        """SIGINT to the program (or, like a terminal's Ctrl+C, to its whole process group)."""
+        t = time.monotonic()
+        if group:
+            os.killpg(self.proc.pid, signal.SIGINT)
+        else:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"did not exit within {timeout} s of SIGINT:\n{self.stderr}") from None
+        for r in self._readers:
+            r.join(5)
+        return rc, time.monotonic() - t
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"still running after {timeout} s:\n{self.stderr}") from None
+        for r in self._readers:
+            r.join(5)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self.out)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.err)
+
+
+def launch(exe: Path, tmp: Path, *flags: str, env: dict | None = None) -> App:
+    run_dir = tmp / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return App([str(exe), "--no-browser", "--port", "0", *flags], env or minimal_env(tmp), run_dir)
+
+
+def cached_model(tmp: Path, sha: str) -> Path:
+    return tmp / "cache" / "models" / f"{sha}.gguf"
+
+
+def assert_clean_exit(app: App, rc: int, took: float) -> None:
+    assert rc == 0, f"exit code {rc}:\n{app.stderr}"
+    assert took < 10, f"took {took:.1f} s to stop"
+    assert "Traceback" not in app.stderr + app.stdout, app.stderr
+    assert "llmpack: stopped" in app.stdout
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def stub() -> Path:
+    """The real runtime stub, built once per llmpack source state (a minute or two), then cached."""
+    return get_stub()
+
+
+def same_sources(stub: Path) -> None:
+    if stub_key() != stub.parent.name:
+        pytest.skip("llmpack's sources changed during this test session (the stub key moved on)")
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tiny_model_factory) -> Path:
+    return tiny_model_factory(chat_template=CHATML_TEMPLATE)
+
+
+@pytest.fixture(scope="module")
+def tiny_exe(tiny_gguf, stub, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("built") / "tiny-chat"
+    proc = llmpack_cli("build", str(tiny_gguf), "-o", str(out), "--name", "Tiny Chat", "--system", "Be brief.",
+                       "--ctx", "512", "--parallel", "4", "--stub", str(stub))
+    assert f"wrote {out}" in proc.stdout and "run it" in proc.stdout
+    return out
+
+
+@pytest.fixture(scope="module")
+def demo_exe(demo_model, stub, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("built-demo") / "gemma-chat"
+    llmpack_cli("build", str(demo_model), "-o", str(out), "--stub", str(stub))
+    return out
+
+
+# --------------------------------------------------------------------------- the stub
+
+
+def test_stub_is_cached_under_its_key(stub):
+    same_sources(stub)
+    key = stub_key()
+    assert stub.name == exe_name() and stub.parent.name == key
+    assert key.startswith("0.") and f"py{sys.version_info[0]}.{sys.version_info[1]}" in key
+    info = stub_info(stub)
+    assert info["key"] == key and info["llama_cpp_version"] and info["size"] == stub.stat().st_size
+    t = time.monotonic()
+    assert get_stub() == stub   # cached: no rebuild
+    assert time.monotonic() - t < 5
+    # lean: no test or build tools inside (they would cost every launch)
+    from PyInstaller.archive.readers import CArchiveReader
+
+    names = set(CArchiveReader(str(stub)).toc)
+    libs = {n for n in names if n.startswith("llama_cpp/lib/")}
+    assert {"llama_cpp/lib/libllama.so", "llama_cpp/lib/libggml.so", "llama_cpp/lib/libmtmd.so"} <= libs
+    assert stub.stat().st_size < 100e6   # libraries are stored uncompressed (faster launches)
+
+
+def test_llmpack_stub_prints_and_copies(stub, tmp_path):
+    same_sources(stub)
+    proc = llmpack_cli("stub", "-o", str(tmp_path / "my-stub"))
+    assert str(stub) in proc.stdout and "MB" in proc.stdout
+    assert (tmp_path / "my-stub").read_bytes() == stub.read_bytes()
+    assert os.access(tmp_path / "my-stub", os.X_OK)
+
+
+def test_the_bare_stub_explains_itself(stub, tmp_path):
+    proc = subprocess.run([str(stub)], capture_output=True, text=True, timeout=120,
+                          env=minimal_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "runtime stub" in proc.stderr and "llmpack build" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- a tiny model end to end
+
+
+def test_tiny_executable_serves_then_reuses_its_extracted_model(tiny_exe, tiny_gguf, tmp_path):
+    sha = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
+    app = launch(tiny_exe, tmp_path)
+    try:
+        app.wait_listening()
+        health = app.wait_healthy()
+        # the defaults recorded by `llmpack build`
+        assert health["display_name"] == "Tiny Chat" and health["n_ctx"] == 512
+        assert health["system_prompt"] == "Be brief."
+        reply = app.chat()
+        assert reply["object"] == "chat.completion" and reply["choices"][0]["message"]["role"] == "assistant"
+        assert reply["usage"]["completion_tokens"] > 0
+        models = requests.get(app.url + "/v1/models", timeout=30).json()
+        assert models["data"][0]["id"] == "Tiny Chat"
+    finally:
+        rc, took = app.stop()
+    assert_clean_exit(app, rc, took)
+    assert UNPACKING in app.stderr   # first run: extracted once...
+    model = cached_model(tmp_path, sha)
+    assert hashlib.sha256(model.read_bytes()).hexdigest() == sha
+    before = model.stat()
+
+    # ...and never again; command-line flags beat the recorded defaults
+    app = launch(tiny_exe, tmp_path, "--name", "Renamed", "--ctx", "256")
+    try:
+        app.wait_listening()
+        health = app.wait_healthy()
+        assert health["display_name"] == "Renamed" and health["n_ctx"] == 256
+        assert app.chat()["choices"][0]["message"]["content"] is not None
+    finally:
+        rc, took = app.stop(group=True)   # a terminal's Ctrl+C: every process of the program gets it
+    assert_clean_exit(app, rc, took)
+    assert UNPACKING not in app.stderr
+    after = model.stat()
+    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (before.st_ino, before.st_mtime_ns, before.st_size)
+    assert sorted(p.name for p in model.parent.iterdir()) == [f"{sha}.gguf", f"{sha}.gguf.ok"]
+
+
+def test_info_help_and_extract_to(tiny_exe, tiny_gguf, tmp_path):
+    env = minimal_env(tmp_path)
+    proc = subprocess.run([str(tiny_exe), "--info"], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info == packfile.read_manifest(tiny_exe).to_dict()
+    assert info["model"]["sha256"] == hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
+    assert info["defaults"] == {"ctx": 512, "parallel": 4, "gpu_layers": None, "system": "Be brief.",
+                                "name": "Tiny Chat"}
+    assert info["recipe"]["chat_template"] == CHATML_TEMPLATE and "<|im_end|>" in info["recipe"]["stop"]
+    assert info["llama_cpp_version"] and info["source_model"]["file"] == tiny_gguf.name
+    assert not (tmp_path / "cache" / "models").exists() or not any((tmp_path / "cache" / "models").iterdir())
+
+    proc = subprocess.run([str(tiny_exe), "--help"], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0 and "--api-key" in proc.stdout and "--extract-to" in proc.stdout
+    assert "Tiny Chat" in proc.stdout
+
+    proc = subprocess.run([str(tiny_exe), "--extract-to", str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()).read_bytes() == tiny_gguf.read_bytes()
+
+
+def test_a_compressed_build_unpacks_to_the_same_model(tiny_gguf, stub, tmp_path):
+    out = tmp_path / "tiny-zstd"
+    llmpack_cli("build", str(tiny_gguf), "-o", str(out), "--compress", "zstd", "--stub", str(stub))
+    m = packfile.read_manifest(out).model
+    assert m.compression == "zstd" and m.stored_size < m.size
+    proc = subprocess.run([str(out), "--extract-to", str(tmp_path / "x")], capture_output=True, text=True,
+                          timeout=120, env=minimal_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()).read_bytes() == tiny_gguf.read_bytes()
+
+
+def test_a_damaged_copy_is_refused_in_one_line(tiny_exe, tmp_path):
+    bad = tmp_path / "damaged-chat"
+    shutil.copyfile(tiny_exe, bad)
+    os.chmod(bad, 0o755)
+    m = packfile.read_manifest(bad).model
+    with open(bad, "r+b") as f:   # flip bytes in the middle of the model
+        f.seek(m.offset + m.size // 2)
+        chunk = f.read(64)
+        f.seek(m.offset + m.size // 2)
+        f.write(bytes(b ^ 0xFF for b in chunk))
+    app = launch(bad, tmp_path)
+    rc = app.wait_exit(60)
+    assert rc == 2, app.stderr
+    errors = [line for line in app.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and "corrupted" in errors[0] and "damaged-chat" in errors[0], app.stderr
+    assert "Traceback" not in app.stderr + app.stdout
+    models = tmp_path / "cache" / "models"
+    assert not models.exists() or not list(models.glob("*.gguf*")), list(models.iterdir())
+
+    # a file whose end is missing (trailer gone) is refused before anything listens
+    cut = tmp_path / "cut-chat"
+    cut.write_bytes(tiny_exe.read_bytes()[:-64])
+    os.chmod(cut, 0o755)
+    proc = subprocess.run([str(cut), "--no-browser", "--port", "0"], capture_output=True, text=True, timeout=120,
+                          env=minimal_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2 and "LLMPACK_LISTENING" not in proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1 and "incomplete" in proc.stderr, proc.stderr
+
+
+def test_inspect_reads_a_built_executable(tiny_exe):
+    proc = llmpack_cli("inspect", str(tiny_exe))
+    assert "embedded at byte" in proc.stdout and "tiny-test-model" in proc.stdout
+    data = json.loads(llmpack_cli("inspect", str(tiny_exe), "--json").stdout)
+    assert data["offset"] == packfile.read_manifest(tiny_exe).model.offset
+
+
+def test_build_refusals_are_one_line(tiny_gguf, tiny_exe, stub, tmp_path):
+    proc = llmpack_cli("build", str(tiny_gguf), "-o", str(tmp_path / "app.exe"), "--stub", str(stub), check=False)
+    assert proc.returncode == 2 and "Windows" in proc.stderr and "Traceback" not in proc.stderr
+    proc = llmpack_cli("build", str(tiny_exe), "-o", str(tmp_path / "again"), "--stub", str(stub), check=False)
+    assert proc.returncode == 2 and "already a program made by llmpack" in proc.stderr
+    assert not (tmp_path / "app.exe").exists() and not (tmp_path / "again").exists()
+
+
+def test_sidecar_build_runs(tiny_gguf, stub, tmp_path):
+    out = tmp_path / "side" / "tiny-side"
+    llmpack_cli("build", str(tiny_gguf), "-o", str(out), "--sidecar", "--recipe", "chatml", "--stub", str(stub))
+    assert (out.parent / "tiny-side.gguf").read_bytes() == tiny_gguf.read_bytes()
+    assert out.stat().st_size < stub.stat().st_size + 1e6
+    app = launch(out, tmp_path)
+    try:
+        app.wait_listening()
+        app.wait_healthy()
+        assert app.chat()["usage"]["completion_tokens"] > 0
+    finally:
+        rc, took = app.stop()
+    assert_clean_exit(app, rc, took)
+
+
+# --------------------------------------------------------------------------- the demo model
+
+
+@pytest.mark.demo
+def test_demo_executable_chats_and_starts_again_without_extracting(demo_exe, demo_model, tmp_path):
+    m = packfile.read_manifest(demo_exe)
+    assert m.recipe["name"] == "gemma" and m.defaults["name"]
+    app = launch(demo_exe, tmp_path)
+    try:
+        app.wait_listening()
+        app.wait_healthy()
+        reply = app.chat([{"role": "user", "content": "What is the capital of France? One word."}], max_tokens=24)
+        text = reply["choices"][0]["message"]["content"]
+        assert text.strip() and "<end_of_turn>" not in text
+    finally:
+        rc, took = app.stop()
+    assert_clean_exit(app, rc, took)
+    assert UNPACKING in app.stderr
+    model = cached_model(tmp_path, m.model.sha256)
+    before = model.stat()
+    assert before.st_size == demo_model.stat().st_size
+
+    app = launch(demo_exe, tmp_path)
+    try:
+        app.wait_listening()
+        app.wait_healthy()
+    finally:
+        rc, took = app.stop(group=True)
+    assert_clean_exit(app, rc, took)
+    assert UNPACKING not in app.stderr
+    assert (model.stat().st_ino, model.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+@pytest.mark.demo
+def test_llmpack_demo_builds_launches_and_forwards_ctrl_c(demo_model, stub, tmp_path):
+    """`llmpack demo` (the README's first command) with the real stub and model linked into a
+    private cache, so nothing is rebuilt and the extraction lands in the temporary folder."""
+    cache = tmp_path / "cache"
+    (cache / "stubs").mkdir(parents=True)
+    (cache / "stubs" / stub.parent.name).symlink_to(stub.parent, target_is_directory=True)
+    (cache / "demo").mkdir()
+    (cache / "demo" / demo_model.name).symlink_to(demo_model)
+    out = tmp_path / "here" / "gemma-chat"
+    env = {**os.environ, "LLMPACK_CACHE": str(cache)}
+    env.pop("PYTHONPATH", None)
+    app = App([sys.executable, "-m", "llmpack", "demo", "-o", str(out), "--no-browser", "--port", "0"], env,
+              tmp_path)
+    try:
+        app.wait_listening(timeout=600)
+        app.wait_healthy()
+        assert app.chat(max_tokens=8)["usage"]["completion_tokens"] > 0
+    finally:
+        rc, took = app.stop()   # SIGINT to `llmpack demo` only: it must pass it on
+    assert_clean_exit(app, rc, took)
+    assert out.is_file() and packfile.read_manifest(out).model.size == demo_model.stat().st_size
+    assert "building" in app.stderr
+
+    mtime = out.stat().st_mtime_ns   # up to date: launched as is
+    app = App([sys.executable, "-m", "llmpack", "demo", "-o", str(out), "--no-browser", "--port", "0"], env,
+              tmp_path)
+    try:
+        app.wait_listening(timeout=120)
+        app.wait_answering()
+    finally:
+        rc, took = app.stop(group=True)
+    assert rc == 0 and "up to date" in app.stderr and out.stat().st_mtime_ns == mtime
