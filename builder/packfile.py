@@ -198,7 +198,12 @@ def write_packed(stub_path, model_path, out_path, manifest_extra: dict, *, compr
             with open(model_path, "rb", buffering=0) as src:
                 if mode == "zstd":
                     return _write_zstd(src, size, out, bar)
-                sha = _copy_hashing(src, 0, size, out.write, bar)
+                sha = _known_digest(src)
+                if sha is not None:   # rebuilding from the same file: a kernel-side copy, no hashing
+                    out.copy_from(src, 0, size, bar)
+                else:
+                    sha = _copy_hashing(src, 0, size, out.write, bar)
+                    _remember_digest(src, sha)
                 return ModelBlob(sha256=sha, size=size, stored_size=size)
         finally:
             bar.close()
@@ -317,8 +322,7 @@ def _splice(stub: _Stub, out_path: Path, manifest_extra: dict, *, write_model=No
             manifest.manifest_offset, manifest.archive_offset = out.pos, new_a
             out.write(data)
             patches = stub.fmt.patches(new_a - a) if stub.kind == "elf" else []
-            for off in range(a, a + length, CHUNK):
-                out.write(read(off, min(CHUNK, a + length - off)))
+            out.copy_from(src, a, length)
             tail = bytearray(read(a + length, stub.size - a - length))
             for off, new in patches:
                 buf, base = (head, 0) if off + len(new) <= a else (tail, a + length)
@@ -360,6 +364,35 @@ class _Out:
             self.checksum.add(self.pos, data)
         self.f.write(data)
         self.pos += len(data)
+
+    def copy_from(self, src, offset: int, length: int, bar=None) -> None:
+        """Append `length` bytes of `src` from `offset`. Without a PE checksum to feed, the
+        kernel copies them (copy_file_range: no trip through Python, a reflink on
+        filesystems that share blocks), which is what lets a build run at `cp` speed."""
+        if self.limit is not None and self.pos + length > self.limit:
+            raise _too_big()
+        if self.checksum is None and hasattr(os, "copy_file_range"):
+            self.f.flush()
+            done = 0
+            try:
+                while done < length:
+                    n = os.copy_file_range(src.fileno(), self.f.fileno(), min(length - done, 1 << 30),
+                                           offset + done)
+                    if n <= 0:
+                        break
+                    done += n
+                    if bar is not None:
+                        bar(n)
+            except OSError:       # e.g. across filesystems on old kernels: fall back below
+                pass
+            self.pos += done
+            offset, length = offset + done, length - done
+        read = _reader(src)
+        for off in range(offset, offset + length, CHUNK):
+            buf = read(off, min(CHUNK, offset + length - off))
+            self.write(buf)
+            if bar is not None:
+                bar(len(buf))
 
 
 def _too_big() -> PackError:
@@ -718,7 +751,48 @@ def _hash_path(path: Path, size: int, progress: Progress) -> str:
 
 
 def _hash_whole(f) -> str:
-    return _copy_hashing(f, 0, os.fstat(f.fileno()).st_size, None, _Progress(None, 0, ""))
+    sha = _known_digest(f)
+    if sha is None:
+        sha = _copy_hashing(f, 0, os.fstat(f.fileno()).st_size, None, _Progress(None, 0, ""))
+        _remember_digest(f, sha)
+    return sha
+
+
+# sha256 of files already hashed, keyed by file identity: rebuilding from the same model (or
+# stub) skips re-reading it. Any write changes ctime, which no user can set back.
+def _digest_key(f) -> str:
+    st = os.fstat(f.fileno())
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def _digest_file() -> Path:
+    from llmpack.paths import cache_dir
+
+    return cache_dir() / "digests.json"
+
+
+def _known_digest(f) -> str | None:
+    try:
+        return json.loads(_digest_file().read_text()).get(_digest_key(f))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _remember_digest(f, sha: str) -> None:
+    path = _digest_file()
+    try:
+        known = json.loads(path.read_text())
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    known = dict(list(known.items())[-255:])     # a small cache: the newest 256 files
+    known[_digest_key(f)] = sha
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(known))
+        os.replace(tmp, path)
+    except OSError:
+        _unlink(tmp)
 
 
 def _read_exact(f, n: int) -> bytes:
