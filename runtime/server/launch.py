@@ -325,12 +325,12 @@ class _ConsoleProgress:
 def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *, recipe: Any = None,
           display_name: str | None = None) -> int:
     server = Server(args, prepare_model, recipe=recipe, display_name=display_name)
-    server.announce()
-    server.start_preparing()
-    if not getattr(args, "no_browser", False):
-        threading.Thread(target=_open_browser, args=(server.url + "/",), daemon=True).start()
-    previous = _install_signals(server)
+    previous = _install_signals(server)   # before announcing: a Ctrl+C right after must stop cleanly
     try:
+        server.announce()
+        server.start_preparing()
+        if not getattr(args, "no_browser", False):
+            threading.Thread(target=_open_browser, args=(server.url + "/",), daemon=True).start()
         server.run()
     except KeyboardInterrupt:
         pass
