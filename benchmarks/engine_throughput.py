@@ -73,37 +73,32 @@ def engine_run(engine: LLMEngine, prompts: list[list[int]], params: SamplingPara
     return len(prompts) * params.max_tokens / elapsed
 
 
-def kv_waste(engine: LLMEngine, prompt_tokens: tuple[int, int], output_tokens: tuple[int, int]) -> float:
+def kv_waste(model: str, prompt_tokens: tuple[int, int], output_tokens: tuple[int, int]) -> float:
     """Run 32 requests with prompt and output lengths drawn uniformly from the given ranges
-    and return the median waste (allocated block slots not holding a token) while all 32
-    are running. With 16-token blocks, expect about 7.5 / (mean sequence length)."""
+    and return the median waste (allocated block slots not holding a token) after each step
+    in which all 32 are running. With 16-token blocks, expect about 7.5 / (mean length).
+    The engine is stepped from this thread so every sample sees a settled step."""
+    engine = LLMEngine(EngineConfig(model_path=model, n_ctx=32768, max_num_seqs=32, gpu_layers=0))
+    engine._stop = True                       # take over the loop: step synchronously
+    engine._wakeup.set()
+    engine._thread.join()
     rng = random.Random(0)
     vocab = engine.tokenize(" the quick brown fox jumps over a lazy dog while rain falls on old roofs", False)
-    samples: list[float] = []
-    stop = threading.Event()
-
-    def sampler() -> None:
-        bs = engine.bm.block_size
-        while not stop.is_set():
-            running = list(engine.scheduler.running)
-            if len(running) >= 32:
-                blocks = {b for s in running for b in s.block_table}
-                held = sum(s.num_computed_tokens for s in running)
-                if blocks:
-                    samples.append(1 - held / (len(blocks) * bs))
-            time.sleep(0.02)
-
-    t = threading.Thread(target=sampler)
-    t.start()
-    streams = []
     for _ in range(32):
         prompt = [rng.choice(vocab) for _ in range(rng.randint(*prompt_tokens))]
-        streams.append(engine.add_request(prompt, SamplingParams(
-            temperature=0, ignore_eos=True, max_tokens=rng.randint(*output_tokens))))
-    for s in streams:
-        collect(s)
-    stop.set()
-    t.join()
+        engine.add_request(prompt, SamplingParams(temperature=0, ignore_eos=True,
+                                                  max_tokens=rng.randint(*output_tokens)))
+    engine._drain_inbox()
+    samples: list[float] = []
+    bs = engine.bm.block_size
+    while engine.scheduler.has_work():
+        engine._step()
+        running = engine.scheduler.running
+        if len(running) == 32:
+            blocks = {b for s in running for b in s.block_table}
+            held = sum(s.num_computed_tokens for s in running)
+            samples.append(1 - held / (len(blocks) * bs))
+    engine.runner.close()
     return statistics.median(samples) if samples else float("nan")
 
 
@@ -140,13 +135,10 @@ def main() -> None:
         print(f"{n:>4} | {b:>10.1f} | {g:>12.1f} {g / b:>6.2f} | {s:>16.1f} {s / b:>6.2f}")
     engine.shutdown()
 
-    engine = LLMEngine(EngineConfig(model_path=model, n_ctx=N_CTX, max_num_seqs=MAX_SEQS, gpu_layers=0))
     for label, prompts_range, outputs_range in (("short prompts 16-256, outputs 32-128", (16, 256), (32, 128)),
                                                 ("chat-like prompts 64-1024, outputs 32-256", (64, 1024), (32, 256))):
-        waste = kv_waste(engine, prompts_range, outputs_range)
+        waste = kv_waste(model, prompts_range, outputs_range)
         print(f"KV waste, 32 mixed-length sequences running ({label} tokens): {waste * 100:.2f} % of allocated slots")
-    engine.shutdown()
-
 
 if __name__ == "__main__":
     main()
