@@ -105,10 +105,14 @@ class BlockManager:
         self._free_id_if_idle(sid)
 
     def _free_id_if_idle(self, sid: int) -> None:
-        if not self.held_by[sid]:
-            self.zombies.pop(sid, None)
-            self.kv.seq_rm(sid, -1, -1)
-            self.free_llama_seqs.append(sid)
+        """Free a zombie id once it holds nothing (idempotent: eviction may get there first)."""
+        if sid in self.zombies and not self.held_by[sid]:
+            del self.zombies[sid]
+            self._release_id(sid)
+
+    def _release_id(self, sid: int) -> None:
+        self.kv.seq_rm(sid, -1, -1)
+        self.free_llama_seqs.append(sid)
 
     # ---- prefix cache -------------------------------------------------------------------
     def match_prefix(self, seq: Sequence) -> list[int]:
@@ -231,7 +235,7 @@ class BlockManager:
         if self.held_by[sid]:
             self.zombies[sid] = None
         else:
-            self._free_id_if_idle(sid)
+            self._release_id(sid)
 
     # ---- internals ----------------------------------------------------------------------
     def _take_free_block(self) -> Block:
@@ -249,8 +253,7 @@ class BlockManager:
             self.cached_free.pop(block.block_id, None)
         for sid in list(block.holders):
             self._drop_holder(block, sid)
-            if sid in self.zombies:
-                self._free_id_if_idle(sid)
+            self._free_id_if_idle(sid)
         self._to_free_list(block)
 
     def _to_free_list(self, block: Block) -> None:

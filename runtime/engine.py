@@ -374,6 +374,10 @@ class LLMEngine:
                 assert in_free != in_cache, f"block {b.block_id} is unreferenced but free={in_free} cached={in_cache}"
                 assert in_free or b.hash is not None
         assert len(bm.free_block_ids) + len(bm.cached_free) + sum(1 for v in refs.values() if v) == bm.num_blocks
+        free_ids = list(bm.free_llama_seqs)
+        assert len(free_ids) == len(set(free_ids)), "a llama.cpp sequence id is free twice"
+        assert not set(free_ids) & (set(running) | set(bm.zombies)), "a free sequence id is still in use"
+        assert len(free_ids) + len(running) + len(bm.zombies) == len(bm.held_by), "a sequence id went missing"
         for sid, held in bm.held_by.items():
             pos_max = self.runner.seq_pos_max(sid)
             if sid in running:

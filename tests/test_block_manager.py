@@ -133,6 +133,25 @@ def test_reclaiming_a_zombie_id_frees_its_cells():
     admit(bm, kv, b)                           # needs the id: the zombie is reclaimed
     assert kv.pos[b.llama_seq] == set(range(5))
     assert not bm.cached_free
+    assert list(bm.free_llama_seqs) == []      # reclaimed once, handed out once
+
+
+def test_sequence_ids_are_never_handed_out_twice():
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=64, block_size=4, num_llama_seqs=4, kv=kv)
+    live = []
+    for round_ in range(6):                    # cycles of zombies with several cached blocks each
+        for i in range(4):
+            seq = make_seq([round_ * 10 + i] * 12 + [0])
+            admit(bm, kv, seq)
+            live.append(seq)
+        ids = [s.llama_seq for s in live]
+        assert len(set(ids)) == len(ids)
+        for seq in live:
+            bm.free(seq)
+        live.clear()
+        free = list(bm.free_llama_seqs)
+        assert len(free) == len(set(free)) and len(free) + len(bm.zombies) == 4
 
 
 def test_detokenizer_holds_back_a_stop_string_split_across_pieces():
