@@ -16,7 +16,6 @@ import argparse
 import platform
 import random
 import statistics
-import threading
 import time
 
 from llmpack.paths import demo_model_path

@@ -1,8 +1,8 @@
 """The PyInstaller *onefile* runtime stub every built executable starts from (`llmpack stub`).
 
 The stub is ``builder/stub_entry.py`` frozen with llmpack's runtime (engine, server, web UI,
-recipes, ``builder.packfile``) and llama.cpp's shared libraries. It is built once and cached
-as ``stubs_dir()/<key>/llmpack-stub[.exe]``, where the key changes with anything that changes
+recipes, ``builder.packfile``, ``builder.extract``) and llama.cpp's shared libraries. It is
+built once and cached as ``stubs_dir()/<key>/llmpack-stub[.exe]``, where the key changes with anything that changes
 the bundle::
 
     <llmpack version>-<platform>-py<X.Y>-llama<llama-cpp-python version>-<libs hash>-<source hash>
@@ -50,7 +50,7 @@ KEEP_OLD_BUILDS = 2          # older stubs of the same platform/llama build kept
 # What goes into the bundle: package -> file patterns inside that package's folder.
 RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
     "llmpack": ("*.py",),
-    "llmpack.builder": ("__init__.py", "packfile.py", "elf.py", "pe.py"),
+    "llmpack.builder": ("__init__.py", "packfile.py", "extract.py", "elf.py", "pe.py"),
     "llmpack.runtime": ("*.py",),
     "llmpack.runtime.server": ("*.py",),
     "llmpack.webui": ("*.py", "*.html", "*.css", "*.js", "*.svg", "vendor/*"),

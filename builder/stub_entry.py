@@ -135,7 +135,7 @@ def _stop_soon(delay: float) -> None:
 
 
 def run(argv: list[str]) -> int:
-    from llmpack.builder import packfile
+    from llmpack.builder import extract, packfile
     from llmpack.errors import LlmpackError
 
     exe = _self_path()
@@ -154,7 +154,7 @@ def run(argv: list[str]) -> int:
         print(json.dumps(manifest.to_dict(), indent=2, sort_keys=True))
         return 0
     if args.extract_to:
-        path = packfile.extract_model(exe, manifest, Path(args.extract_to).expanduser(),
+        path = extract.extract_model(exe, manifest, Path(args.extract_to).expanduser(),
                                     progress=True if sys.stderr.isatty() else None)
         print(path)
         return 0
@@ -169,7 +169,7 @@ def run(argv: list[str]) -> int:
             progress("extracting", done / total if total else 1.0)
 
         try:
-            return packfile.extract_model(exe, manifest, progress=report)
+            return extract.extract_model(exe, manifest, progress=report)
         except LlmpackError as exc:
             # The server shows this on the page and the console; then we stop (exit 2): a damaged
             # download will not get better by waiting. A browser gets time to show the message.
@@ -194,7 +194,7 @@ def selftest() -> int:
         import zstandard   # models built with --compress
 
         from llmpack import __version__
-        from llmpack.builder import packfile  # noqa: F401
+        from llmpack.builder import extract, packfile  # noqa: F401
         from llmpack.runtime import engine  # noqa: F401
         from llmpack.runtime.recipes import load_recipes
         from llmpack.runtime.server import launch  # noqa: F401

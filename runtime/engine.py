@@ -22,7 +22,7 @@ from llmpack.runtime.model_runner import DecodeError, ModelRunner, RunnerConfig
 from llmpack.runtime.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.sampler import SequenceSampler, compute_logprobs
 from llmpack.runtime.sampling_params import InvalidParameterError, SamplingParams
-from llmpack.runtime.scheduler import ScheduledChunk, Scheduler
+from llmpack.runtime.scheduler import Scheduler
 from llmpack.runtime.sequence import Sequence, SequenceStatus
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import platformdirs
 import PyInstaller
 import pytest
-from llmpack.builder import packfile
+from llmpack.builder import extract, packfile
 from llmpack.builder.packfile import PackError
 from PyInstaller.archive.readers import CArchiveReader
 from PyInstaller.archive.writers import CArchiveWriter
@@ -144,7 +144,7 @@ def pe_stub(tmp_path_factory, windows_run_exe, archive) -> Path:
 HELLO = r'''
 import json, sys
 import zstandard  # noqa: F401  (bundled so zstd extraction works frozen)
-from llmpack.builder import packfile
+from llmpack.builder import extract, packfile
 out = {"argv": sys.argv[1:]}
 pyz = getattr(sys.modules.get("pyimod02_importers"), "pyz_archive", None)  # where the bootloader found the PYZ
 out["pyz_file"], out["pyz_offset"] = getattr(pyz, "_filename", None), getattr(pyz, "_start_offset", None)
@@ -153,7 +153,7 @@ try:
     out["sha256"], out["archive_offset"], out["defaults"] = m.model.sha256, m.archive_offset, m.defaults
     if "--extract" in sys.argv:
         dest = sys.argv[sys.argv.index("--extract") + 1]
-        out["extracted"] = str(packfile.extract_model(sys.executable, m, dest))
+        out["extracted"] = str(extract.extract_model(sys.executable, m, dest))
 except packfile.PackError as exc:
     out["error"] = str(exc)
 print(json.dumps(out))
@@ -164,7 +164,7 @@ print(json.dumps(out))
 def onefile_exe() -> Path:
     """A real PyInstaller onefile program (~30 s to build once, then cached)."""
     sources = {"llmpack": ["__init__.py", "errors.py", "paths.py"],
-               "llmpack/builder": ["__init__.py", "packfile.py", "elf.py", "pe.py"]}
+               "llmpack/builder": ["__init__.py", "packfile.py", "extract.py", "elf.py", "pe.py"]}
     repo_dir = {"llmpack": REPO / "llmpack", "llmpack/builder": REPO / "builder"}
     key = hashlib.sha256(HELLO.encode())
     for pkg, names in sources.items():
@@ -362,7 +362,7 @@ def test_pe_splice_keeps_headers_sections_overlay_and_checksum(pe_stub, model, t
     else:  # cross-check with pefile when it is installed
         assert pefile.PE(data=data, fast_load=True).generate_checksum() == after["checksum"]
     assert packfile.read_manifest(out).to_dict() == manifest.to_dict()
-    assert packfile.extract_model(out, manifest, tmp_path / "m").read_bytes() == model.read_bytes()
+    assert extract.extract_model(out, manifest, tmp_path / "m").read_bytes() == model.read_bytes()
 
 
 def test_pe_checksum_left_zero_when_the_stub_had_none(pe_stub, model, tmp_path):
@@ -463,7 +463,7 @@ def test_corrupted_model_is_detected_and_leaves_nothing(packed, tmp_path):
     out.write_bytes(bytes(data))
     dest = tmp_path / "models"
     with pytest.raises(PackError, match="corrupted \\(sha256 mismatch\\)"):
-        packfile.extract_model(out, packfile.read_manifest(out), dest)
+        extract.extract_model(out, packfile.read_manifest(out), dest)
     assert list(dest.iterdir()) == []
 
 
@@ -518,7 +518,7 @@ def test_extract_once_then_reuse_without_reading(packed, model, tmp_path, monkey
     out, manifest = packed
     monkeypatch.setenv("LLMPACK_CACHE", str(tmp_path / "cache"))
     calls = []
-    path = packfile.extract_model(out, manifest, progress=lambda done, total: calls.append(done))
+    path = extract.extract_model(out, manifest, progress=lambda done, total: calls.append(done))
     assert path == tmp_path / "cache" / "models" / f"{manifest.model.sha256}.gguf"
     assert path.read_bytes() == model.read_bytes()
     assert calls and calls[-1] == model.stat().st_size
@@ -530,7 +530,7 @@ def test_extract_once_then_reuse_without_reading(packed, model, tmp_path, monkey
     data[manifest.model.offset + 10] ^= 0xFF
     out.write_bytes(bytes(data))
     calls.clear()
-    assert packfile.extract_model(out, manifest, progress=lambda d, t: calls.append(d)) == path
+    assert extract.extract_model(out, manifest, progress=lambda d, t: calls.append(d)) == path
     assert calls == [] and path.stat().st_mtime_ns == mtime
 
 
@@ -545,7 +545,7 @@ def test_interrupted_extraction_is_not_mistaken_for_valid(packed, model, tmp_pat
     (dest / f"{sha}.gguf.tmp-{os.getppid()}").write_bytes(b"someone else, still running")
     final = dest / f"{sha}.gguf"
     final.write_bytes(model.read_bytes()[:1000])  # truncated, no marker
-    assert packfile.extract_model(out, manifest, dest).read_bytes() == model.read_bytes()
+    assert extract.extract_model(out, manifest, dest).read_bytes() == model.read_bytes()
     assert not (dest / f"{sha}.gguf.tmp-{dead.pid}").exists()
     assert (dest / f"{sha}.gguf.tmp-{os.getppid()}").exists()
 
@@ -553,13 +553,13 @@ def test_interrupted_extraction_is_not_mistaken_for_valid(packed, model, tmp_pat
     bad = bytearray(model.read_bytes())
     bad[5] ^= 1
     final.write_bytes(bytes(bad))
-    assert packfile.extract_model(out, manifest, dest).read_bytes() == model.read_bytes()
+    assert extract.extract_model(out, manifest, dest).read_bytes() == model.read_bytes()
 
     # crash between rename and marker: the complete file is verified once, not copied again
     os.unlink(str(final) + ".ok")
     calls = []
     mtime = final.stat().st_mtime_ns
-    assert packfile.extract_model(out, manifest, dest, progress=lambda d, t: calls.append(d)) == final
+    assert extract.extract_model(out, manifest, dest, progress=lambda d, t: calls.append(d)) == final
     assert calls and final.stat().st_mtime_ns == mtime and Path(str(final) + ".ok").is_file()
 
 
@@ -581,7 +581,7 @@ def test_zstd_round_trip_with_independent_frames(elf_stub, tmp_path, monkeypatch
     for k, (off, stored, rawlen) in enumerate(m.frames):  # each frame decompresses on its own
         frame = data[m.offset + off:m.offset + off + stored]
         assert zstandard.ZstdDecompressor().decompress(frame) == raw[k * MiB:k * MiB + rawlen]
-    assert packfile.extract_model(out, packfile.read_manifest(out), tmp_path / "x").read_bytes() == raw
+    assert extract.extract_model(out, packfile.read_manifest(out), tmp_path / "x").read_bytes() == raw
 
 
 @pytest.mark.parametrize("where", ["payload", "frame header"])
@@ -594,7 +594,7 @@ def test_zstd_damage_is_reported(elf_stub, tmp_path, where):
     data[m.offset + (m.stored_size // 2 if where == "payload" else 6)] ^= 0x40  # 6: content size
     out.write_bytes(bytes(data))
     with pytest.raises(PackError, match="corrupted"):
-        packfile.extract_model(out, packfile.read_manifest(out), tmp_path / "x")
+        extract.extract_model(out, packfile.read_manifest(out), tmp_path / "x")
     assert list((tmp_path / "x").iterdir()) == []
 
 
@@ -620,14 +620,14 @@ def test_sidecar_keeps_the_model_beside_the_program(elf_stub, model, tmp_path):
     assert packfile.read_manifest(out).to_dict() == manifest.to_dict()
     assert packfile.find_embedded_model(out) is None
     calls = []
-    assert packfile.extract_model(out, manifest, tmp_path / "m", progress=lambda d, t: calls.append(d)) == side
+    assert extract.extract_model(out, manifest, tmp_path / "m", progress=lambda d, t: calls.append(d)) == side
     assert calls  # verified once
     calls.clear()
-    assert packfile.extract_model(out, manifest, tmp_path / "m", progress=lambda d, t: calls.append(d)) == side
+    assert extract.extract_model(out, manifest, tmp_path / "m", progress=lambda d, t: calls.append(d)) == side
     assert calls == []  # and then trusted
     side.unlink()
     with pytest.raises(PackError, match="missing"):
-        packfile.extract_model(out, manifest, tmp_path / "m")
+        extract.extract_model(out, manifest, tmp_path / "m")
     assert packfile.sidecar_name("Chat.EXE") == "Chat.gguf" and packfile.sidecar_name("qwen2.5-x") == "qwen2.5-x.gguf"
 
 
@@ -638,4 +638,4 @@ def test_sidecar_on_macos_leaves_the_stub_untouched(model, tmp_path):
     manifest = packfile.write_sidecar(macho, model, out, EXTRA)
     assert out.read_bytes() == macho.read_bytes()
     assert packfile.read_manifest(out).model == manifest.model
-    assert packfile.extract_model(out, manifest, tmp_path / "m") == tmp_path / "chat.gguf"
+    assert extract.extract_model(out, manifest, tmp_path / "m") == tmp_path / "chat.gguf"

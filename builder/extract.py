@@ -1,0 +1,161 @@
+"""Unpacking a built executable's model, once, into the per-user cache.
+
+The byte layout lives in packfile.py; this is the runtime side of it. A model is written to
+``models_dir()/<sha256>.gguf`` through ``<name>.tmp-<pid>`` (hashed while copying, fsynced,
+sha256 verified, then renamed), and a ``<sha256>.gguf.ok`` marker records the verified file's
+size and mtime. A later launch that finds a matching marker uses the file without reading
+it; anything else (no marker, a different size or mtime, leftovers of an interrupted run
+whose process is gone) is checked or redone, so a half-written file is never taken for valid.
+A sidecar model (``--sidecar``) is verified once in place.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from llmpack.builder.packfile import (Manifest, ModelBlob, PackError, Progress, _copy_hashing, _Hasher,
+                                      _hash_path, _Progress, _unlink, _zstd)
+
+
+def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: Progress = None) -> Path:
+    """Path of the verified model: unpacked once to dest_dir/<sha256>.gguf (default: models_dir());
+    a sidecar model is verified once and used in place."""
+    from llmpack import paths
+
+    exe_path, m = Path(exe_path), manifest.model
+    dest = Path(dest_dir) if dest_dir is not None else paths.models_dir()
+    dest.mkdir(parents=True, exist_ok=True)
+    if m.location == "sidecar":
+        return _verify_sidecar(exe_path, m, dest, progress)
+    final = dest / f"{m.sha256}.gguf"
+    marker = final.with_name(final.name + ".ok")
+    if _marker_ok(final, marker, m, Path(final.name)):
+        return final
+    _remove_stale_tmps(dest, m.sha256)
+    if final.exists():  # left by a crash between rename and marker, or damaged: check it once
+        if final.stat().st_size == m.size and _hash_path(final, m.size, progress) == m.sha256:
+            _write_marker(final, marker, m, Path(final.name))
+            return final
+        _unlink(marker)
+        _unlink(final)
+    free = shutil.disk_usage(dest).free
+    if free < m.size + (64 << 20):
+        raise PackError(f"not enough disk space to unpack the model: {m.size / 1e9:.1f} GB needed in "
+                        f"{dest}, {free / 1e9:.1f} GB free; free some space or set LLMPACK_CACHE")
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    bar = _Progress(progress, m.size, "unpacking model")
+    try:
+        with open(exe_path, "rb", buffering=0) as src, open(tmp, "wb") as dst:
+            if os.fstat(src.fileno()).st_size < m.offset + m.stored_size:
+                raise PackError(f"{exe_path} is truncated (the model is cut off); download it again")
+            if m.compression == "zstd":
+                sha = _unzstd_hashing(exe_path, m, dst.write, bar)
+            else:
+                sha = _copy_hashing(src, m.offset, m.size, dst.write, bar)
+            dst.flush()
+            os.fsync(dst.fileno())
+        if sha != m.sha256:
+            raise PackError(f"the model inside {exe_path} is corrupted (sha256 mismatch); "
+                            "re-download or rebuild it")
+        try:
+            os.replace(tmp, final)
+        except PermissionError:  # Windows: another instance finished first and has it open
+            if _marker_ok(final, marker, m, Path(final.name)):
+                return final
+            raise
+        _write_marker(final, marker, m, Path(final.name))
+    finally:
+        bar.close()
+        _unlink(tmp)
+    return final
+
+
+def _verify_sidecar(exe_path: Path, m: ModelBlob, dest: Path, progress: Progress) -> Path:
+    model = exe_path.parent / m.file
+    if not model.is_file():
+        raise PackError(f"the model file {model.name} is missing next to {exe_path.name}; "
+                        "keep the .gguf file in the same folder as the program")
+    if model.stat().st_size != m.size:
+        raise PackError(f"{model} is incomplete or not the model this program was built with; copy it again")
+    marker = dest / f"{m.sha256}.sidecar.ok"
+    if not _marker_ok(model, marker, m, model.resolve()):
+        if _hash_path(model, m.size, progress) != m.sha256:
+            raise PackError(f"the model file {model} is corrupted (sha256 mismatch); copy it again")
+        _write_marker(model, marker, m, model.resolve())
+    return model
+
+
+def _marker_ok(path: Path, marker: Path, m: ModelBlob, recorded: Path) -> bool:
+    try:
+        st, info = path.stat(), json.loads(marker.read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(info, dict) and info.get("sha256") == m.sha256 and st.st_size == m.size
+            and info.get("size") == st.st_size and info.get("mtime_ns") == st.st_mtime_ns
+            and info.get("path") == str(recorded))
+
+
+def _write_marker(path: Path, marker: Path, m: ModelBlob, recorded: Path) -> None:
+    st = path.stat()
+    info = {"sha256": m.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "path": str(recorded)}
+    tmp = marker.with_name(f"{marker.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(info), "utf-8")
+    os.replace(tmp, marker)
+
+
+def _remove_stale_tmps(dest: Path, sha: str) -> None:
+    """Delete leftovers of interrupted extractions whose process is gone."""
+    for p in dest.glob(f"{sha}.gguf*.tmp-*"):
+        try:
+            pid = int(p.name.rsplit("-", 1)[1])
+        except ValueError:
+            continue
+        if os.name != "nt" and pid != os.getpid():  # on Windows, unlink fails while it is open
+            try:
+                os.kill(pid, 0)
+                continue  # still running (maybe extracting right now)
+            except ProcessLookupError:
+                pass
+            except OSError:
+                continue
+        _unlink(p)
+
+
+def _unzstd_hashing(exe_path: Path, m: ModelBlob, write, bar) -> str:
+    zstd, local = _zstd(), threading.local()
+
+    def decompress(off: int, stored: int, raw: int) -> bytes:
+        if not hasattr(local, "f"):
+            local.f, local.d = open(exe_path, "rb"), zstd.ZstdDecompressor()
+            opened.append(local.f)
+        local.f.seek(m.offset + off)
+        frame = local.f.read(stored)
+        try:  # check the declared size before letting it size the output buffer
+            ok = zstd.get_frame_parameters(frame).content_size == raw
+            data = local.d.decompress(frame) if ok else b""
+        except zstd.ZstdError:
+            data = b""
+        if len(data) != raw:
+            raise PackError(f"the model inside {exe_path} is corrupted (a zstd frame is damaged); "
+                            "re-download or rebuild it")
+        return data
+
+    workers, opened, pending, hasher = max(1, min(8, os.cpu_count() or 1)), [], deque(), _Hasher()
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            for i, frame in enumerate(m.frames):
+                pending.append(pool.submit(decompress, *frame))
+                while pending and (len(pending) > 2 * workers or i == len(m.frames) - 1):
+                    data = pending.popleft().result()
+                    hasher.update(data)
+                    write(data)
+                    bar(len(data))
+    finally:
+        for f in opened:
+            f.close()
+    return hasher.hexdigest()
