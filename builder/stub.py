@@ -2,8 +2,8 @@
 
 The stub is ``builder/stub_entry.py`` frozen with llmpack's runtime (engine, server, web UI,
 recipes, ``builder.packfile``, ``builder.extract``) and llama.cpp's shared libraries. It is
-built once and cached as ``stubs_dir()/<key>/llmpack-stub[.exe]``, where the key changes with anything that changes
-the bundle::
+built once and cached as ``stubs_dir()/<key>/llmpack-stub[.exe]``, where the key changes
+with anything that changes the bundle::
 
     <llmpack version>-<platform>-py<X.Y>-llama<llama-cpp-python version>-<libs hash>-<source hash>
 
