@@ -74,7 +74,6 @@ class Request:
     outbox: "queue.SimpleQueue[RequestOutput]" = field(default_factory=queue.SimpleQueue)
     seqs: list[Sequence] = field(default_factory=list)
     forked: bool = False
-    done: bool = False
     arrival_time: float = field(default_factory=time.monotonic)
 
 
@@ -275,7 +274,6 @@ class LLMEngine:
             req.forked = True
             for j in range(1, p.n):
                 child = self._new_sequence(req, j, list(req.prompt_token_ids))
-                child.admitted_time = seq.admitted_time
                 child_token = child.sampler.sample(row)
                 if len(self.scheduler.running) < self.config.max_num_seqs and \
                         seq.llama_seq >= 0 and self.bm.fork(seq, child):
@@ -321,12 +319,12 @@ class LLMEngine:
             request_id=req.request_id, outputs=outs, finished=finished, prompt=req.prompt,
             prompt_token_ids=req.prompt_token_ids, num_prompt_tokens=len(req.prompt_token_ids),
             num_cached_tokens=min(head.num_cached_tokens, len(req.prompt_token_ids)),
-            num_generated_tokens=sum(s.num_output_tokens for s in req.seqs)))
+            num_generated_tokens=sum(s.num_output_tokens for s in req.seqs),
+            time_to_first_token=None if head.first_token_time is None else head.first_token_time - req.arrival_time))
         if finished:
             self._retire(req)
 
     def _retire(self, req: Request) -> None:
-        req.done = True
         self._requests.pop(req.request_id, None)
         self.requests_finished_total += 1
 

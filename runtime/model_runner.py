@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -121,7 +120,6 @@ class ModelRunner:
         self.mem = lc.llama_get_memory(self.ctx)
         self._batch = lc.llama_batch_init(cfg.n_batch, 0, 1)
         self._tok_buf = (lc.llama_token * 8192)()
-        self._piece_buf = ctypes.create_string_buffer(256)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.bos_id = lc.llama_vocab_bos(self.vocab)
 
@@ -204,11 +202,3 @@ class ModelRunner:
         if getattr(self, "model", None):
             lc.llama_model_free(self.model)
             self.model = None
-
-
-def default_threads() -> int:
-    return max(1, os.cpu_count() or 1)
-
-
-def model_file_size(path: str | Path) -> int:
-    return Path(path).stat().st_size

@@ -37,4 +37,5 @@ class RequestOutput:
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0                   # prompt tokens served from the prefix cache
     num_generated_tokens: int = 0                # so far, summed over the n samples
+    time_to_first_token: float | None = None     # seconds from add_request to the first token
     error: str | None = None                     # set when the engine failed this request

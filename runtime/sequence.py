@@ -6,13 +6,11 @@ the others fork from it when the prompt is done (see BlockManager.fork).
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
 from llmpack.runtime.detokenizer import Detokenizer
-from llmpack.runtime.outputs import TokenLogprob
 
 if TYPE_CHECKING:
     from llmpack.runtime.engine import Request
@@ -45,10 +43,7 @@ class Sequence:
     llama_seq: int = -1                         # llama.cpp sequence id while RUNNING
     finish_reason: str | None = None
     stop_reason: str | int | None = None
-    pending_logprobs: list[TokenLogprob] = field(default_factory=list)
     first_token_time: float | None = None
-    admitted_time: float = field(default_factory=time.monotonic)
-    fork_parent: "Sequence | None" = None       # n>1: a sibling still prefilling the shared prompt
 
     @property
     def num_tokens(self) -> int:
