@@ -136,7 +136,11 @@ def test_n_samples_share_the_prompt_kv(engine):
 
     one = SamplingParams(temperature=0.9, max_tokens=8, ignore_eos=True, seed=7)
     engine.bm.peak_used_blocks = 0
-    run_together(engine, [prompt("goldfish")] * 4, one)     # 4 separate requests, same prompt, same step
+    engine.bm.enable_prefix_cache = False   # 4 separate requests that share nothing, however they arrive
+    try:
+        run_together(engine, [prompt("goldfish")] * 4, one)
+    finally:
+        engine.bm.enable_prefix_cache = True
     peak_separate = engine.bm.peak_used_blocks
 
     engine.wait_idle()
