@@ -111,6 +111,7 @@ class LLMEngine:
         self.n_ctx = self.runner.n_ctx
         self.n_vocab = self.runner.n_vocab
         self.model_name = self.runner.meta("general.name") or str(config.model_path)
+        self.bos_prefix = self._find_bos_prefix()
         num_blocks = self.n_ctx // config.block_size
         self.max_model_len = num_blocks * config.block_size
         self.bm = BlockManager(num_blocks, config.block_size, self.runner.cfg.n_seq_max, self.runner,
@@ -135,6 +136,20 @@ class LLMEngine:
     # ---- public, thread-safe --------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         return self.runner.tokenize(text, add_special, parse_special)
+
+    def tokenize_prompt(self, text: str) -> list[int]:
+        """Tokenize a rendered prompt that may already start with the BOS text (chat templates
+        write it): the model's BOS is added only when missing, never doubled."""
+        ids = self.runner.tokenize(text, add_special=False, parse_special=True)
+        prefix = self.bos_prefix
+        return prefix + ids if prefix and ids[:len(prefix)] != prefix else ids
+
+    def _find_bos_prefix(self) -> list[int]:
+        """The ids the tokenizer puts in front of any text (usually [BOS], or nothing)."""
+        with_special = self.runner.tokenize("Hello", add_special=True, parse_special=False)
+        plain = self.runner.tokenize("Hello", add_special=False, parse_special=False)
+        k = len(with_special) - len(plain)
+        return list(with_special[:k]) if k > 0 and with_special[k:] == plain else []
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None) -> RequestStream:

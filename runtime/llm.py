@@ -10,6 +10,7 @@ All prompts are submitted at once, so they are batched together by the engine.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -72,15 +73,10 @@ class LLM:
         conversations: Iterable[list[dict]] = [messages] if messages and isinstance(messages[0], dict) else messages  # type: ignore[assignment]
         fmt = self.chat_format
         params = params or SamplingParams(max_tokens=256)
-        if fmt.stop:
-            params.stop = list(dict.fromkeys([*params.stop, *fmt.stop]))
-        prompts = [self.tokenize_chat_prompt(fmt.render(conv)) for conv in conversations]
+        if fmt.stop:   # a copy: the caller's params stay as they were
+            params = dataclasses.replace(params, stop=list(dict.fromkeys([*params.stop, *fmt.stop])))
+        prompts = [self.engine.tokenize_prompt(fmt.render(conv)) for conv in conversations]
         return self.generate(prompts, params)
-
-    def tokenize_chat_prompt(self, text: str) -> list[int]:
-        """A rendered template usually writes BOS itself; don't add a second one."""
-        bos = self.chat_format.bos_token
-        return self.engine.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
 
     def close(self) -> None:
         self.engine.shutdown()

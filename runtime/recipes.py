@@ -273,9 +273,11 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 
 def chat_format_for_model(info, explicit: str | None = None, recipe_data: dict | None = None) -> ChatFormat:
-    """resolve_chat() fed from a ModelInfo (llmpack.runtime.model_info.read_model_info)."""
+    """resolve_chat() fed from a ModelInfo (llmpack.runtime.model_info.read_model_info); the
+    file name counts as a model name too (many GGUFs name their family only there)."""
     special = info.special_tokens or {}
     bos = (special.get("bos") or {}).get("text") or ""
     eos = (special.get("eos") or {}).get("text") or ""
-    return resolve_chat(explicit, arch=info.architecture, name=info.name, embedded_template=info.chat_template,
+    names = [n for n in (info.name, Path(info.path).stem) if n]
+    return resolve_chat(explicit, arch=info.architecture, name=names, embedded_template=info.chat_template,
                         bos_token=bos, eos_token=eos, recipe_data=recipe_data)

@@ -123,30 +123,19 @@ def _special_stop_ids(engine: Any, texts: list[str]) -> list[int]:
     return ids
 
 
-def _bos_prefix(engine: Any) -> list[int]:
-    with_special = engine.tokenize("Hello", add_special=True, parse_special=False)
-    plain = engine.tokenize("Hello", add_special=False, parse_special=False)
-    k = len(with_special) - len(plain)
-    return list(with_special[:k]) if k > 0 and with_special[k:] == plain else []
-
-
 def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, display_name: str | None = None,
                 progress: Progress | None = None, warn: Callable[[str], None] | None = None) -> ServedModel:
     """Read the GGUF, resolve the chat format, start the engine (blocking, llama.cpp drives
     progress("loading", f)), and describe the result for the routes."""
     from llmpack.runtime.engine import EngineConfig, LLMEngine
     from llmpack.runtime.model_info import read_model_info
-    from llmpack.runtime.recipes import resolve_chat
+    from llmpack.runtime.recipes import chat_format_for_model
 
     info = read_model_info(path)
-    special = info.special_tokens or {}
-    tok = lambda k: ((special.get(k) or {}).get("text") or "")  # noqa: E731
     explicit = recipe if isinstance(recipe, (str, os.PathLike)) else getattr(args, "recipe", None)
     try:
-        chat = resolve_chat(str(explicit) if explicit else None, arch=info.architecture,
-                            name=[n for n in (info.name, path.stem) if n], embedded_template=info.chat_template,
-                            bos_token=tok("bos"), eos_token=tok("eos"),
-                            recipe_data=recipe if isinstance(recipe, Mapping) else None)
+        chat = chat_format_for_model(info, str(explicit) if explicit else None,
+                                     recipe_data=recipe if isinstance(recipe, Mapping) else None)
     except LlmpackError as exc:
         if explicit:
             raise
@@ -168,7 +157,7 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
             system_prompt=system if system is not None else (chat.system if chat else None),
             sampling=dict(chat.sampling) if chat else {}, stop=stop,
             stop_token_ids=_special_stop_ids(engine, [*stop, *(chat.eot_tokens if chat else ())]),
-            bos_prefix=_bos_prefix(engine), fingerprint=_fingerprint(path, info.name),
+            fingerprint=_fingerprint(path, info.name),
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, path.stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
                   "chat_format": chat.source if chat else None, "display_name": name})

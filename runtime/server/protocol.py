@@ -207,11 +207,7 @@ def scrub(text: str) -> str:
 def tokenize_prompt(model: ServedModel, text: str) -> list[int]:
     """Tokenize text that may already start with the BOS text (templates emit it): add the
     model's BOS only when missing, so it is never doubled."""
-    ids = list(model.engine.tokenize(scrub(text), add_special=False, parse_special=True))
-    prefix = model.bos_prefix
-    if prefix and ids[: len(prefix)] != prefix:
-        ids = prefix + ids
-    return ids
+    return model.engine.tokenize_prompt(scrub(text))
 
 
 @dataclass

@@ -32,11 +32,15 @@ class ServedModel:
     sampling: dict = field(default_factory=dict)   # default sampling values (recipe)
     stop: list[str] = field(default_factory=list)  # stop strings every chat request gets
     stop_token_ids: list[int] = field(default_factory=list)  # the same, as single special tokens
-    bos_prefix: list[int] = field(default_factory=list)  # ids the tokenizer puts in front
     fingerprint: str = "fp_llmpack"
     aliases: frozenset[str] = frozenset()  # names a request's "model" may use (lowercase)
     meta: dict = field(default_factory=dict)
     created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def bos_prefix(self) -> list[int]:
+        """The ids the tokenizer puts in front of a prompt (the engine knows)."""
+        return self.engine.bos_prefix
 
 
 class ServerState:
