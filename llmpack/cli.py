@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="also copy the stub here")
     p.set_defaults(func=_lazy("llmpack.builder.stub", "cmd_stub"))
 
+    p = sub.add_parser("bench", help="benchmark any OpenAI-compatible server (TTFT, TPOT, ITL, tok/s)")
+    from llmpack.bench.report import add_args as add_bench_args
+    add_bench_args(p)
+    p.set_defaults(func=_lazy("llmpack.bench.report", "cmd_bench"))
+
     p = sub.add_parser("demo", help="build the chat executable from the built-in demo model and launch it")
     p.add_argument("-o", "--output", default=None, help="where to write the executable (default ./gemma-chat)")
     add_serve_args(p)

@@ -1,0 +1,116 @@
+"""`llmpack bench URL`: run the workloads at each concurrency level, show a progress bar while
+it runs, then print a table (or, with --json, one JSON document on stdout)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from llmpack.bench import workloads
+from llmpack.bench.client import Endpoint
+from llmpack.bench.runner import Percentiles, RunStats, run
+from llmpack.errors import LlmpackError
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("give one or more numbers, each at least 1")
+    return values
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8080 (with or without /v1)")
+    p.add_argument("--model", default=None, help="model name to send (default: the first one /v1/models lists)")
+    p.add_argument("--api-key", default=None, help="sent as `Authorization: Bearer KEY`")
+    p.add_argument("--workload", default="random,chat,long",
+                   help="comma-separated: random (short distinct prompts), chat (shared system prompt), long")
+    p.add_argument("--concurrency", type=int_list, default=[1, 16, 32], help="clients at once, e.g. 1,16,32")
+    p.add_argument("--num-prompts", type=int, default=None,
+                   help="requests per level (default: 2 x concurrency; the long workload: 3)")
+    p.add_argument("--input-len", type=int, default=32, help="words in a random prompt (about tokens)")
+    p.add_argument("--output-len", type=int, default=64, help="tokens each reply is asked for (greedy, ignore_eos)")
+    p.add_argument("--system-len", type=int, default=280, help="words in the chat workload's shared system prompt")
+    p.add_argument("--long-len", type=int, default=2000, help="words in the long workload's prompt")
+    p.add_argument("--seed", type=int, default=0, help="prompts are random words from this seed")
+    p.add_argument("--timeout", type=float, default=600, help="seconds one request may take")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def plan(args: argparse.Namespace) -> list[tuple[workloads.Workload, int]]:
+    """(workload, concurrency) pairs. Each level gets prompts from its own seed, so no level
+    is served from the prompt cache a previous one filled (except the chat system prompt)."""
+    names = [n.strip() for n in args.workload.split(",") if n.strip()]
+    bad = [n for n in names if n not in workloads.NAMES]
+    if bad or not names:
+        raise LlmpackError(f"unknown workload {', '.join(bad) or '(none)'}: choose from {', '.join(workloads.NAMES)}")
+    runs = []
+    for w, name in enumerate(names):
+        levels = [1] if name == "long" and args.concurrency else args.concurrency
+        for level in levels:
+            n = args.num_prompts or (3 if name == "long" else 2 * level)
+            seed = args.seed * 1_000_000 + w * 1000 + level
+            runs.append((workloads.make(name, n, input_len=args.input_len, output_len=args.output_len,
+                                        system_len=args.system_len, long_len=args.long_len, seed=seed), level))
+    return runs
+
+
+def benchmark(ep: Endpoint, runs: list[tuple[workloads.Workload, int]], progress: bool = True) -> list[RunStats]:
+    from tqdm import tqdm
+
+    total = sum(len(w.requests) for w, _ in runs)
+    results = []
+    with tqdm(total=total, unit="req", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+        for workload, level in runs:
+            bar.set_description(f"{workload.name} x{level}")
+            results.append(run(ep, workload, level, on_done=lambda _res: bar.update(1)))
+    return results
+
+
+def _ms(p: Percentiles | None, attr: str) -> str:
+    return "-" if p is None else f"{getattr(p, attr) * 1000:.0f}"
+
+
+def table(results: list[RunStats]) -> str:
+    head = ("workload", "conc", "reqs", "err", "prompt", "tok/s", "TTFT p50", "p99", "TPOT p50", "p99",
+            "ITL p50", "p99")
+    rows = [head]
+    for r in results:
+        rows.append((r.workload, str(r.concurrency), str(r.requests), str(r.errors),
+                     "-" if r.prompt_tokens_mean is None else f"{r.prompt_tokens_mean:.0f}",
+                     f"{r.output_tok_s:.1f}", _ms(r.ttft_s, "p50"), _ms(r.ttft_s, "p99"),
+                     _ms(r.tpot_s, "p50"), _ms(r.tpot_s, "p99"), _ms(r.itl_s, "p50"), _ms(r.itl_s, "p99")))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    notes = ["(times in ms; prompt = mean prompt tokens the server reported; tok/s = output tokens per second, "
+             "all clients together)"]
+    for r in results:
+        for e in r.first_errors:
+            notes.append(f"error in {r.workload} x{r.concurrency}: {e}")
+    return "\n".join(lines + notes)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    ep = Endpoint(args.url, args.model, args.api_key, timeout=args.timeout)
+    try:
+        model = ep.resolve_model()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise LlmpackError(f"cannot reach an OpenAI-compatible server at {args.url}: {exc}") from None
+    runs = plan(args)
+    started = time.time()
+    results = benchmark(ep, runs, progress=not args.no_progress)
+    if args.json:
+        json.dump({"url": args.url, "model": model, "started": started, "results": [r.to_dict() for r in results]},
+                  sys.stdout, indent=2)
+        print()
+    else:
+        print(f"{args.url}  model {model}")
+        print(table(results))
+    return 1 if any(r.errors for r in results) else 0

@@ -1,0 +1,88 @@
+"""`llmpack bench` against real servers: `llmpack run` on a tiny model (and llama-server, when
+benchmarks/peers.py has built it)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from server_fixtures import live_server
+
+from llmpack.bench.runner import percentile
+from llmpack.cli import main
+
+SMALL = ["--concurrency", "1,3", "--num-prompts", "3", "--output-len", "5", "--input-len", "8",
+         "--system-len", "20", "--long-len", "200", "--no-progress"]
+
+
+def bench_json(capsys, url: str, *flags: str) -> tuple[int, dict]:
+    rc = main(["bench", url, "--json", *SMALL, *flags])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def check_results(doc: dict, workloads: list[str]) -> None:
+    runs = doc["results"]
+    assert [(r["workload"], r["concurrency"]) for r in runs] == \
+        [(w, c) for w in workloads for c in ([1] if w == "long" else [1, 3])]
+    for r in runs:
+        assert r["errors"] == 0 and r["requests"] == 3, r["first_errors"]
+        assert r["output_tokens"] == 3 * 5                  # ignore_eos: every reply is exactly 5 tokens
+        assert r["output_tok_s"] > 0 and r["duration_s"] > 0
+        ttft, tpot, itl = r["ttft_s"], r["tpot_s"], r["itl_s"]
+        assert 0 < ttft["p50"] <= ttft["p99"] <= r["e2e_s"]["p99"]
+        assert 0 < tpot["p50"] <= tpot["p99"] and 0 < itl["p50"] <= itl["p99"]
+    long_run = next(r for r in runs if r["workload"] == "long")
+    short_run = next(r for r in runs if r["workload"] == "random")
+    assert long_run["prompt_tokens_mean"] > 4 * short_run["prompt_tokens_mean"]
+
+
+def test_bench_against_llmpack_run(tiny_chat_model: Path, capsys):
+    with live_server(tiny_chat_model, "--api-key", "k") as srv:
+        rc, doc = bench_json(capsys, srv.url, "--api-key", "k")
+        assert rc == 0
+        assert doc["model"] == srv.model_id
+        check_results(doc, ["random", "chat", "long"])
+        # the chat workload's shared system prompt is served from the prefix cache
+        assert srv.engine.stats().prefix_cache_hits > 0
+
+
+def test_bench_table_and_errors(tiny_chat_model: Path, capsys):
+    with live_server(tiny_chat_model) as srv:
+        rc = main(["bench", srv.url + "/v1", "--workload", "random", *SMALL])
+        out = capsys.readouterr().out
+        assert rc == 0
+        header = out.splitlines()[1].split()
+        assert header[:6] == ["workload", "conc", "reqs", "err", "prompt", "tok/s"]
+        assert sum(1 for line in out.splitlines() if line.startswith("random ")) == 2
+        rc = main(["bench", srv.url, "--workload", "random", "--model", "no-such-model", *SMALL])
+        out = capsys.readouterr().out
+        assert rc == 1 and "does not exist" in out and " 3    3 " in out   # 3 requests, 3 errors
+
+
+def test_bench_says_clearly_when_nothing_listens(capsys):
+    rc = main(["bench", "http://127.0.0.1:9", *SMALL])
+    assert rc == 2 and "cannot reach an OpenAI-compatible server" in capsys.readouterr().err
+
+
+def test_percentiles_interpolate_like_numpy():
+    assert percentile([1.0], 99) == 1.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile(list(map(float, range(101))), 99) == 99.0
+
+
+def test_bench_against_llama_server(tiny_chat_model: Path, capsys):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from llama_server import find_llama_server, start_llama_server
+
+    binary = find_llama_server()
+    if binary is None:
+        pytest.skip("llama-server is not built: `./dev bench peers --build-only` builds it (~10 min)")
+    proc, url = start_llama_server(binary, tiny_chat_model, ctx=2048, parallel=4)
+    try:
+        rc, doc = bench_json(capsys, url)
+        assert rc == 0
+        check_results(doc, ["random", "chat", "long"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
