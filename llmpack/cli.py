@@ -27,6 +27,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=None, help="require this key as `Authorization: Bearer KEY` on /v1 routes")
     p.add_argument("--cors", action="store_true", help="allow cross-origin browser requests (off by default)")
     p.add_argument("--max-waiting", type=int, default=256, help="queued requests beyond which new ones get 503")
+    p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto",
+                   help="llama.cpp flash attention (default auto: on wherever the backend supports it)")
 
 
 def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int | None]:

@@ -41,6 +41,7 @@ class EngineConfig:
     enable_prefix_cache: bool = True
     max_waiting: int = 256
     n_threads: int | None = None
+    flash_attn: str = "auto"          # "auto" | "on" | "off" (see model_runner.FLASH_ATTN)
 
 
 @dataclass(slots=True)
@@ -65,7 +66,8 @@ class LLMEngine:
         n_gpu = resolve_gpu_layers(config.gpu_layers, config.model_path, config.n_ctx)
         self.runner = ModelRunner(RunnerConfig(
             model_path=str(config.model_path), n_ctx=config.n_ctx, n_batch=config.n_batch,
-            max_num_seqs=config.max_num_seqs, n_gpu_layers=n_gpu, n_threads=config.n_threads), progress)
+            max_num_seqs=config.max_num_seqs, n_gpu_layers=n_gpu, n_threads=config.n_threads,
+            flash_attn=config.flash_attn), progress)
         self.n_gpu_layers = n_gpu
         self.n_ctx = self.runner.n_ctx
         self.n_vocab = self.runner.n_vocab

@@ -77,7 +77,8 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
     n_ctx = getattr(args, "ctx", None) or min((chat.context if chat else None) or 4096, trained)
     cfg = EngineConfig(str(path), **_engine_kwargs(
         EngineConfig, n_ctx=n_ctx, max_num_seqs=getattr(args, "parallel", None) or 32,
-        gpu_layers=_gpu_layers(getattr(args, "gpu_layers", None)), max_waiting=getattr(args, "max_waiting", None)))
+        gpu_layers=_gpu_layers(getattr(args, "gpu_layers", None)), max_waiting=getattr(args, "max_waiting", None),
+        flash_attn=getattr(args, "flash_attn", None)))
     engine = LLMEngine(cfg, progress=(lambda f: progress("loading", f)) if progress else None)
     try:
         name = display_name or path.stem
