@@ -1,7 +1,7 @@
 """llmpack against llama-server on the same llama.cpp, the same model and the same client, in
 one run: the speed targets of issue 9.
 
-Both servers are started (llama-server is built first if needed, see llama_server.py) and
+Both servers are started (llama-server is built first if needed, see servers.py) and
 idle while the other one is measured; each workload is run on one, then the other, so a
 change in the machine's load hits both alike. The client is `llmpack bench`'s.
 
@@ -21,12 +21,11 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llama_server import build_llama_server, find_llama_server, start_llama_server, wait_healthy  # noqa: E402
+from servers import build_llama_server, find_llama_server, start_llama_server, start_llmpack  # noqa: E402
 
 from llmpack.bench import workloads  # noqa: E402
 from llmpack.bench.client import Endpoint  # noqa: E402
@@ -42,22 +41,6 @@ PLAN = [
     ("16 chats, shared ~280-token system prompt", "chat", 16, 32, 32, 1.5, False),
     ("2,000-token prompt (TTFT)", "long", 1, 3, 16, None, False),
 ]
-
-
-def start_llmpack(model: Path, extra: list[str]) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "llmpack", "run", str(model), "--no-browser", "--port", "0",
-                             "--ctx", str(CTX), "--parallel", str(PARALLEL), "--gpu-layers", "0", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:
-        if line.startswith("LLMPACK_LISTENING"):
-            url = line.split()[1].rstrip("/")
-            break
-    else:
-        raise RuntimeError(f"llmpack run exited: {proc.stderr.read()[-2000:]}")
-    import threading
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
-    wait_healthy(proc, url, "llmpack run")
-    return proc, url
 
 
 def load() -> str:
@@ -86,7 +69,7 @@ def main() -> int:
           f"llmpack run --ctx {CTX} --parallel {PARALLEL} {args.server_args}".rstrip(), flush=True)
     servers = {}
     try:
-        servers["llmpack"] = start_llmpack(model, shlex.split(args.server_args))
+        servers["llmpack"] = start_llmpack(model, ctx=CTX, parallel=PARALLEL, extra=shlex.split(args.server_args))
         servers["llama-server"] = start_llama_server(binary, model, ctx=CTX, parallel=PARALLEL)
         eps = {k: Endpoint(url, timeout=900) for k, (_, url) in servers.items()}
         for ep in eps.values():

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -24,25 +23,10 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).parent))
 from engine_throughput import N_CTX, MAX_SEQS, bare_loop, prompts_for  # noqa: E402
+from servers import start_llmpack  # noqa: E402
 
 from llmpack.paths import demo_model_path  # noqa: E402
 from llmpack.runtime.model_runner import ModelRunner, RunnerConfig  # noqa: E402
-
-
-def start_server(model: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "llmpack", "run", model, "--no-browser", "--port", "0",
-                             "--ctx", str(N_CTX), "--parallel", str(MAX_SEQS), "--gpu-layers", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    for line in proc.stdout:
-        if line.startswith("LLMPACK_LISTENING"):
-            url = line.split()[1].rstrip("/")
-            break
-    else:
-        raise SystemExit("server did not start")
-    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-    while requests.get(url + "/health", timeout=5).status_code != 200:
-        time.sleep(0.2)
-    return proc, url
 
 
 def one_client(url: str, model: str, i: int, tokens: int, out: list) -> None:
@@ -99,7 +83,7 @@ def main() -> None:
                                  for _ in range(args.repeat)) for n in sizes}
     runner.close()
 
-    proc, url = start_server(model)
+    proc, url = start_llmpack(Path(model), ctx=N_CTX, parallel=MAX_SEQS)
     try:
         model_id = requests.get(url + "/v1/models", timeout=5).json()["data"][0]["id"]
         run_clients(url, model_id, 1, 8)   # warm-up

@@ -73,7 +73,7 @@ def test_percentiles_interpolate_like_numpy():
 
 def test_bench_against_llama_server(tiny_chat_model: Path, capsys):
     sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
-    from llama_server import find_llama_server, start_llama_server
+    from servers import find_llama_server, start_llama_server
 
     binary = find_llama_server()
     if binary is None:

@@ -21,6 +21,12 @@ def step(sched: Scheduler, kv: RecordingKV, max_tokens: int) -> None:
                 sched.finish(c.seq)
 
 
+def make_scheduler(num_blocks: int, max_num_seqs: int) -> tuple[RecordingKV, BlockManager, Scheduler]:
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=num_blocks, block_size=4, num_llama_seqs=8, kv=kv)
+    return kv, bm, Scheduler(bm, max_num_seqs=max_num_seqs, token_budget=64)
+
+
 def run_to_end(sched: Scheduler, kv: RecordingKV, max_tokens: int, limit: int = 1000) -> None:
     for _ in range(limit):
         if not sched.has_work():
@@ -30,9 +36,7 @@ def run_to_end(sched: Scheduler, kv: RecordingKV, max_tokens: int, limit: int = 
 
 
 def test_preempted_sequences_count_their_prompt_once_in_the_prefix_cache_figures():
-    kv = RecordingKV()
-    bm = BlockManager(num_blocks=8, block_size=4, num_llama_seqs=8, kv=kv)
-    sched = Scheduler(bm, max_num_seqs=4, token_budget=64)
+    kv, bm, sched = make_scheduler(num_blocks=8, max_num_seqs=4)
     # 4 prompts of 9 distinct tokens each need 3 blocks now and 5 at the end: 8 blocks can't hold them
     seqs: list[Sequence] = [make_seq([100 * i + t for t in range(1, 10)]) for i in range(4)]
     for s in seqs:
@@ -46,9 +50,7 @@ def test_preempted_sequences_count_their_prompt_once_in_the_prefix_cache_figures
 
 
 def test_a_cached_prompt_counts_as_one_hit_even_when_preempted():
-    kv = RecordingKV()
-    bm = BlockManager(num_blocks=8, block_size=4, num_llama_seqs=8, kv=kv)
-    sched = Scheduler(bm, max_num_seqs=4, token_budget=64)
+    kv, bm, sched = make_scheduler(num_blocks=8, max_num_seqs=4)
     warm = make_seq(list(range(1, 10)))
     sched.add(warm)
     run_to_end(sched, kv, max_tokens=1)          # leaves blocks [1..4], [5..8] in the cache
@@ -63,9 +65,7 @@ def test_a_cached_prompt_counts_as_one_hit_even_when_preempted():
 
 
 def test_fork_runs_the_child_on_the_parent_prompt_or_queues_it():
-    kv = RecordingKV()
-    bm = BlockManager(num_blocks=16, block_size=4, num_llama_seqs=4, kv=kv)
-    sched = Scheduler(bm, max_num_seqs=2, token_budget=64)
+    kv, bm, sched = make_scheduler(num_blocks=16, max_num_seqs=2)
     parent = make_seq(list(range(1, 10)))
     sched.add(parent)
     step(sched, kv, max_tokens=100)

@@ -1,4 +1,6 @@
-"""llama-server, the C++ peer: built from the very llama.cpp that our llama-cpp-python vendors,
+"""The servers the benchmarks start: `llmpack run` (start_llmpack) and llama-server.
+
+llama-server, the C++ peer, is built from the very llama.cpp that our llama-cpp-python vendors,
 with the same portable CMake flags as ./dev's wheel, so a comparison measures the serving
 layers and not two different llama.cpps.
 
@@ -15,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -92,6 +95,22 @@ def start_llama_server(binary: Path, model: Path, *, ctx: int, parallel: int, th
     return proc, url
 
 
+def start_llmpack(model: Path, *, ctx: int, parallel: int, extra: list[str] = ()) -> tuple[subprocess.Popen, str]:
+    """`llmpack run` on the CPU on a free port, in a child process; waits for /health."""
+    proc = subprocess.Popen([sys.executable, "-m", "llmpack", "run", str(model), "--no-browser", "--port", "0",
+                             "--ctx", str(ctx), "--parallel", str(parallel), "--gpu-layers", "0", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("LLMPACK_LISTENING"):
+            url = line.split()[1].rstrip("/")
+            break
+    else:
+        raise RuntimeError(f"llmpack run exited: {proc.stderr.read()[-2000:]}")
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    wait_healthy(proc, url, "llmpack run")
+    return proc, url
+
+
 def wait_healthy(proc: subprocess.Popen, url: str, name: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -102,7 +121,6 @@ def wait_healthy(proc: subprocess.Popen, url: str, name: str, timeout: float = 3
             with urllib.request.urlopen(url + "/health", timeout=5) as r:
                 if r.status == 200:
                     if proc.stderr:   # keep its log from filling the pipe
-                        import threading
                         threading.Thread(target=proc.stderr.read, daemon=True).start()
                     return
         except OSError:
