@@ -2,7 +2,7 @@
 
 build: validate the GGUF, decide its chat format once (explicit --recipe > template embedded in
 the GGUF > recipe matched from its metadata), record that recipe and the serving defaults in
-the manifest, and splice the model into the cached runtime stub (builder.packfile). With the
+the manifest, and splice the model into the cached runtime stub (builder/splice.py). With the
 stub cached this costs about one copy of the model.
 
 demo: build ./gemma-chat from the demo model (if missing or older than the stub or model) and
@@ -34,7 +34,7 @@ class BuildError(LlmpackError):
 @dataclass
 class BuildResult:
     path: Path
-    manifest: Any            # packfile.Manifest
+    manifest: Any            # manifest.Manifest
     model_path: Path         # the .gguf written beside it with --sidecar, else the source model
     size: int                # bytes of `path` (plus the sidecar model, if any)
     seconds: float
@@ -87,11 +87,11 @@ def _check_output(model: Path, out: Path, stub: Path, sidecar: bool) -> None:
     if out.exists() and out.resolve() == model.resolve():
         raise BuildError(f"-o {out} would overwrite the model itself; choose another name")
     if sidecar:
-        from llmpack.builder.packfile import sidecar_name
+        from llmpack.builder.splice import sidecar_name
 
         beside = out.parent / sidecar_name(out)
         if beside.exists() and beside.resolve() == model.resolve():
-            return   # the model already sits where the sidecar goes: packfile verifies it in place
+            return   # the model already sits where the sidecar goes: splice verifies it in place
     kind = _stub_kind(stub)
     if out.suffix.lower() == ".exe" and kind != "pe":
         raise BuildError(f"{out.name} is a Windows program name but the runtime stub {stub} is not a Windows "
@@ -107,7 +107,7 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
                      stub=None, compress: str = "none", sidecar: bool = False,
                      progress: Any = "auto") -> BuildResult:
     """Write `out` (and with sidecar=True, `<out stem>.gguf` beside it); see the module doc."""
-    from llmpack.builder import packfile
+    from llmpack.builder import packfile, splice
     from llmpack.builder.stub import get_stub, llama_cpp_version, stub_info
     from llmpack.runtime.gguf_check import validate_gguf
     from llmpack.runtime.model_info import FILE_TYPE_NAMES
@@ -169,12 +169,12 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
         if compress not in (None, "none"):
             print("llmpack: warning: --compress does not apply to --sidecar (the model file is kept as is)",
                   file=sys.stderr)
-        manifest = packfile.write_sidecar(stub_path, model, out, extra, progress=progress)
+        manifest = splice.write_sidecar(stub_path, model, out, extra, progress=progress)
         model_out = out.parent / manifest.model.file
         size = out.stat().st_size + model_out.stat().st_size
     else:
-        manifest = packfile.write_packed(stub_path, model, out, extra, compress=compress or "none",
-                                         progress=progress)
+        manifest = splice.write_packed(stub_path, model, out, extra, compress=compress or "none",
+                                       progress=progress)
         model_out = model
         size = out.stat().st_size
     os.chmod(out, 0o755)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Callable
 
-from llmpack.errors import LlmpackError
+from llmpack.builder.packfile import PackError
 
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")  # e_ident .. e_shstrndx (64 bytes)
 _PHDR = struct.Struct("<IIQQQQQQ")  # p_type p_flags p_offset p_vaddr p_paddr p_filesz p_memsz p_align
@@ -25,9 +25,7 @@ class ElfStub:
     """Validated view of an ELF64 LE stub whose archive occupies [archive_offset, +archive_length)."""
 
     def __init__(self, read: Callable[[int, int], bytes], size: int, archive_offset: int, archive_length: int):
-        from llmpack.builder.packfile import PackError
-
-        def fail(what: str) -> LlmpackError:
+        def fail(what: str) -> PackError:
             return PackError(f"unsupported runtime stub: {what}; rebuild it with `llmpack stub`")
 
         ehdr = read(0, _EHDR.size)

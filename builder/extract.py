@@ -13,16 +13,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from llmpack.builder.packfile import (Manifest, ModelBlob, PackError, Progress, _copy_hashing, _Hasher,
-                                      _hash_path, _Progress, _unlink, _zstd)
+from llmpack.builder.fileio import replace_text, tmp_sibling, unlink_quietly
+from llmpack.builder.hashing import copy_hashing, hash_path
+from llmpack.builder.manifest import Manifest, ModelBlob
+from llmpack.builder.packfile import PackError
+from llmpack.builder.zstd_frames import read_frames
+from llmpack.progress import ByteProgress, ProgressArg
+
+SPARE_BYTES = 64 << 20       # free space required beyond the model itself
 
 
-def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: Progress = None) -> Path:
+def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: ProgressArg = None) -> Path:
     """Path of the verified model: unpacked once to dest_dir/<sha256>.gguf (default: models_dir());
     a sidecar model is verified once and used in place."""
     from llmpack import paths
@@ -34,29 +37,33 @@ def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: Progres
         return _verify_sidecar(exe_path, m, dest, progress)
     final = dest / f"{m.sha256}.gguf"
     marker = final.with_name(final.name + ".ok")
-    if _marker_ok(final, marker, m, Path(final.name)):
-        return final
-    _remove_stale_tmps(dest, m.sha256)
+    if not _marker_ok(final, marker, m, Path(final.name)):
+        _unpack(exe_path, m, final, marker, progress)
+    return final
+
+
+def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: ProgressArg) -> None:
+    _remove_stale_tmps(final.parent, m.sha256)
     if final.exists():  # left by a crash between rename and marker, or damaged: check it once
-        if final.stat().st_size == m.size and _hash_path(final, m.size, progress) == m.sha256:
+        if final.stat().st_size == m.size and hash_path(final, m.size, progress) == m.sha256:
             _write_marker(final, marker, m, Path(final.name))
-            return final
-        _unlink(marker)
-        _unlink(final)
-    free = shutil.disk_usage(dest).free
-    if free < m.size + (64 << 20):
+            return
+        unlink_quietly(marker)
+        unlink_quietly(final)
+    free = shutil.disk_usage(final.parent).free
+    if free < m.size + SPARE_BYTES:
         raise PackError(f"not enough disk space to unpack the model: {m.size / 1e9:.1f} GB needed in "
-                        f"{dest}, {free / 1e9:.1f} GB free; free some space or set LLMPACK_CACHE")
-    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
-    bar = _Progress(progress, m.size, "unpacking model")
+                        f"{final.parent}, {free / 1e9:.1f} GB free; free some space or set LLMPACK_CACHE")
+    tmp = tmp_sibling(final)
+    bar = ByteProgress(progress, m.size, "unpacking model")
     try:
         with open(exe_path, "rb", buffering=0) as src, open(tmp, "wb") as dst:
             if os.fstat(src.fileno()).st_size < m.offset + m.stored_size:
                 raise PackError(f"{exe_path} is truncated (the model is cut off); download it again")
             if m.compression == "zstd":
-                sha = _unzstd_hashing(exe_path, m, dst.write, bar)
+                sha = read_frames(exe_path, m, dst.write, bar)
             else:
-                sha = _copy_hashing(src, m.offset, m.size, dst.write, bar)
+                sha = copy_hashing(src, m.offset, m.size, dst.write, bar)
             dst.flush()
             os.fsync(dst.fileno())
         if sha != m.sha256:
@@ -66,16 +73,15 @@ def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: Progres
             os.replace(tmp, final)
         except PermissionError:  # Windows: another instance finished first and has it open
             if _marker_ok(final, marker, m, Path(final.name)):
-                return final
+                return
             raise
         _write_marker(final, marker, m, Path(final.name))
     finally:
         bar.close()
-        _unlink(tmp)
-    return final
+        unlink_quietly(tmp)
 
 
-def _verify_sidecar(exe_path: Path, m: ModelBlob, dest: Path, progress: Progress) -> Path:
+def _verify_sidecar(exe_path: Path, m: ModelBlob, dest: Path, progress: ProgressArg) -> Path:
     model = exe_path.parent / m.file
     if not model.is_file():
         raise PackError(f"the model file {model.name} is missing next to {exe_path.name}; "
@@ -84,7 +90,7 @@ def _verify_sidecar(exe_path: Path, m: ModelBlob, dest: Path, progress: Progress
         raise PackError(f"{model} is incomplete or not the model this program was built with; copy it again")
     marker = dest / f"{m.sha256}.sidecar.ok"
     if not _marker_ok(model, marker, m, model.resolve()):
-        if _hash_path(model, m.size, progress) != m.sha256:
+        if hash_path(model, m.size, progress) != m.sha256:
             raise PackError(f"the model file {model} is corrupted (sha256 mismatch); copy it again")
         _write_marker(model, marker, m, model.resolve())
     return model
@@ -103,9 +109,7 @@ def _marker_ok(path: Path, marker: Path, m: ModelBlob, recorded: Path) -> bool:
 def _write_marker(path: Path, marker: Path, m: ModelBlob, recorded: Path) -> None:
     st = path.stat()
     info = {"sha256": m.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "path": str(recorded)}
-    tmp = marker.with_name(f"{marker.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(info), "utf-8")
-    os.replace(tmp, marker)
+    replace_text(marker, json.dumps(info))
 
 
 def _remove_stale_tmps(dest: Path, sha: str) -> None:
@@ -123,39 +127,4 @@ def _remove_stale_tmps(dest: Path, sha: str) -> None:
                 pass
             except OSError:
                 continue
-        _unlink(p)
-
-
-def _unzstd_hashing(exe_path: Path, m: ModelBlob, write, bar) -> str:
-    zstd, local = _zstd(), threading.local()
-
-    def decompress(off: int, stored: int, raw: int) -> bytes:
-        if not hasattr(local, "f"):
-            local.f, local.d = open(exe_path, "rb"), zstd.ZstdDecompressor()
-            opened.append(local.f)
-        local.f.seek(m.offset + off)
-        frame = local.f.read(stored)
-        try:  # check the declared size before letting it size the output buffer
-            ok = zstd.get_frame_parameters(frame).content_size == raw
-            data = local.d.decompress(frame) if ok else b""
-        except zstd.ZstdError:
-            data = b""
-        if len(data) != raw:
-            raise PackError(f"the model inside {exe_path} is corrupted (a zstd frame is damaged); "
-                            "re-download or rebuild it")
-        return data
-
-    workers, opened, pending, hasher = max(1, min(8, os.cpu_count() or 1)), [], deque(), _Hasher()
-    try:
-        with ThreadPoolExecutor(workers) as pool:
-            for i, frame in enumerate(m.frames):
-                pending.append(pool.submit(decompress, *frame))
-                while pending and (len(pending) > 2 * workers or i == len(m.frames) - 1):
-                    data = pending.popleft().result()
-                    hasher.update(data)
-                    write(data)
-                    bar(len(data))
-    finally:
-        for f in opened:
-            f.close()
-    return hasher.hexdigest()
+        unlink_quietly(p)

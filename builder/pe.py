@@ -1,6 +1,7 @@
 """Windows PE reader and checksum for splicing bytes in front of PyInstaller's overlay archive.
 
-Used only by :mod:`llmpack.builder.packfile` (the byte layout is documented there). On Windows,
+Used by :mod:`llmpack.builder.splice` to write and by :mod:`llmpack.builder.packfile` to find the
+trailer in front of a signature (the byte layout is documented there). On Windows,
 PyInstaller appends its archive to the bootloader as an *overlay*: bytes after the raw data of the
 last section, which the loader never maps and no header points at. Inserting bytes at the
 archive start therefore needs no offset fix-ups; only ``OptionalHeader.CheckSum`` (which covers

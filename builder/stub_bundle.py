@@ -39,7 +39,8 @@ RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
 }
 DATA_PACKAGES = ("llmpack.webui", "llmpack.recipes")
 # Modules only `llmpack build` / `llmpack stub` need; the runtime never imports them.
-BUILD_TIME_MODULES = {"llmpack.builder.build", "llmpack.builder.stub", "llmpack.builder.stub_bundle"}
+BUILD_TIME_MODULES = {"llmpack.builder.build", "llmpack.builder.splice", "llmpack.builder.stub",
+                      "llmpack.builder.stub_bundle"}
 
 # Never needed at run time; most are test/dev tools that happen to share the venv.
 EXCLUDES = [

@@ -31,7 +31,8 @@ from pathlib import Path
 import platformdirs
 import PyInstaller
 import pytest
-from llmpack.builder import extract, packfile
+from llmpack.builder import extract, packfile, splice, zstd_frames
+from llmpack.builder.manifest import Manifest
 from llmpack.builder.packfile import PackError
 from PyInstaller.archive.readers import CArchiveReader
 from PyInstaller.archive.writers import CArchiveWriter
@@ -163,8 +164,9 @@ print(json.dumps(out))
 @pytest.fixture(scope="session")
 def onefile_exe() -> Path:
     """A real PyInstaller onefile program (~30 s to build once, then cached)."""
-    sources = {"llmpack": ["__init__.py", "errors.py", "paths.py"],
-               "llmpack/builder": ["__init__.py", "packfile.py", "extract.py", "elf.py", "pe.py"]}
+    sources = {"llmpack": ["__init__.py", "errors.py", "paths.py", "progress.py"],
+               "llmpack/builder": ["__init__.py", "packfile.py", "extract.py", "manifest.py", "hashing.py",
+                                   "fileio.py", "zstd_frames.py", "elf.py", "pe.py"]}
     repo_dir = {"llmpack": REPO / "llmpack", "llmpack/builder": REPO / "builder"}
     key = hashlib.sha256(HELLO.encode())
     for pkg, names in sources.items():
@@ -226,7 +228,7 @@ def _readelf_sections(path: Path) -> dict[str, tuple[int, int]]:
 
 def test_elf_layout_keeps_the_file_valid_and_the_archive_intact(elf_stub, model, tmp_path, archive):
     out = tmp_path / "app"
-    manifest = packfile.write_packed(elf_stub, model, out, EXTRA)
+    manifest = splice.write_packed(elf_stub, model, out, EXTRA)
     data, stub = out.read_bytes(), elf_stub.read_bytes()
     m = manifest.model
 
@@ -257,7 +259,7 @@ def test_elf_layout_keeps_the_file_valid_and_the_archive_intact(elf_stub, model,
 
 def test_manifest_records_what_the_runtime_needs(elf_stub, model, tmp_path):
     out = tmp_path / "app"
-    packfile.write_packed(elf_stub, model, out, {**EXTRA, "homepage": "https://example.org"})
+    splice.write_packed(elf_stub, model, out, {**EXTRA, "homepage": "https://example.org"})
     d = packfile.read_manifest(out).to_dict()
     assert d["format_version"] == 1
     assert d["model"]["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
@@ -272,7 +274,7 @@ def test_manifest_records_what_the_runtime_needs(elf_stub, model, tmp_path):
 
 def test_trailer_is_the_last_64_bytes(elf_stub, model, tmp_path):
     out = tmp_path / "app"
-    manifest = packfile.write_packed(elf_stub, model, out, EXTRA)
+    manifest = splice.write_packed(elf_stub, model, out, EXTRA)
     data = out.read_bytes()
     assert len(data) % 8 == 0 and data[-64:-56] == b"LLMPACK1"
     magic, version, _, _, moff, mlen, model_off, model_len, arch, _, _ = packfile.TRAILER.unpack(data[-64:])
@@ -288,7 +290,7 @@ def test_trailer_is_the_last_64_bytes(elf_stub, model, tmp_path):
 @pytest.mark.stub
 def test_real_onefile_program_runs_after_splicing(onefile_exe, model, tmp_path):
     out = tmp_path / "app"
-    manifest = packfile.write_packed(onefile_exe, model, out, EXTRA)
+    manifest = splice.write_packed(onefile_exe, model, out, EXTRA)
     assert "pydata" in _readelf_sections(out)
     result = _run_json(out, "hello", "--flag")
     assert result["argv"] == ["hello", "--flag"]
@@ -303,7 +305,7 @@ def test_real_onefile_program_runs_after_splicing(onefile_exe, model, tmp_path):
 @pytest.mark.stub
 def test_real_onefile_extracts_once_even_zstd(onefile_exe, model, tmp_path):
     out = tmp_path / "app"
-    packfile.write_packed(onefile_exe, model, out, EXTRA, compress="zstd")
+    splice.write_packed(onefile_exe, model, out, EXTRA, compress="zstd")
     models = tmp_path / "models"
     result = _run_json(out, "--extract", str(models))
     assert Path(result["extracted"]).read_bytes() == model.read_bytes()
@@ -324,7 +326,7 @@ def test_what_the_bootloader_scans_does_not_grow_with_the_model(onefile_exe, tmp
             f.write(b"GGUF")
             f.truncate(model_size)   # sparse
         out = tmp_path / f"app{model_size}"
-        packfile.write_packed(onefile_exe, model, out, {}, compress="none")
+        splice.write_packed(onefile_exe, model, out, {}, compress="none")
         data = out.read_bytes()
         cookie = data.rfind(packfile.COOKIE_MAGIC)
         assert cookie > packfile.read_manifest(out).model.offset + model_size
@@ -339,7 +341,7 @@ def test_what_the_bootloader_scans_does_not_grow_with_the_model(onefile_exe, tmp
 
 def test_pe_splice_keeps_headers_sections_overlay_and_checksum(pe_stub, model, tmp_path, archive):
     out = tmp_path / "app.exe"
-    manifest = packfile.write_packed(pe_stub, model, out, EXTRA)
+    manifest = splice.write_packed(pe_stub, model, out, EXTRA)
     stub, data = pe_stub.read_bytes(), out.read_bytes()
     before, after = _pe(stub), _pe(data)
     assert before["checksum"] != 0
@@ -368,7 +370,7 @@ def test_pe_checksum_left_zero_when_the_stub_had_none(pe_stub, model, tmp_path):
     at = _pe(bytes(stub))["checksum_at"]
     stub[at:at + 4] = bytes(4)
     (tmp_path / "nosum.exe").write_bytes(bytes(stub))
-    packfile.write_packed(tmp_path / "nosum.exe", model, tmp_path / "app.exe", {})
+    splice.write_packed(tmp_path / "nosum.exe", model, tmp_path / "app.exe", {})
     assert _pe((tmp_path / "app.exe").read_bytes())["checksum"] == 0
 
 
@@ -376,7 +378,7 @@ def test_pe_checksum_matches_with_zstd_and_odd_sizes(pe_stub, tmp_path):
     odd = tmp_path / "odd.gguf"
     odd.write_bytes(b"GGUF" + b"abc" * 400_001)  # odd length, compressible
     out = tmp_path / "app.exe"
-    m = packfile.write_packed(pe_stub, odd, out, {"defaults": {"name": "\u00e9t\u00e9"}}, compress="zstd")
+    m = splice.write_packed(pe_stub, odd, out, {"defaults": {"name": "\u00e9t\u00e9"}}, compress="zstd")
     data = out.read_bytes()
     assert m.model.compression == "zstd"
     assert _pe(data)["checksum"] == _pe_checksum(data, _pe(data)["checksum_at"])
@@ -388,7 +390,7 @@ def test_pe_over_4_gib_is_refused_before_writing(pe_stub, tmp_path):
         f.truncate(4 * 1024**3 + MiB)  # sparse: nothing is really written
     t = time.perf_counter()
     with pytest.raises(PackError, match="--sidecar"):
-        packfile.write_packed(pe_stub, huge, tmp_path / "app.exe", {}, compress="none")
+        splice.write_packed(pe_stub, huge, tmp_path / "app.exe", {}, compress="none")
     assert time.perf_counter() - t < 5
     assert not list(tmp_path.glob("*app.exe*"))
 
@@ -400,10 +402,10 @@ def test_signed_pe_stub_is_refused_but_a_signed_result_is_readable(pe_stub, mode
     struct.pack_into("<II", signed, sec, len(signed) - 16, 16)
     (tmp_path / "signed.exe").write_bytes(bytes(signed))
     with pytest.raises(PackError, match="signed"):
-        packfile.write_packed(tmp_path / "signed.exe", model, tmp_path / "x.exe", {})
+        splice.write_packed(tmp_path / "signed.exe", model, tmp_path / "x.exe", {})
 
     out = tmp_path / "app.exe"  # signing the finished program appends a certificate after the trailer
-    manifest = packfile.write_packed(pe_stub, model, out, EXTRA)
+    manifest = splice.write_packed(pe_stub, model, out, EXTRA)
     data = bytearray(out.read_bytes())
     cert_at = len(data)
     assert cert_at % 8 == 0
@@ -420,7 +422,7 @@ def test_macho_is_refused_with_a_pointer_to_sidecar(model, tmp_path):
     macho = tmp_path / "stub"
     macho.write_bytes(b"\xcf\xfa\xed\xfe" + os.urandom(4096))
     with pytest.raises(PackError, match="macOS.*--sidecar"):
-        packfile.write_packed(macho, model, tmp_path / "app", {})
+        splice.write_packed(macho, model, tmp_path / "app", {})
 
 
 @pytest.mark.parametrize("content", [b"just some text\n" * 100, b"\x7fELF" + bytes(4000), b"MZ" + bytes(4000)])
@@ -428,7 +430,7 @@ def test_unknown_or_broken_files_are_refused(content, model, tmp_path):
     bad = tmp_path / "stub"
     bad.write_bytes(content)
     with pytest.raises(PackError):
-        packfile.write_packed(bad, model, tmp_path / "app", {})
+        splice.write_packed(bad, model, tmp_path / "app", {})
     assert not (tmp_path / "app").exists()
 
 
@@ -436,22 +438,22 @@ def test_a_plain_executable_without_archive_is_refused(model, tmp_path):
     plain = shutil.which("true") or pytest.skip("needs /bin/true")
     shutil.copyfile(plain, tmp_path / "x")
     with pytest.raises(PackError, match="PyInstaller onefile"):
-        packfile.write_packed(tmp_path / "x", model, tmp_path / "app", {})
+        splice.write_packed(tmp_path / "x", model, tmp_path / "app", {})
 
 
 def test_a_packed_file_is_not_packed_again(elf_stub, model, tmp_path):
-    packfile.write_packed(elf_stub, model, tmp_path / "app", {})
+    splice.write_packed(elf_stub, model, tmp_path / "app", {})
     with pytest.raises(PackError, match="already contains"):
-        packfile.write_packed(tmp_path / "app", model, tmp_path / "app2", {})
+        splice.write_packed(tmp_path / "app", model, tmp_path / "app2", {})
 
 
 # --------------------------------------------------------------------------- damage
 
 
 @pytest.fixture
-def packed(elf_stub, model, tmp_path) -> tuple[Path, packfile.Manifest]:
+def packed(elf_stub, model, tmp_path) -> tuple[Path, Manifest]:
     out = tmp_path / "app"
-    return out, packfile.write_packed(elf_stub, model, out, EXTRA)
+    return out, splice.write_packed(elf_stub, model, out, EXTRA)
 
 
 def test_corrupted_model_is_detected_and_leaves_nothing(packed, tmp_path):
@@ -505,7 +507,7 @@ def test_find_embedded_model(packed, model, tmp_path, elf_stub):
         f.seek(offset)
         assert f.read(length) == model.read_bytes()
     assert packfile.find_embedded_model(model) is None  # a plain GGUF
-    packfile.write_packed(elf_stub, model, tmp_path / "z", {}, compress="zstd")
+    splice.write_packed(elf_stub, model, tmp_path / "z", {}, compress="zstd")
     assert packfile.find_embedded_model(tmp_path / "z") is None  # compressed: not usable in place
 
 
@@ -567,12 +569,12 @@ def test_interrupted_extraction_is_not_mistaken_for_valid(packed, model, tmp_pat
 def test_zstd_round_trip_with_independent_frames(elf_stub, tmp_path, monkeypatch):
     import zstandard
 
-    monkeypatch.setattr(packfile, "FRAME_SIZE", 1 * MiB)
+    monkeypatch.setattr(zstd_frames, "FRAME_SIZE", 1 * MiB)
     raw = (b"GGUF" + b"token embedding row " * 300_000)[:5 * MiB + 777]
     src = tmp_path / "m.gguf"
     src.write_bytes(raw)
     out = tmp_path / "app"
-    m = packfile.write_packed(elf_stub, src, out, EXTRA, compress="zstd").model
+    m = splice.write_packed(elf_stub, src, out, EXTRA, compress="zstd").model
     assert m.compression == "zstd" and len(m.frames) == 6 and m.stored_size < m.size // 5
     assert packfile.read_manifest(out).model == m
     data = out.read_bytes()
@@ -587,7 +589,7 @@ def test_zstd_damage_is_reported(elf_stub, tmp_path, where):
     src = tmp_path / "m.gguf"
     src.write_bytes(b"GGUF" + os.urandom(1000) * 4000)
     out = tmp_path / "app"
-    m = packfile.write_packed(elf_stub, src, out, {}, compress="zstd").model
+    m = splice.write_packed(elf_stub, src, out, {}, compress="zstd").model
     data = bytearray(out.read_bytes())
     data[m.offset + (m.stored_size // 2 if where == "payload" else 6)] ^= 0x40  # 6: content size
     out.write_bytes(bytes(data))
@@ -597,10 +599,10 @@ def test_zstd_damage_is_reported(elf_stub, tmp_path, where):
 
 
 def test_auto_compression_only_when_it_pays(elf_stub, model, tmp_path):
-    assert packfile.write_packed(elf_stub, model, tmp_path / "a", {}, compress="auto").model.compression == "none"
+    assert splice.write_packed(elf_stub, model, tmp_path / "a", {}, compress="auto").model.compression == "none"
     text = tmp_path / "text.gguf"
     text.write_bytes(b"GGUF" + b"the same words again and again " * 200_000)
-    assert packfile.write_packed(elf_stub, text, tmp_path / "b", {}, compress="auto").model.compression == "zstd"
+    assert splice.write_packed(elf_stub, text, tmp_path / "b", {}, compress="auto").model.compression == "zstd"
 
 
 # --------------------------------------------------------------------------- sidecar
@@ -609,7 +611,7 @@ def test_auto_compression_only_when_it_pays(elf_stub, model, tmp_path):
 def test_sidecar_keeps_the_model_beside_the_program(elf_stub, model, tmp_path):
     out = tmp_path / "dist" / "chat"
     out.parent.mkdir()
-    manifest = packfile.write_sidecar(elf_stub, model, out, EXTRA)
+    manifest = splice.write_sidecar(elf_stub, model, out, EXTRA)
     side = tmp_path / "dist" / "chat.gguf"
     assert side.read_bytes() == model.read_bytes()
     assert manifest.model.location == "sidecar" and manifest.model.file == "chat.gguf"
@@ -626,14 +628,14 @@ def test_sidecar_keeps_the_model_beside_the_program(elf_stub, model, tmp_path):
     side.unlink()
     with pytest.raises(PackError, match="missing"):
         extract.extract_model(out, manifest, tmp_path / "m")
-    assert packfile.sidecar_name("Chat.EXE") == "Chat.gguf" and packfile.sidecar_name("qwen2.5-x") == "qwen2.5-x.gguf"
+    assert splice.sidecar_name("Chat.EXE") == "Chat.gguf" and splice.sidecar_name("qwen2.5-x") == "qwen2.5-x.gguf"
 
 
 def test_sidecar_on_macos_leaves_the_stub_untouched(model, tmp_path):
     macho = tmp_path / "stub"
     macho.write_bytes(b"\xcf\xfa\xed\xfe" + os.urandom(4096))
     out = tmp_path / "chat"
-    manifest = packfile.write_sidecar(macho, model, out, EXTRA)
+    manifest = splice.write_sidecar(macho, model, out, EXTRA)
     assert out.read_bytes() == macho.read_bytes()
     assert packfile.read_manifest(out).model == manifest.model
     assert extract.extract_model(out, manifest, tmp_path / "m") == tmp_path / "chat.gguf"
