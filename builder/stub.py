@@ -14,9 +14,10 @@ with anything that changes the bundle::
 
 Build: :mod:`llmpack.builder.stub_bundle` *stages* the runtime packages into a temporary
 ``src/llmpack/...`` tree (the repo's folders are mapped onto ``llmpack.*`` by setuptools, which
-PyInstaller's module finder cannot follow) and writes the spec; PyInstaller runs in a subprocess with its log going to a
-file while a status line shows progress, the result is smoke-tested (``--llmpack-selftest``:
-imports llama.cpp, finds the web UI and recipes) and moved into place atomically.
+PyInstaller's module finder cannot follow) and writes the spec; PyInstaller runs in a
+subprocess with its log going to a file while a progress bar (llmpack.progress) shows its
+latest step; the result is smoke-tested (``--llmpack-selftest``: imports llama.cpp, finds the
+web UI and recipes) and moved into place atomically.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from llmpack import __version__
 from llmpack.builder.stub_bundle import StubError, llama_lib_dir, runtime_sources, shared_libs, write_spec
+from llmpack.progress import Bar
 
 STUB_NAME = "llmpack-stub"
 INFO_SUFFIX = ".json"
@@ -220,37 +222,20 @@ def _tail(path: Path, n: int = 25) -> str:
 
 
 def _run_with_status(cmd: list[str], log_path: Path, env: dict, cwd: Path, *, quiet: bool, label: str) -> int:
-    """Run PyInstaller with its log in a file; show a spinner and its latest step meanwhile."""
-    tty = sys.stderr.isatty() and not quiet
-    started = time.monotonic()
+    """Run PyInstaller with its log in a file; meanwhile a progress bar shows its latest step."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
-        if not quiet:
-            print(f"llmpack: {label}; log: {log_path}", file=sys.stderr, flush=True)
-        spinner, i, last_note = "|/-\\", 0, started
+        bar = Bar(f"{label}; log: {log_path}", enabled=not quiet)
         try:
             while proc.poll() is None:
                 time.sleep(0.2)
-                elapsed = time.monotonic() - started
-                if tty:
-                    step = _last_step(log_path)
-                    line = f"\r{spinner[i % 4]} {int(elapsed) // 60}:{int(elapsed) % 60:02d}  {step}"
-                    width = shutil.get_terminal_size((100, 20)).columns - 1
-                    sys.stderr.write(line[:width].ljust(width))
-                    sys.stderr.flush()
-                    i += 1
-                elif not quiet and time.monotonic() - last_note >= 30:
-                    last_note = time.monotonic()
-                    print(f"llmpack: still building the stub ({elapsed:.0f} s): {_last_step(log_path)}",
-                          file=sys.stderr, flush=True)
+                bar.set_note(_last_step(log_path))
         except BaseException:
             proc.kill()
             proc.wait()
             raise
         finally:
-            if tty:
-                sys.stderr.write("\r" + " " * (shutil.get_terminal_size((100, 20)).columns - 1) + "\r")
-                sys.stderr.flush()
+            bar.close()
     return proc.returncode
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 from llmpack import __version__
 from llmpack.errors import LlmpackError
+from llmpack.progress import PhaseBars
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
 from llmpack.runtime.server.state import MESSAGES, ServedModel, ServerState
@@ -195,7 +196,7 @@ class Server:
         self.display_name = display_name
         self._stop = threading.Event()
         self._closed = False
-        self._console = _ConsoleProgress(quiet)
+        self._console = PhaseBars(MESSAGES, enabled=not quiet)   # extracting, loading
 
     # -- model
     def progress(self, phase: str, fraction: float) -> None:
@@ -215,7 +216,7 @@ class Server:
                                 progress=self.progress, warn=self._say)
         except Exception as exc:  # noqa: BLE001 - shown on the page and the console
             message = str(exc) if isinstance(exc, LlmpackError) else f"{type(exc).__name__}: {exc}"
-            self._console.done()
+            self._console.close()
             print(f"llmpack: error: could not load the model: {message}", file=sys.stderr, flush=True)
             self.state.set_error(message.splitlines()[0] if message else "unknown error")
             return
@@ -223,7 +224,7 @@ class Server:
             model.engine.shutdown()
             return
         self.state.set_ready(model)
-        self._console.done()
+        self._console.close()
         self._say(f"llmpack: model ready ({model.display_name}, context {model.n_ctx} tokens)")
 
     def _say(self, text: str) -> None:
@@ -278,37 +279,6 @@ class Server:
             except Exception:  # noqa: BLE001
                 pass
         wasyncore.close_all(self.server._map)
-
-
-class _ConsoleProgress:
-    """Loading progress on the console: one updating line on a terminal, a few lines otherwise."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet, self.last, self.open = quiet, ("", -1), False
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, phase: str, fraction: float) -> None:
-        if self.quiet:
-            return
-        pct = int(max(0.0, min(1.0, fraction)) * 100)
-        step = pct if self.tty else pct // 25 * 25
-        if (phase, step) == self.last:
-            return
-        same_phase = self.last[0] == phase
-        self.last = (phase, step)
-        text = f"llmpack: {MESSAGES.get(phase, phase)}... {pct:3d}%"
-        if self.tty:
-            sys.stderr.write(("\r" if same_phase else "\n") + text if self.open else text)
-            self.open = True
-        else:
-            sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.open:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.open = False
 
 
 def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *, recipe: Any = None,
