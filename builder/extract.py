@@ -7,13 +7,22 @@ size and mtime. A later launch that finds a matching marker uses the file withou
 it; anything else (no marker, a different size or mtime, leftovers of an interrupted run
 whose process is gone) is checked or redone, so a half-written file is never taken for valid.
 A sidecar model (``--sidecar``) is verified once in place.
+
+Two launches of the same program at once (a double double-click) take turns: an exclusive
+lock on ``<sha256>.gguf.lock`` (flock / LockFileEx, released by the OS if the holder dies)
+makes the second wait and then find the first one's verified file, instead of both writing a
+copy. The holder removes the lock file when done; a launch that slips in meanwhile can at
+worst unpack a second copy through its own temporary file, never break the first. A full disk or an unwritable cache is one line naming the folder, never a traceback.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from llmpack.builder.fileio import replace_text, tmp_sibling, unlink_quietly
 from llmpack.builder.hashing import copy_hashing, hash_path
@@ -32,14 +41,20 @@ def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: Progres
 
     exe_path, m = Path(exe_path), manifest.model
     dest = Path(dest_dir) if dest_dir is not None else paths.models_dir()
-    dest.mkdir(parents=True, exist_ok=True)
-    if m.location == "sidecar":
-        return _verify_sidecar(exe_path, m, dest, progress)
-    final = dest / f"{m.sha256}.gguf"
-    marker = final.with_name(final.name + ".ok")
-    if not _marker_ok(final, marker, m, Path(final.name)):
-        _unpack(exe_path, m, final, marker, progress)
-    return final
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        if m.location == "sidecar":
+            return _verify_sidecar(exe_path, m, dest, progress)
+        final = dest / f"{m.sha256}.gguf"
+        marker = final.with_name(final.name + ".ok")
+        if _marker_ok(final, marker, m, Path(final.name)):
+            return final
+        with _exclusive(final.with_name(final.name + ".lock")):
+            if not _marker_ok(final, marker, m, Path(final.name)):   # another launch may have done it
+                _unpack(exe_path, m, final, marker, progress)
+        return final
+    except OSError as exc:
+        raise _disk_error(exc, dest, m) from None
 
 
 def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: ProgressArg) -> None:
@@ -69,16 +84,51 @@ def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: P
         if sha != m.sha256:
             raise PackError(f"the model inside {exe_path} is corrupted (sha256 mismatch); "
                             "re-download or rebuild it")
-        try:
-            os.replace(tmp, final)
-        except PermissionError:  # Windows: another instance finished first and has it open
-            if _marker_ok(final, marker, m, Path(final.name)):
-                return
-            raise
+        os.replace(tmp, final)
         _write_marker(final, marker, m, Path(final.name))
     finally:
         bar.close()
         unlink_quietly(tmp)
+
+
+def _disk_error(exc: OSError, dest: Path, m: ModelBlob) -> PackError:
+    """One line for what goes wrong writing the cache: a full disk, no permission, ..."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return PackError(f"the disk filled up while unpacking the model into {dest} ({m.size / 1e9:.1f} GB "
+                         "needed); free some space or set LLMPACK_CACHE to a folder on a bigger disk")
+    what = exc.strerror or type(exc).__name__
+    where = exc.filename or dest
+    return PackError(f"cannot unpack the model into {dest}: {what} ({where}); "
+                     "set LLMPACK_CACHE to a folder you can write to")
+
+
+@contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `lock_path` (created if missing); waits while another process
+    holds it. The OS drops the lock when its holder exits, however it exits."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    locked = False
+    try:
+        if os.name == "nt":
+            import msvcrt
+
+            while True:
+                try:
+                    msvcrt.locking(fd, msvcrt.LK_LOCK, 1)   # retries for ~10 s, then raises
+                    locked = True
+                    break
+                except OSError:
+                    continue
+        else:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            locked = True
+        yield
+    finally:
+        if locked and os.name != "nt":   # Windows cannot delete a file that is open
+            unlink_quietly(lock_path)
+        os.close(fd)   # releases the lock
 
 
 def _verify_sidecar(exe_path: Path, m: ModelBlob, dest: Path, progress: ProgressArg) -> Path:

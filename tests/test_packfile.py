@@ -23,6 +23,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 import zlib
@@ -561,6 +562,81 @@ def test_interrupted_extraction_is_not_mistaken_for_valid(packed, model, tmp_pat
     mtime = final.stat().st_mtime_ns
     assert extract.extract_model(out, manifest, dest, progress=lambda d, t: calls.append(d)) == final
     assert calls and final.stat().st_mtime_ns == mtime and Path(str(final) + ".ok").is_file()
+
+
+def test_two_extractions_at_once_make_one_verified_file(packed, model, tmp_path):
+    """Two first launches at once: the second waits for the first and uses its file."""
+    out, manifest = packed
+    dest = tmp_path / "models"
+    first_copying, release = threading.Event(), threading.Event()
+    copied: dict[str, list[int]] = {"first": [], "second": []}
+
+    def first_progress(done: int, total: int) -> None:
+        copied["first"].append(done)
+        first_copying.set()
+        assert release.wait(60)
+
+    results: dict[str, Path | BaseException] = {}
+
+    def run(name: str, progress) -> None:
+        try:
+            results[name] = extract.extract_model(out, manifest, dest, progress=progress)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            results[name] = exc
+
+    first = threading.Thread(target=run, args=("first", first_progress))
+    first.start()
+    assert first_copying.wait(60)
+    second = threading.Thread(target=run, args=("second", lambda d, t: copied["second"].append(d)))
+    second.start()
+    second.join(1.0)
+    assert second.is_alive(), "the second extraction did not wait for the first"
+    release.set()
+    first.join(60)
+    second.join(60)
+    final = dest / f"{manifest.model.sha256}.gguf"
+    assert results == {"first": final, "second": final}
+    assert copied["second"] == []                      # it found the first one's verified file
+    assert final.read_bytes() == model.read_bytes()
+    assert sorted(p.name for p in dest.iterdir()) == [final.name, final.name + ".ok"]   # no temp or lock file
+
+
+FULL_DISK = r"""
+import json, shutil, subprocess, sys
+from llmpack.builder import extract, packfile
+exe, dest, lie = sys.argv[1], sys.argv[2], sys.argv[3] == "lie"
+if lie:   # a filesystem that reports more free space than it has, or another program filling it
+    shutil.disk_usage = lambda path: shutil._ntuple_diskusage(1 << 40, 0, 1 << 40)
+try:
+    extract.extract_model(exe, packfile.read_manifest(exe), dest)
+    result = {"error": None}
+except packfile.PackError as exc:
+    result = {"error": str(exc)}
+import os
+result["left"] = sorted(os.listdir(dest))
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.parametrize("when", ["checked before writing", "filled while writing"])
+def test_a_full_disk_is_one_clear_line_and_leaves_nothing(packed, tmp_path, when):
+    """The cache folder is a 1 MiB tmpfs (a mount namespace of its own: no root needed, nothing
+    left mounted); the model is 3 MiB."""
+    out, _ = packed
+    dest = tmp_path / "cache"
+    dest.mkdir()
+    script = tmp_path / "full_disk.py"
+    script.write_text(FULL_DISK)
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=1m llmpack-test "$1" && shift && exec "$@"',
+                           "sh", str(dest), sys.executable, str(script), str(out), str(dest),
+                           "lie" if when == "filled while writing" else "honest"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    error = result["error"]
+    assert error and "\n" not in error and str(dest) in error and "LLMPACK_CACHE" in error
+    assert ("not enough disk space" if when == "checked before writing" else "the disk filled up") in error
+    assert result["left"] == []
 
 
 # --------------------------------------------------------------------------- zstd
