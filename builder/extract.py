@@ -67,8 +67,8 @@ def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: P
         unlink_quietly(final)
     free = shutil.disk_usage(final.parent).free
     if free < m.size + SPARE_BYTES:
-        raise PackError(f"not enough disk space to unpack the model: {m.size / 1e9:.1f} GB needed in "
-                        f"{final.parent}, {free / 1e9:.1f} GB free; free some space or set LLMPACK_CACHE")
+        raise PackError(f"not enough disk space to unpack the model: {_size(m.size + SPARE_BYTES)} needed in "
+                        f"{final.parent}, {_size(free)} free; free some space or set LLMPACK_CACHE")
     tmp = tmp_sibling(final)
     bar = ByteProgress(progress, m.size, "unpacking model")
     try:
@@ -94,12 +94,16 @@ def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: P
 def _disk_error(exc: OSError, dest: Path, m: ModelBlob) -> PackError:
     """One line for what goes wrong writing the cache: a full disk, no permission, ..."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return PackError(f"the disk filled up while unpacking the model into {dest} ({m.size / 1e9:.1f} GB "
-                         "needed); free some space or set LLMPACK_CACHE to a folder on a bigger disk")
+        return PackError(f"the disk filled up while unpacking the model into {dest} ({_size(m.size)} needed); "
+                         "free some space or set LLMPACK_CACHE to a folder on a bigger disk")
     what = exc.strerror or type(exc).__name__
     where = exc.filename or dest
     return PackError(f"cannot unpack the model into {dest}: {what} ({where}); "
                      "set LLMPACK_CACHE to a folder you can write to")
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 @contextmanager

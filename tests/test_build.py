@@ -7,6 +7,7 @@ on the developer's Python. The byte layout and its refusal paths are tests/test_
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -356,6 +357,64 @@ def test_a_damaged_copy_is_refused_in_one_line(tiny_exe, tmp_path):
                           env=minimal_env(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "LLMPACK_LISTENING" not in proc.stdout
     assert len(proc.stderr.strip().splitlines()) == 1 and "incomplete" in proc.stderr, proc.stderr
+
+
+def lock_waiters(lock: Path) -> set[int]:
+    """Pids waiting for an flock on `lock`, from /proc/locks ("N: -> FLOCK ADVISORY WRITE pid maj:min:ino ...")."""
+    ino, waiting = lock.stat().st_ino, set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 6 and parts[1] == "->" and parts[2] == "FLOCK" and int(parts[6].split(":")[2]) == ino:
+            waiting.add(int(parts[5]))
+    return waiting
+
+
+def test_two_first_launches_at_once_unpack_the_model_once(tiny_exe, tiny_gguf, tmp_path):
+    """A double double-click: two launches of a new program at the same moment. The test holds
+    the extraction lock until both wait for it, so they really race for it when it is released."""
+    sha = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
+    models = tmp_path / "cache" / "models"
+    models.mkdir(parents=True)
+    lock = models / f"{sha}.gguf.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    apps = [launch(tiny_exe, tmp_path / f"launch-{i}", env=minimal_env(tmp_path)) for i in range(2)]
+    try:
+        for app in apps:
+            app.wait_listening()
+        deadline = time.monotonic() + 60
+        while len(lock_waiters(lock)) < 2:
+            assert time.monotonic() < deadline, f"the launches never waited for the lock: {lock_waiters(lock)}"
+            time.sleep(0.05)
+        os.close(fd)   # both race for it now
+        fd = -1
+        for app in apps:
+            assert app.wait_healthy()["status"] == "ok"
+            assert app.chat()["usage"]["completion_tokens"] > 0
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        codes = [app.stop() for app in apps]
+    for app, rc in zip(apps, codes):
+        assert_clean_exit(app, rc)
+    assert sum(UNPACKING in app.stderr for app in apps) == 1   # one unpacked, the other used its file
+    assert sorted(p.name for p in models.iterdir()) == [f"{sha}.gguf", f"{sha}.gguf.ok"]   # no temp, no lock
+    assert hashlib.sha256((models / f"{sha}.gguf").read_bytes()).hexdigest() == sha
+
+
+def test_a_full_cache_disk_is_one_clear_line(tiny_exe, tmp_path):
+    """The cache folder is a 256 KiB tmpfs (in a mount namespace of its own: no root needed,
+    nothing left mounted); the model does not fit."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=256k llmpack-test "$1" && shift && exec "$@"',
+                           "sh", str(cache), str(tiny_exe), "--no-browser", "--port", "0"],
+                          capture_output=True, text=True, timeout=120, env=minimal_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, proc.stderr
+    assert "not enough disk space" in errors[0] and str(cache / "models") in errors[0] and "LLMPACK_CACHE" in errors[0]
+    assert "MB needed" in errors[0] and "Traceback" not in proc.stdout + proc.stderr
 
 
 def test_inspect_reads_a_built_executable(tiny_exe):
