@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmpack import __version__
+from llmpack import __version__, signals
 from llmpack.errors import LlmpackError
 
 DEMO_NAME = "gemma-chat"
@@ -281,7 +280,6 @@ def run_child(cmd: list[str]) -> int:
         else:  # pragma: no cover
             kw["preexec_fn"] = os.setpgrp
     child = subprocess.Popen(cmd, **kw)
-    previous = {}
 
     def forward(signum: int, frame: Any) -> None:
         if os.name == "nt":
@@ -291,13 +289,7 @@ def run_child(cmd: list[str]) -> int:
         except OSError:
             pass
 
-    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            try:
-                previous[sig] = signal.signal(sig, forward)
-            except (ValueError, OSError):
-                pass
+    previous = signals.install(forward, ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK"))
     try:
         while True:
             try:
@@ -306,9 +298,5 @@ def run_child(cmd: list[str]) -> int:
             except KeyboardInterrupt:
                 continue
     finally:
-        for sig, handler in previous.items():
-            try:
-                signal.signal(sig, handler)
-            except (ValueError, OSError, TypeError):
-                pass
+        signals.restore(previous)
     return 128 - rc if rc < 0 else rc

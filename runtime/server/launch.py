@@ -8,7 +8,6 @@ import errno
 import hashlib
 import os
 import re
-import signal
 import socket
 import sys
 import threading
@@ -18,7 +17,7 @@ import webbrowser
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from llmpack import __version__
+from llmpack import __version__, signals
 from llmpack.errors import LlmpackError
 from llmpack.progress import PhaseBars
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
@@ -295,7 +294,7 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *
         pass
     finally:
         server.close()
-        _restore_signals(previous)
+        signals.restore(previous)
     print("llmpack: stopped", flush=True)
     return 1 if server.state.phase == "error" else 0
 
@@ -308,32 +307,13 @@ def _open_browser(url: str) -> None:
 
 
 def _install_signals(server: Server) -> dict:
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    previous = {}
-
     def on_signal(signum: int, frame: Any) -> None:
         if server._stop.is_set():   # second Ctrl+C: stop waiting
             raise KeyboardInterrupt
         print("\nllmpack: shutting down...", file=sys.stderr, flush=True)
         server.stop()
 
-    for name in ("SIGINT", "SIGTERM", "SIGBREAK"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            try:
-                previous[sig] = signal.signal(sig, on_signal)
-            except (ValueError, OSError):
-                pass
-    return previous
-
-
-def _restore_signals(previous: dict) -> None:
-    for sig, handler in previous.items():
-        try:
-            signal.signal(sig, handler)
-        except (ValueError, OSError, TypeError):
-            pass
+    return signals.install(on_signal, ("SIGINT", "SIGTERM", "SIGBREAK"))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
