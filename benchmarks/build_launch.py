@@ -134,7 +134,8 @@ def main() -> int:
             cp_s, build_s, hash_s = (statistics.median(x) for x in (cps, builds, hashes))
             figures[cache] = (cp_s, build_s)
             print(f"\n{cache} page cache (median of {n})")
-            print(f"  llmpack build   {build_s:.2f} s   ({fmt(builds)}; inside the process {statistics.median(inner):.2f} s)")
+            print(f"  llmpack build   {build_s:.2f} s   ({fmt(builds)}; "
+                  f"inside the process {statistics.median(inner):.2f} s)")
             print(f"  cp              {cp_s:.2f} s   ({fmt(cps)})")
             print(f"  sha256sum       {hash_s:.2f} s   ({fmt(hashes)})   the manifest needs the model's sha256")
             print(f"  build / cp      {build_s / cp_s:.2f} x   (target <= 1.5)")

@@ -9,10 +9,11 @@ whose process is gone) is checked or redone, so a half-written file is never tak
 A sidecar model (``--sidecar``) is verified once in place.
 
 Two launches of the same program at once (a double double-click) take turns: an exclusive
-lock on ``<sha256>.gguf.lock`` (flock / LockFileEx, released by the OS if the holder dies)
+lock on ``<sha256>.gguf.lock`` (flock / msvcrt.locking; the OS drops it if the holder dies)
 makes the second wait and then find the first one's verified file, instead of both writing a
 copy. The holder removes the lock file when done; a launch that slips in meanwhile can at
-worst unpack a second copy through its own temporary file, never break the first. A full disk or an unwritable cache is one line naming the folder, never a traceback.
+worst unpack a second copy through its own temporary file, never break the first. A full disk
+or an unwritable cache is one line naming the folder, never a traceback.
 """
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ import pytest
 import requests
 
 from ggufs import CHATML_TEMPLATE
+from tmpfs import on_small_tmpfs
 from llmpack.builder import packfile
 from llmpack.builder import stub as stub_module
 from llmpack.builder.stub import exe_name, get_stub, stub_info, stub_key
@@ -407,8 +408,7 @@ def test_a_full_cache_disk_is_one_clear_line(tiny_exe, tmp_path):
     nothing left mounted); the model does not fit."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=256k llmpack-test "$1" && shift && exec "$@"',
-                           "sh", str(cache), str(tiny_exe), "--no-browser", "--port", "0"],
+    proc = subprocess.run(on_small_tmpfs(cache, "256k", [str(tiny_exe), "--no-browser", "--port", "0"]),
                           capture_output=True, text=True, timeout=120, env=minimal_env(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]

@@ -37,6 +37,7 @@ from llmpack.builder.manifest import Manifest
 from llmpack.builder.packfile import PackError
 from PyInstaller.archive.readers import CArchiveReader
 from PyInstaller.archive.writers import CArchiveWriter
+from tmpfs import on_small_tmpfs
 
 REPO = Path(__file__).resolve().parents[1]
 COOKIE_MAGIC = b"MEI\014\013\012\013\016"
@@ -647,9 +648,8 @@ def test_a_full_disk_is_one_clear_line_and_leaves_nothing(packed, tmp_path, when
     dest.mkdir()
     script = tmp_path / "full_disk.py"
     script.write_text(FULL_DISK)
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=1m llmpack-test "$1" && shift && exec "$@"',
-                           "sh", str(dest), sys.executable, str(script), str(out), str(dest),
-                           "lie" if when == "filled while writing" else "honest"],
+    lie = "lie" if when == "filled while writing" else "honest"
+    proc = subprocess.run(on_small_tmpfs(dest, "1m", [sys.executable, str(script), str(out), str(dest), lie]),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)

