@@ -361,7 +361,10 @@ def wine() -> tuple[str, dict[str, str]]:
     ~15 s), no debug chatter, no display."""
     exe = shutil.which("wine") or shutil.which("wine64")
     if exe is None:
-        pytest.fail("the PE launch test needs Wine: apt-get install wine64 (.ci/run installs it)")
+        why = "the PE launch test needs Wine: apt-get install wine64 (.ci/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(why)   # CI must run it
+        pytest.skip(why)       # listed by -ra at the end of the run
     env = {**os.environ, "WINEPREFIX": str(_assets() / "wine-prefix"), "WINEDEBUG": "-all", "DISPLAY": ""}
     return exe, env
 
