@@ -4,6 +4,7 @@ memory must agree (see the `consistent` fixture)."""
 from __future__ import annotations
 
 import pytest
+from engine_invariants import check_consistency
 
 from llmpack.runtime.engine import EngineConfig, LLMEngine, PromptTooLongError
 from llmpack.runtime.llm import collect
@@ -75,7 +76,7 @@ def small_engine(demo_model):
 
 def assert_consistent(eng: LLMEngine) -> None:
     eng.wait_idle()
-    eng.check_consistency()
+    check_consistency(eng)
     assert eng.stats().kv_blocks_used == 0, "finished requests must release every block (cached ones are free)"
 
 
