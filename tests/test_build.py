@@ -128,21 +128,15 @@ class App:
             os.killpg(self.proc.pid, signal.SIGINT)
         else:
             self.proc.send_signal(signal.SIGINT)
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"did not exit within {timeout} s of SIGINT:\n{self.stderr}") from None
-        for r in self._readers:
-            r.join(5)
-        return rc
+        return self.wait_exit(timeout, after="SIGINT")
 
-    def wait_exit(self, timeout: float) -> int:
+    def wait_exit(self, timeout: float, after: str = "") -> int:
         try:
             rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"still running after {timeout} s:\n{self.stderr}") from None
+            raise AssertionError(f"still running {timeout} s {'after ' + after if after else 'later'}:\n"
+                                 f"{self.stderr}") from None
         for r in self._readers:
             r.join(5)
         return rc
