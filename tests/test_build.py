@@ -426,6 +426,20 @@ def test_build_refusals_are_one_line(tiny_gguf, tiny_exe, stub, tmp_path):
     assert not (tmp_path / "app.exe").exists() and not (tmp_path / "again").exists()
 
 
+def test_a_full_output_disk_is_one_line_and_leaves_no_partial_file(tiny_gguf, stub, tmp_path):
+    """-o into a 1 MiB tmpfs (the stub alone is ~76 MB); what the folder holds afterwards is
+    listed inside the mount namespace, before the tmpfs goes away."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    build = [sys.executable, "-m", "llmpack", "build", str(tiny_gguf), "-o", str(out_dir / "app"), "--stub", str(stub)]
+    then_list = ["sh", "-c", '"$@"; rc=$?; echo "left: $(ls -A "$0")"; exit $rc', str(out_dir), *build]
+    proc = subprocess.run(on_small_tmpfs(out_dir, "1m", then_list), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("llmpack: error: the disk filled up while writing")
+    assert str(out_dir / "app") in proc.stderr and "MB needed" in proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "left:"
+
+
 def test_sidecar_build_runs(tiny_gguf, stub, tmp_path):
     out = tmp_path / "side" / "tiny-side"
     llmpack_cli("build", str(tiny_gguf), "-o", str(out), "--sidecar", "--recipe", "chatml", "--stub", str(stub))
