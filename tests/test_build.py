@@ -411,6 +411,17 @@ def test_a_full_cache_disk_is_one_clear_line(tiny_exe, tmp_path):
     assert "MB needed" in errors[0] and "Traceback" not in proc.stdout + proc.stderr
 
 
+def test_an_unusable_cache_folder_is_one_clear_line(tiny_exe, tmp_path):
+    (tmp_path / "a-file").write_text("in the way")
+    cache = tmp_path / "a-file" / "cache"
+    proc = subprocess.run([str(tiny_exe), "--no-browser", "--port", "0"], capture_output=True, text=True,
+                          timeout=120, env=minimal_env(tmp_path, LLMPACK_CACHE=str(cache)), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and f"cannot use the folder {cache}" in errors[0] and "LLMPACK_CACHE" in errors[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
 def test_inspect_reads_a_built_executable(tiny_exe):
     proc = llmpack_cli("inspect", str(tiny_exe))
     assert "embedded at byte" in proc.stdout and "tiny-test-model" in proc.stdout
