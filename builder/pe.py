@@ -1,6 +1,7 @@
 """Windows PE reader and checksum for splicing bytes in front of PyInstaller's overlay archive.
 
-Used only by :mod:`llmpack.builder.packfile` (the byte layout is documented there). On Windows,
+Used by :mod:`llmpack.builder.splice` to write and by :mod:`llmpack.builder.packfile` to find the
+trailer in front of a signature (the byte layout is documented there). On Windows,
 PyInstaller appends its archive to the bootloader as an *overlay*: bytes after the raw data of the
 last section, which the loader never maps and no header points at. Inserting bytes at the
 archive start therefore needs no offset fix-ups; only ``OptionalHeader.CheckSum`` (which covers
@@ -82,15 +83,12 @@ class Checksum:
         data = memoryview(data).cast("B")
         if not len(data):
             return
-        try:
-            import numpy as np
+        import numpy as np   # a dependency; imported here so reading a manifest never needs it
 
-            even = len(data) & ~1
-            value = int(np.frombuffer(data[:even], dtype="<u2").sum(dtype=np.uint64))
-            if even != len(data):
-                value += data[-1]
-        except ImportError:  # pragma: no cover - numpy is a dependency; slower fallback
-            value = int.from_bytes(data, "little")
+        even = len(data) & ~1
+        value = int(np.frombuffer(data[:even], dtype="<u2").sum(dtype=np.uint64))
+        if even != len(data):
+            value += data[-1]
         if value:
             self._nonzero = True
         self._acc = (self._acc + (value % 0xFFFF) * (256 if offset & 1 else 1)) % 0xFFFF

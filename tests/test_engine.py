@@ -37,9 +37,10 @@ def assert_same_or_near_tie(alone, together, top: int = 5, max_gap: float = 1.0)
     within max_gap nats of its best; after that the continuations legitimately differ.
     A batching bug (wrong logits row, attention leaking across sequences) fails this at
     once, because the chosen tokens are then unrelated to the other run's candidates."""
-    assert len(alone) == len(together)
+    assert len(alone) == len(together), f"{len(alone)} outputs alone, {len(together)} together"
     for a, t in zip(alone, together):
-        assert len(a.token_ids) == len(t.token_ids)    # ignore_eos: both run to max_tokens
+        # greedy() ignores EOS, so both sides run to max_tokens whatever they chose
+        assert len(a.token_ids) == len(t.token_ids), f"{len(a.token_ids)} tokens alone, {len(t.token_ids)} together"
         for i, (x, y) in enumerate(zip(a.token_ids, t.token_ids)):
             if x == y:
                 continue

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import signal
 import socket
 import sys
 import threading
@@ -15,7 +14,9 @@ import webbrowser
 from pathlib import Path
 from typing import Any, Callable
 
+from llmpack import signals
 from llmpack.errors import LlmpackError
+from llmpack.progress import PhaseBars
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
 from llmpack.runtime.server.state import MESSAGES, ServerState
@@ -111,7 +112,7 @@ class Server:
         self.display_name = display_name
         self._stop = threading.Event()
         self._closed = False
-        self._console = _ConsoleProgress(quiet)
+        self._console = PhaseBars(MESSAGES, enabled=not quiet)   # extracting, loading
 
     # -- model
     def progress(self, phase: str, fraction: float) -> None:
@@ -131,7 +132,7 @@ class Server:
                                 progress=self.progress, warn=self._say)
         except Exception as exc:  # noqa: BLE001 - shown on the page and the console
             message = str(exc) if isinstance(exc, LlmpackError) else f"{type(exc).__name__}: {exc}"
-            self._console.done()
+            self._console.close()
             print(f"llmpack: error: could not load the model: {message}", file=sys.stderr, flush=True)
             self.state.set_error(message.splitlines()[0] if message else "unknown error")
             return
@@ -139,7 +140,7 @@ class Server:
             model.engine.shutdown()
             return
         self.state.set_ready(model)
-        self._console.done()
+        self._console.close()
         self._say(f"llmpack: model ready ({model.display_name}, context {model.n_ctx} tokens)")
 
     def _say(self, text: str) -> None:
@@ -196,37 +197,6 @@ class Server:
         wasyncore.close_all(self.server._map)
 
 
-class _ConsoleProgress:
-    """Loading progress on the console: one updating line on a terminal, a few lines otherwise."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet, self.last, self.open = quiet, ("", -1), False
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, phase: str, fraction: float) -> None:
-        if self.quiet:
-            return
-        pct = int(max(0.0, min(1.0, fraction)) * 100)
-        step = pct if self.tty else pct // 25 * 25
-        if (phase, step) == self.last:
-            return
-        same_phase = self.last[0] == phase
-        self.last = (phase, step)
-        text = f"llmpack: {MESSAGES.get(phase, phase)}... {pct:3d}%"
-        if self.tty:
-            sys.stderr.write(("\r" if same_phase else "\n") + text if self.open else text)
-            self.open = True
-        else:
-            sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.open:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.open = False
-
-
 def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *, recipe: Any = None,
           display_name: str | None = None) -> int:
     server = Server(args, prepare_model, recipe=recipe, display_name=display_name)
@@ -241,7 +211,7 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *
         pass
     finally:
         server.close()
-        _restore_signals(previous)
+        signals.restore(previous)
     print("llmpack: stopped", flush=True)
     return 1 if server.state.phase == "error" else 0
 
@@ -254,32 +224,13 @@ def _open_browser(url: str) -> None:
 
 
 def _install_signals(server: Server) -> dict:
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    previous = {}
-
     def on_signal(signum: int, frame: Any) -> None:
         if server._stop.is_set():   # second Ctrl+C: stop waiting
             raise KeyboardInterrupt
         print("\nllmpack: shutting down...", file=sys.stderr, flush=True)
         server.stop()
 
-    for name in ("SIGINT", "SIGTERM", "SIGBREAK"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            try:
-                previous[sig] = signal.signal(sig, on_signal)
-            except (ValueError, OSError):
-                pass
-    return previous
-
-
-def _restore_signals(previous: dict) -> None:
-    for sig, handler in previous.items():
-        try:
-            signal.signal(sig, handler)
-        except (ValueError, OSError, TypeError):
-            pass
+    return signals.install(on_signal, ("SIGINT", "SIGTERM", "SIGBREAK"))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
