@@ -109,12 +109,15 @@ def test_prefix_cache_hit_gives_the_same_output_and_skips_the_cached_prefill(eng
     prompt = engine.tokenize(system + "\nQuestion: what is the tallest mountain?\nAnswer:")
     assert len(prompt) > 600
     miss_before = engine.tokens_computed_total
-    miss = collect(engine.add_request(prompt, greedy(16)))
+    miss = collect(engine.add_request(prompt, greedy(16, logprobs=5)))
     miss_computed = engine.tokens_computed_total - miss_before
     hit_before = engine.tokens_computed_total
-    hit = collect(engine.add_request(prompt, greedy(16)))
+    hit = collect(engine.add_request(prompt, greedy(16, logprobs=5)))
     hit_computed = engine.tokens_computed_total - hit_before
-    assert hit.outputs[0].text == miss.outputs[0].text
+    # the hit computes only the prompt's tail, in a smaller batch than the miss's prefill, so
+    # (flash attention on) its logits may differ by rounding: the same, or a near-tie flip.
+    # Reusing the wrong cells would make the tokens unrelated and fail this at once.
+    assert_same_or_near_tie([miss.outputs[0]], [hit.outputs[0]])
     assert miss.num_cached_tokens == 0
     assert hit.num_cached_tokens == (len(prompt) - 1) // 16 * 16
     assert hit_computed == miss_computed - hit.num_cached_tokens
