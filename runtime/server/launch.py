@@ -8,6 +8,7 @@ import errno
 import hashlib
 import os
 import re
+import secrets
 import signal
 import socket
 import sys
@@ -160,10 +161,19 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
             fingerprint=_fingerprint(path, info.name),
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, path.stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
-                  "chat_format": chat.source if chat else None, "display_name": name})
+                  "chat_format": chat.source if chat else None, "display_name": name,
+                  "base_model": _is_base_model(path, [display_name, path.stem])})
     except BaseException:
         engine.shutdown()
         raise
+
+
+def _is_base_model(path: Path, names: list) -> bool:
+    """No chat template and no instruct/chat tag: the chat page shows a notice and a completion mode."""
+    from llmpack.runtime.base_model import is_base_model
+    from llmpack.runtime.gguf_check import validate_gguf
+
+    return is_base_model(validate_gguf(path).kv, names)
 
 
 # ---------------------------------------------------------------- the server
@@ -181,7 +191,7 @@ class Server:
         self.sock = bind_socket(host, int(getattr(args, "port", 8080)))
         self.port = self.sock.getsockname()[1]
         self.options = ServerOptions(host=host, port=self.port, api_key=getattr(args, "api_key", None) or None,
-                                     cors=bool(getattr(args, "cors", False)))
+                                     cors=bool(getattr(args, "cors", False)), chat_token=secrets.token_urlsafe(24))
         self.app = create_app(self.state, self.options)
         try:
             with warnings.catch_warnings():   # send_bytes is deprecated, but it is what flushes each chunk
@@ -192,6 +202,7 @@ class Server:
             self.sock.close()
             raise
         self.url = url_for(host, self.port)
+        self.page_url = f"{self.url}/?token={self.options.chat_token}"   # unlocks saved chats (chat_routes)
         self.display_name = display_name
         self._stop = threading.Event()
         self._closed = False
@@ -232,7 +243,7 @@ class Server:
 
     # -- serving
     def announce(self) -> None:
-        print(f"llmpack: chat page at {self.url}/  (Ctrl+C to stop)", flush=True)
+        print(f"llmpack: chat page at {self.page_url}  (Ctrl+C to stop)", flush=True)
         print(f"llmpack: OpenAI-compatible API at {self.url}/v1", flush=True)
         print(f"LLMPACK_LISTENING {self.url}", flush=True)
         host = self.options.host
@@ -319,7 +330,7 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *
         server.announce()
         server.start_preparing()
         if not getattr(args, "no_browser", False):
-            threading.Thread(target=_open_browser, args=(server.url + "/",), daemon=True).start()
+            threading.Thread(target=_open_browser, args=(server.page_url,), daemon=True).start()
         server.run()
     except KeyboardInterrupt:
         pass
