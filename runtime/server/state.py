@@ -81,7 +81,7 @@ class ServerState:
         if phase == "ready" and model is not None:
             return {"status": "ok", "model": model.model_id, "display_name": model.display_name,
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt,
-                    "sampling": dict(model.sampling)}, 200
+                    "sampling": dict(model.sampling), "base_model": bool(model.meta.get("base_model"))}, 200
         if phase == "error":
             return {"status": "error", "message": message}, 500
         return {"status": "loading", "phase": phase, "progress": round(progress, 4),
