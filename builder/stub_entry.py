@@ -206,7 +206,7 @@ def selftest() -> int:
                    system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
                    recipes=sorted(load_recipes()), webui=sorted(p.name for p in web.iterdir()),
                    frozen=_frozen())
-        out["ok"] = (web / "index.html").is_file() and bool(out["recipes"])
+        out["ok"] = (web / "index.html").is_file() and (web / "vendor" / "markdown-it.js").is_file() and bool(out["recipes"])
     except Exception as exc:  # noqa: BLE001 - reported to the builder
         out["error"] = f"{type(exc).__name__}: {exc}"
     print(json.dumps(out))
