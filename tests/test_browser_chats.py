@@ -54,7 +54,7 @@ def test_markdown_tables_lists_code_links_and_payloads(markdown_model: Path, pag
         assert reply.locator("ul > li > ul > li").all_inner_texts() == ["apple", "pear"]
 
         code = reply.locator(".code-block pre code.language-python")
-        assert code.inner_text() == 'def greet(name):\n    return f"hi {name}"'
+        assert code.inner_text() == 'def greet(name):\n    return f"hi {name}"\n'
         assert code.locator(".hljs-keyword").first.inner_text() == "def"      # highlighted
         assert reply.locator(".code-block .code-lang").inner_text() == "python"
         reply.locator("[data-testid=copy-code]").click()
@@ -74,6 +74,7 @@ def test_markdown_tables_lists_code_links_and_payloads(markdown_model: Path, pag
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "chat-markdown-1280.png"))
         page.set_viewport_size({"width": 390, "height": 844})
+        page.wait_for_selector("#sidebar", state="hidden")   # it slides away on a phone
         page.locator(".code-block").scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / "chat-markdown-390.png"))
         assert page.evaluate("document.documentElement.scrollWidth") <= 390   # nothing overflows sideways
@@ -99,6 +100,7 @@ def test_chats_survive_a_restart_on_another_port_and_stay_with_their_model(
         old_port, old_token = first.port, first.server.options.chat_token
 
     with socket.socket() as busy:   # the old port is taken now: the app lands elsewhere
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         busy.bind(("127.0.0.1", old_port))
         with live_server(scripted_model) as second:
             assert second.port != old_port
@@ -109,7 +111,7 @@ def test_chats_survive_a_restart_on_another_port_and_stay_with_their_model(
             assert item.count() == 1 and item.locator(".chat-title").inner_text() == "remember me"
             item.locator(".chat-open").click()
             assert "done." in last_reply(page).inner_text()
-            assert page.locator("[data-testid=message-user]").inner_text() == "remember me"
+            assert page.locator("[data-testid=message-user] .content").inner_text() == "remember me"
 
             # without this launch's secret the chats stay closed, to other programs and pages alike
             stale = requests.get(second.url + "/api/chats", timeout=10,
@@ -154,7 +156,7 @@ def test_export_json_and_markdown_then_import(scripted_model: Path, page):
             {"name": "chat.json", "mimeType": "application/json", "buffer": json.dumps(data).encode()}])
         wait_until(lambda: page.locator("[data-testid=chat-item]").count() == 2)
         assert [c["title"] for c in get_chats(srv)] == ["export me", "export me"]
-        assert page.locator("[data-testid=message-user]").inner_text() == "export me"
+        assert page.locator("[data-testid=message-user] .content").inner_text() == "export me"
         assert last_reply(page).locator("strong").inner_text() == "bold"
 
         page.set_input_files("[data-testid=import-file]", files=[

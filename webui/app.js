@@ -122,6 +122,7 @@ async function onReady(h) {
   ui.backend.title = (h.backend && typeof h.backend.note === "string" && h.backend.note) || "";
   ui.backend.hidden = !ui.backend.textContent;
   ui.baseNotice.hidden = !state.baseModel;
+  ui.app.classList.toggle("base-model", state.baseModel);
   document.title = state.displayName;
   ui.emptyTitle.textContent = "Chat with " + state.displayName;
 
@@ -252,8 +253,11 @@ function init() {
   ui.settingsButton.addEventListener("click", closeSidebar);
   ui.modeChat.addEventListener("click", () => setMode("chat"));
   ui.modeComplete.addEventListener("click", () => setMode("complete"));
-  ui.exportJson.addEventListener("click", () => exportChat("json"));
-  ui.exportMarkdown.addEventListener("click", () => exportChat("markdown"));
+  ui.exportJson.addEventListener("click", () => { ui.exportMenu.open = false; exportChat("json"); });
+  ui.exportMarkdown.addEventListener("click", () => { ui.exportMenu.open = false; exportChat("markdown"); });
+  document.addEventListener("click", (ev) => {
+    if (ui.exportMenu.open && !ui.exportMenu.contains(ev.target)) ui.exportMenu.open = false;
+  });
   ui.importChat.addEventListener("click", () => ui.importFile.click());
   ui.importFile.addEventListener("change", () => {
     const file = ui.importFile.files && ui.importFile.files[0];

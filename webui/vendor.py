@@ -126,6 +126,7 @@ def ensure_vendor(dest: Path = VENDOR, lock: Path = LOCK, *, quiet: bool = False
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".vendor-", dir=dest.parent))
+    os.chmod(tmp, 0o755)   # mkdtemp makes it private; the files are public anyway
     try:
         for pkg in lock_packages(lock):
             label = f"{pkg['name']}@{pkg['version']}"
