@@ -162,7 +162,7 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
                          "context_length": kv.get(f"{header.architecture}.context_length")},
         "stub": {"key": sinfo.get("key"), "platform": sinfo.get("platform"), "python": sinfo.get("python")},
         "built_by": f"llmpack {__version__}",
-        "base_model": is_base_model(kv, [model.stem, name]),
+        "base_model": is_base_model(kv, [model.stem]),   # --name is a label, not evidence
     }
     if progress == "auto":
         progress = sys.stderr.isatty()

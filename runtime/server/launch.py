@@ -162,7 +162,7 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, path.stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
                   "chat_format": chat.source if chat else None, "display_name": name,
-                  "base_model": _is_base_model(path, [display_name, path.stem])})
+                  "base_model": _is_base_model(path, [path.stem])})
     except BaseException:
         engine.shutdown()
         raise
