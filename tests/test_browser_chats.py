@@ -196,11 +196,21 @@ def test_base_model_notice_and_text_completion(tiny_model: Path, page):
         assert doc.locator("[data-testid=completion]").count() == 2
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "base-model-completion.png"))
+        assert page.locator("[data-testid=use-completion]").is_hidden()   # already in that mode
 
         # chat mode is still there for those who want it: it starts a new chat
         page.click("[data-testid=mode-chat]")
         assert page.locator("[data-testid=document]").count() == 0
         assert page.locator("[data-testid=prompt]").get_attribute("placeholder") == "Message…"
+        page.click("[data-testid=use-completion]")   # and the notice offers the way back
+        assert page.locator("[data-testid=mode-complete]").get_attribute("aria-pressed") == "true"
+        page.locator("[data-testid=chat-item]").first.locator(".chat-open").click()
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.wait_for_selector("#sidebar", state="hidden")
+        assert doc.locator("[data-testid=completion]").count() == 2
+        assert "6 tokens" in doc.locator(".stats").inner_text()   # the last completion's figures
+        page.screenshot(path=str(ARTIFACTS / "base-model-completion-390.png"))
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
         assert page.problems == []
 
 

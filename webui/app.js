@@ -218,7 +218,8 @@ function toggleSidebar() {
 
 function onKeydown(ev) {
   if (ev.key !== "Escape") return;
-  if (!ui.settings.hidden) closeSettings();
+  if (ui.exportMenu.open) ui.exportMenu.open = false;
+  else if (!ui.settings.hidden) closeSettings();
   else if (NARROW.matches && ui.app.classList.contains("sidebar-open")) closeSidebar();
   else if (state.gen) stopGeneration();
 }
@@ -253,6 +254,7 @@ function init() {
   ui.settingsButton.addEventListener("click", closeSidebar);
   ui.modeChat.addEventListener("click", () => setMode("chat"));
   ui.modeComplete.addEventListener("click", () => setMode("complete"));
+  ui.useCompletion.addEventListener("click", () => setMode("complete"));
   ui.exportJson.addEventListener("click", () => { ui.exportMenu.open = false; exportChat("json"); });
   ui.exportMarkdown.addEventListener("click", () => { ui.exportMenu.open = false; exportChat("markdown"); });
   document.addEventListener("click", (ev) => {

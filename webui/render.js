@@ -94,6 +94,8 @@ function buildDocument(chat) {
   }
   doc.appendChild(text);
   doc.appendChild(buildFooter(true));
+  const last = [...chat.messages].reverse().find((m) => m.role === "assistant");
+  doc.querySelector(".stats").textContent = last ? statsText(last.stats) : "";
   return doc;
 }
 
