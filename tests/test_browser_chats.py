@@ -154,7 +154,11 @@ def test_export_json_and_markdown_then_import(scripted_model: Path, page):
 
         page.set_input_files("[data-testid=import-file]", files=[
             {"name": "chat.json", "mimeType": "application/json", "buffer": json.dumps(data).encode()}])
-        wait_until(lambda: page.locator("[data-testid=chat-item]").count() == 2)
+        try:
+            page.wait_for_function("document.querySelectorAll('[data-testid=chat-item]').length === 2", timeout=30_000)
+        except Exception as exc:   # say what the page said
+            raise AssertionError(f"import did not add a chat: toast={page.locator('#toast-text').inner_text()!r}, "
+                                 f"problems={page.problems}") from exc
         assert [c["title"] for c in get_chats(srv)] == ["export me", "export me"]
         assert page.locator("[data-testid=message-user] .content").inner_text() == "export me"
         assert last_reply(page).locator("strong").inner_text() == "bold"
