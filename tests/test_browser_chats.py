@@ -155,7 +155,7 @@ def test_export_json_and_markdown_then_import(scripted_model: Path, page):
         page.set_input_files("[data-testid=import-file]", files=[
             {"name": "chat.json", "mimeType": "application/json", "buffer": json.dumps(data).encode()}])
         try:
-            page.wait_for_function("document.querySelectorAll('[data-testid=chat-item]').length === 2", timeout=30_000)
+            page.locator("[data-testid=chat-item]").nth(1).wait_for(timeout=30_000)
         except Exception as exc:   # say what the page said
             raise AssertionError(f"import did not add a chat: toast={page.locator('#toast-text').inner_text()!r}, "
                                  f"problems={page.problems}") from exc
