@@ -73,6 +73,9 @@ def test_markdown_tables_lists_code_links_and_payloads(markdown_model: Path, pag
 
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "chat-markdown-1280.png"))
+        page.emulate_media(color_scheme="dark")
+        page.screenshot(path=str(ARTIFACTS / "chat-markdown-1280-dark.png"))
+        page.emulate_media(color_scheme="light")
         page.set_viewport_size({"width": 390, "height": 844})
         page.wait_for_selector("#sidebar", state="hidden")   # it slides away on a phone
         page.locator(".code-block").scroll_into_view_if_needed()
@@ -246,3 +249,23 @@ def test_header_shows_the_backend_from_health(scripted_model: Path, page, backen
         else:
             assert badge.inner_text() == shown
             assert badge.get_attribute("title") == (backend["note"] or "")
+
+
+def test_a_chat_begun_while_the_list_loads_stays_listed(scripted_model: Path, page):
+    """The saved list arrives after the first message was sent: both end up in the list."""
+    with live_server(scripted_model) as srv:
+        page.goto(srv.server.page_url)
+        page.wait_for_selector("#app:not([hidden])")
+        chat_once(page, "earlier")
+        held = []
+        page.route("**/api/chats", lambda route: held.append(route) if route.request.method == "GET"
+                   else route.continue_())
+        page.reload()
+        page.wait_for_selector("#app:not([hidden])")
+        wait_until(lambda: held)          # the list request is on hold
+        chat_once(page, "while loading")
+        held[0].continue_()
+        page.locator("[data-testid=chat-item]").nth(1).wait_for()
+        titles = page.locator("[data-testid=chat-item] .chat-title").all_inner_texts()
+        assert sorted(titles) == ["earlier", "while loading"]
+        assert page.locator("[data-testid=chat-item].active .chat-title").inner_text() == "while loading"

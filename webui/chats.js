@@ -41,10 +41,12 @@ export async function loadChatList() {
   try {
     const data = await api("GET", "/api/chats");
     state.locked = false;
-    state.chats = (data.data || []).map((c) => ({ ...c, messages: null }));
+    // a chat begun while the list was loading stays (and its object stays the one on screen)
+    const mine = new Map(state.chats.map((c) => [c.id, c]));
+    const saved = (data.data || []).map((c) => mine.get(c.id) || { ...c, messages: null });
+    state.chats = [...saved, ...state.chats.filter((c) => !saved.includes(c))];
   } catch (err) {
     state.locked = true;
-    state.chats = [];
     ui.chatLocked.textContent = err.status === 401
       ? "Chats are not saved in this window: open the link the app printed when it started (it ends in ?token=…)."
       : "Chats cannot be saved right now: " + err.message;
