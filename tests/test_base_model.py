@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from llmpack.builder.build import BuildResult, report
-from llmpack.builder.packfile import Manifest, ModelBlob
+from llmpack.builder.manifest import Manifest, ModelBlob
 from llmpack.runtime.base_model import is_base_model
 
 
