@@ -17,7 +17,7 @@ import requests
 from playwright import sync_api
 
 __all__ = ["ARTIFACTS", "CHROMIUM_ARGS", "chromium_path", "browser", "page", "chat_data", "new_page",
-           "set_settings", "last_reply", "assert_inert", "put_chat", "get_chats"]
+           "set_settings", "last_reply", "assert_inert", "put_chat", "get_chats", "get_settings"]
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -93,6 +93,12 @@ def put_chat(srv, chat_id: str, chat: dict) -> None:
 
 def get_chats(srv) -> list[dict]:
     resp = requests.get(f"{srv.url}/api/chats", headers=_chat_headers(srv), timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["data"]
+
+
+def get_settings(srv) -> dict:
+    resp = requests.get(f"{srv.url}/api/settings", headers=_chat_headers(srv), timeout=10)
     assert resp.status_code == 200, resp.text
     return resp.json()["data"]
 

@@ -11,8 +11,8 @@ import pytest
 import requests
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import (ARTIFACTS, CHROMIUM_ARGS, assert_inert, chromium_path, get_chats, last_reply, new_page,
-                              set_settings)
+from browser_fixtures import (ARTIFACTS, CHROMIUM_ARGS, assert_inert, chromium_path, get_chats, get_settings, last_reply,
+                              new_page, set_settings)
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import live_server, wait_until, write_scripted_model
 
@@ -99,6 +99,10 @@ def test_chats_survive_a_restart_on_another_port_and_stay_with_their_model(
         assert page.url == first.url + "/"    # the secret left the address bar
         chat_once(page, "remember me")
         wait_until(lambda: [c["n_messages"] for c in get_chats(first)] == [2])
+        page.click("#settings-button")                   # settings travel with the chats
+        page.fill("[data-testid=system-prompt]", "Answer like a pirate.")
+        page.fill("[data-testid=temperature]", "0.3")
+        wait_until(lambda: get_settings(first) == {"system_prompt": "Answer like a pirate.", "temperature": 0.3})
         ctx.close()
         old_port, old_token = first.port, first.server.options.chat_token
 
@@ -115,6 +119,9 @@ def test_chats_survive_a_restart_on_another_port_and_stay_with_their_model(
             item.locator(".chat-open").click()
             assert "done." in last_reply(page).inner_text()
             assert page.locator("[data-testid=message-user] .content").inner_text() == "remember me"
+            page.click("#settings-button")   # this origin's localStorage is empty: they came from the app
+            assert page.locator("[data-testid=system-prompt]").input_value() == "Answer like a pirate."
+            assert page.locator("[data-testid=temperature]").input_value() == "0.3"
 
             # without this launch's secret the chats stay closed, to other programs and pages alike
             stale = requests.get(second.url + "/api/chats", timeout=10,
@@ -132,6 +139,7 @@ def test_chats_survive_a_restart_on_another_port_and_stay_with_their_model(
         page.goto(other.server.page_url)
         page.wait_for_selector("#chat-list-empty:not([hidden])")
         assert page.locator("[data-testid=chat-item]").count() == 0
+        assert get_settings(other) == {}
         ctx.close()
 
 

@@ -80,6 +80,15 @@ def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data_dir: Pat
         assert requests.get(url + "/c1", headers=ok, timeout=10).status_code == 404
         assert (chat_data_dir / "chats.sqlite3").is_file()
 
+        settings = srv.url + "/api/settings"
+        assert requests.get(settings, timeout=10).status_code == 401
+        assert requests.get(settings, headers=ok, timeout=10).json() == {"data": {}}
+        saved = {"system_prompt": "Be brief.", "temperature": 0.2, "max_tokens": None}
+        assert requests.put(settings, json={**saved, "junk": 1}, headers=ok, timeout=10).json() == {"data": saved}
+        assert requests.get(settings, headers=ok, timeout=10).json() == {"data": saved}
+        bad = requests.put(settings, json={"temperature": "hot"}, headers=ok, timeout=10)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_settings"
+
 
 @pytest.fixture
 def chat_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -13,7 +13,7 @@ import { closeSidebar, ensureChat, exportChat, importChatFile, loadChatList, new
   renderChatList, saveChat, syncSidebarToggle } from "./chats.js";
 import { markdownReady } from "./markdown.js";
 import { clearNotices, onCopyClick, renderCurrent, showUserMessage, updateModeUi } from "./render.js";
-import { closeSettings, fillSettings, loadJSON, loadSettings, saveJSON, wireSettings } from "./settings.js";
+import { closeSettings, fillSettings, loadJSON, loadSettings, saveJSON, syncSettings, wireSettings } from "./settings.js";
 import { NARROW, state, ui } from "./state.js";
 import { generate, setComposerHook, stopGeneration } from "./stream.js";
 import { fmtInt, titleFrom } from "./util.js";
@@ -133,6 +133,7 @@ async function onReady(h) {
   renderCurrent();
   updateComposer();
   await loadChatList();
+  await syncSettings();
   if (!NARROW.matches) ui.prompt.focus();
 }
 

@@ -1,40 +1,13 @@
 // Saved chats: kept by the app in the per-user data folder (/api/chats, one list per model), so
 // they survive a restart on another port. The API needs this launch's secret, which the page got
 // as a cookie when the app opened it (/?token=...); without it chats live only in this tab.
+import { api, ChatApiError } from "./api.js";
 import { NARROW, state, ui } from "./state.js";
 import { renderCurrent } from "./render.js";
 import { stopGeneration } from "./stream.js";
 import { download, el, newId, relTime, toast } from "./util.js";
 
 const SAVE_EVERY_MS = 3000;
-
-export class ChatApiError extends Error {
-  constructor(message, status) {
-    super(message);
-    this.status = status;
-  }
-}
-
-async function api(method, path, body) {
-  const headers = { "X-Llmpack-Chat": "1" };
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  const resp = await fetch(path, {
-    method, headers, cache: "no-store", credentials: "same-origin",
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await resp.text();
-  let data = null;
-  try {
-    data = JSON.parse(text);
-  } catch (e) {
-    data = text;
-  }
-  if (!resp.ok) {
-    const msg = data && data.error && data.error.message ? data.error.message : `HTTP ${resp.status}`;
-    throw new ChatApiError(msg, resp.status);
-  }
-  return data;
-}
 
 /** Fetch this model's chat list; on 401 the page works with unsaved chats and says why. */
 export async function loadChatList() {

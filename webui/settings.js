@@ -1,4 +1,7 @@
-// Settings: per-model sampling overrides and the API key, kept in this browser (localStorage).
+// Settings: per-model system prompt and sampling overrides, saved by the app beside the chats
+// (/api/settings, so they survive a restart on another port) and in this browser; the API key
+// stays in this browser only.
+import { api } from "./api.js";
 import { NARROW, state, ui } from "./state.js";
 import { toast } from "./util.js";
 
@@ -59,8 +62,33 @@ export function loadSettings() {
   }
 }
 
+let pushTimer = 0;
 function saveSettings() {
   saveJSON(SETTINGS_KEY, store);
+  if (state.locked) return;
+  clearTimeout(pushTimer);
+  const model = state.model;
+  pushTimer = setTimeout(() => {
+    api("PUT", "/api/settings", store.models[model] || {}).catch((err) => toast("Settings were not saved: " + err.message));
+  }, 300);
+}
+
+/** Once the saved chats are reachable: the app's copy of this model's settings wins; settings
+ * made in this browser before (when they lived only here) move over to the app. */
+export async function syncSettings() {
+  if (state.locked) return;
+  try {
+    const saved = (await api("GET", "/api/settings")).data || {};
+    if (Object.keys(saved).length) {
+      store.models[state.model] = saved;
+      saveJSON(SETTINGS_KEY, store);
+      fillSettings();
+    } else if (Object.keys(overrides()).length) {
+      saveSettings();
+    }
+  } catch (err) {
+    toast("Saved settings could not be read: " + err.message);
+  }
 }
 
 export function fillSettings() {

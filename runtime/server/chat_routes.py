@@ -1,8 +1,9 @@
-"""/api/chats: the chat page's saved conversations (chats.ChatStore), behind a per-launch secret.
+"""/api/chats and /api/settings: the chat page's saved conversations and settings (chats.ChatStore),
+behind a per-launch secret.
 
 Like Jupyter's token: each launch makes a random secret and opens the browser at
 `/?token=SECRET`. That visit sets an HttpOnly, SameSite=Strict cookie named after the port and
-redirects to `/`, so the secret leaves the address bar. /api/chats answers only requests that
+redirects to `/`, so the secret leaves the address bar. /api/* answers only requests that
 carry the secret (the cookie, or an `X-Llmpack-Token` header for scripts) *and* the
 `X-Llmpack-Chat` header, which another web page cannot add without a CORS preflight that this
 server never grants. Other local processes and other web pages therefore cannot read or change
@@ -14,6 +15,7 @@ the chats; the OpenAI API (/v1) keeps its own rules (--api-key).
     DELETE /api/chats/ID
     GET    /api/chats/ID/export?format=json|markdown
     POST   /api/chats/import                an exported JSON chat, stored under a new id
+    GET    /api/settings, PUT /api/settings the page's settings for this model (system prompt, sampling)
 """
 from __future__ import annotations
 
@@ -23,12 +25,12 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, redirect, request
 
-from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, export_name, model_key, to_json,
-                                          to_markdown, valid_id)
+from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, clean_settings, export_name, model_key,
+                                          to_json, to_markdown, valid_id)
 from llmpack.runtime.server.openai_routes import json_body, ready_model
 from llmpack.runtime.server.protocol import ApiError
 
-bp = Blueprint("chats", __name__)
+bp = Blueprint("chats", __name__, url_prefix="/api")
 TOKEN_HEADER = "X-Llmpack-Token"
 MARK_HEADER = "X-Llmpack-Chat"
 
@@ -98,19 +100,19 @@ def _no_store(resp: Response) -> Response:
     return resp
 
 
-@bp.get("/api/chats")
+@bp.get("/chats")
 def list_chats():
     key, _ = _key()
     return _no_store(jsonify({"object": "list", "data": _store().list(key)}))
 
 
-@bp.get("/api/chats/<chat_id>")
+@bp.get("/chats/<chat_id>")
 def get_chat(chat_id: str):
     key, _ = _key()
     return _no_store(jsonify(_chat_or_404(key, chat_id)))
 
 
-@bp.put("/api/chats/<chat_id>")
+@bp.put("/chats/<chat_id>")
 def put_chat(chat_id: str):
     key, _ = _key()
     if not valid_id(chat_id):
@@ -122,7 +124,7 @@ def put_chat(chat_id: str):
     return _no_store(jsonify({"id": chat["id"], "updated": chat["updated"]}))
 
 
-@bp.delete("/api/chats/<chat_id>")
+@bp.delete("/chats/<chat_id>")
 def delete_chat(chat_id: str):
     key, _ = _key()
     if not (valid_id(chat_id) and _store().delete(key, chat_id)):
@@ -130,7 +132,7 @@ def delete_chat(chat_id: str):
     return _no_store(jsonify({"id": chat_id, "deleted": True}))
 
 
-@bp.get("/api/chats/<chat_id>/export")
+@bp.get("/chats/<chat_id>/export")
 def export_chat(chat_id: str):
     key, name = _key()
     chat = _chat_or_404(key, chat_id)
@@ -146,7 +148,7 @@ def export_chat(chat_id: str):
     return _no_store(resp)
 
 
-@bp.post("/api/chats/import")
+@bp.post("/chats/import")
 def import_chat():
     key, _ = _key()
     try:
@@ -155,3 +157,19 @@ def import_chat():
         raise ApiError(400, f"Cannot import this file: {exc}.", code="invalid_chat") from None
     return _no_store(jsonify({k: chat[k] for k in ("id", "title", "mode", "created", "updated")}))
 
+
+
+@bp.get("/settings")
+def get_settings():
+    key, _ = _key()
+    return _no_store(jsonify({"data": _store().get_settings(key)}))
+
+
+@bp.put("/settings")
+def put_settings():
+    key, _ = _key()
+    try:
+        saved = _store().put_settings(key, clean_settings(json_body()))
+    except ChatError as exc:
+        raise ApiError(400, f"Cannot save these settings: {exc}.", code="invalid_settings") from None
+    return _no_store(jsonify({"data": saved}))

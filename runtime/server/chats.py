@@ -37,7 +37,14 @@ CREATE TABLE IF NOT EXISTS chats (
     PRIMARY KEY (model, id)
 );
 CREATE INDEX IF NOT EXISTS chats_by_model ON chats (model, updated DESC);
+CREATE TABLE IF NOT EXISTS settings (
+    model TEXT PRIMARY KEY,
+    data  TEXT NOT NULL
+);
 """
+# The page's per-model settings (settings.js): a system prompt and sampling overrides.
+SETTING_NUMBERS = ("temperature", "top_p", "top_k", "min_p", "max_tokens")
+MAX_SYSTEM_PROMPT = 100_000
 ROLES = ("system", "user", "assistant")
 MODES = ("chat", "complete")
 MAX_TITLE = 200
@@ -146,12 +153,44 @@ class ChatStore:
         with closing(self._connect()) as con, con:
             return con.execute("DELETE FROM chats WHERE model = ? AND id = ?", (model, chat_id)).rowcount > 0
 
+    def get_settings(self, model: str) -> dict:
+        with closing(self._connect()) as con:
+            row = con.execute("SELECT data FROM settings WHERE model = ?", (model,)).fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def put_settings(self, model: str, settings: dict) -> dict:
+        """`settings` comes from clean_settings()."""
+        with closing(self._connect()) as con, con:
+            con.execute("INSERT OR REPLACE INTO settings (model, data) VALUES (?, ?)",
+                        (model, json.dumps(settings, ensure_ascii=False)))
+        return settings
+
     def import_chat(self, model: str, exported: Any) -> dict:
         """Store an exported chat (to_json's shape) under a new id, for this model."""
         if not isinstance(exported, dict) or exported.get("format") != EXPORT_FORMAT:
             raise ChatError(f"not an exported chat: expected a JSON object with \"format\": \"{EXPORT_FORMAT}\"")
         chat = clean_chat(exported, chat_id=uuid.uuid4().hex[:16])
         return self.put(model, chat)
+
+
+def clean_settings(data: Any) -> dict:
+    """Known keys only: system_prompt (text), the sampling numbers (a number, or null for "no
+    limit" / the model's default). Raises ChatError."""
+    if not isinstance(data, dict):
+        raise ChatError("settings must be a JSON object")
+    out: dict[str, Any] = {}
+    prompt = data.get("system_prompt")
+    if prompt is not None:
+        if not isinstance(prompt, str) or len(prompt) > MAX_SYSTEM_PROMPT:
+            raise ChatError(f"system_prompt must be text of at most {MAX_SYSTEM_PROMPT} characters")
+        out["system_prompt"] = prompt
+    for key in SETTING_NUMBERS:
+        if key in data:
+            value = data[key]
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ChatError(f"{key} must be a number or null")
+            out[key] = value
+    return out
 
 
 def to_json(chat: dict, model_name: str) -> dict:
