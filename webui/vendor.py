@@ -64,9 +64,11 @@ def check_integrity(data: bytes, integrity: str) -> None:
 
 
 def _cache_dir() -> Path:
-    from llmpack.paths import cache_dir
-
-    return cache_dir() / "npm"
+    """A download cache only. Not llmpack.paths: this file also runs while a wheel is built
+    (setup.py), where llmpack is not importable yet."""
+    root = os.environ.get("LLMPACK_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "llmpack")
+    return Path(root) / "npm"
 
 
 def _tarball_url(pkg: dict) -> str:
