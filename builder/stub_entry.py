@@ -117,6 +117,7 @@ def apply_defaults(args: argparse.Namespace, manifest) -> tuple[dict | None, str
     for key in ("ctx", "parallel", "gpu_layers", "system"):
         if getattr(args, key, None) is None and defaults.get(key) is not None:
             setattr(args, key, defaults[key])
+    args.base_model = manifest.extra.get("base_model")   # decided at build time, with the model's file name
     return (manifest.recipe or None), (args.name or defaults.get("name") or None)
 
 
