@@ -277,3 +277,16 @@ def test_a_chat_begun_while_the_list_loads_stays_listed(scripted_model: Path, pa
         titles = page.locator("[data-testid=chat-item] .chat-title").all_inner_texts()
         assert sorted(titles) == ["earlier", "while loading"]
         assert page.locator("[data-testid=chat-item].active .chat-title").inner_text() == "while loading"
+
+
+def test_without_the_markdown_libraries_replies_are_plain_text(scripted_model: Path, page):
+    """A build whose vendor/ folder is missing still chats: replies show as plain text."""
+    with live_server(scripted_model) as srv:
+        page.route("**/static/vendor/**", lambda route: route.abort())
+        page.goto(srv.server.page_url)
+        page.wait_for_selector("#app:not([hidden])")
+        chat_once(page)
+        content = last_reply(page).locator(".content")
+        assert "**bold**" in content.inner_text() and content.locator("strong").count() == 0
+        assert "<script>alert(2)</script>" in content.inner_text()
+        assert_inert(page)
