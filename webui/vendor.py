@@ -9,6 +9,9 @@ fresh clone on the same machine needs no network.
 
     python -m llmpack.webui.vendor          # fetch if vendor/ is missing or stale
     python -m llmpack.webui.vendor --check  # exit 1 unless vendor/ matches the lock
+
+To move to a new version, put its `npm view NAME@VERSION dist.tarball dist.integrity` into
+the lock; the files to copy are listed there too (the browser build and the LICENSE).
 """
 from __future__ import annotations
 
