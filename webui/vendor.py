@@ -10,8 +10,11 @@ fresh clone on the same machine needs no network.
     python -m llmpack.webui.vendor          # fetch if vendor/ is missing or stale
     python -m llmpack.webui.vendor --check  # exit 1 unless vendor/ matches the lock
 
-To move to a new version, put its `npm view NAME@VERSION dist.tarball dist.integrity` into
-the lock; the files to copy are listed there too (the browser build and the LICENSE).
+The registry is the one npm itself is configured for (`LLMPACK_NPM_REGISTRY`, then
+`npm_config_registry`, then `npm config get registry`), so a mirror or proxy set up for npm
+is used as it is; the lock names no host. To move to a new version, put its
+`npm view NAME@VERSION dist.integrity` into the lock; the files to copy are listed there
+too (the browser build and the LICENSE).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -32,7 +36,6 @@ HERE = Path(__file__).resolve().parent
 LOCK = HERE / "vendor.lock.json"
 VENDOR = HERE / "vendor"
 STAMP = ".lock-sha256"          # in vendor/: the hash of the lock it was filled from
-REGISTRY = "https://registry.npmjs.org/"
 
 
 class VendorError(RuntimeError):
@@ -74,13 +77,23 @@ def _cache_dir() -> Path:
     return Path(root) / "npm"
 
 
+def _registry() -> str:
+    """The npm registry npm is configured for on this machine (a mirror where one is set)."""
+    url = os.environ.get("LLMPACK_NPM_REGISTRY") or os.environ.get("npm_config_registry")
+    if not url:
+        try:
+            url = subprocess.run(["npm", "config", "get", "registry"], capture_output=True, text=True,
+                                 timeout=60, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise VendorError(f"cannot ask npm which registry to use ({exc}); install Node.js's npm once, "
+                              "or set LLMPACK_NPM_REGISTRY to the npm registry's URL") from None
+    return url.rstrip("/") + "/"
+
+
 def _tarball_url(pkg: dict) -> str:
-    """The lock's URL, on a mirror when npm_config_registry / LLMPACK_NPM_REGISTRY names one."""
-    mirror = os.environ.get("LLMPACK_NPM_REGISTRY") or os.environ.get("npm_config_registry")
-    url = pkg["tarball"]
-    if mirror and url.startswith(REGISTRY):
-        url = mirror.rstrip("/") + "/" + url[len(REGISTRY):]
-    return url
+    """npm's own layout: REGISTRY/<name>/-/<name without scope>-<version>.tgz."""
+    name, version = pkg["name"], pkg["version"]
+    return f"{_registry()}{name}/-/{name.rsplit('/', 1)[-1]}-{version}.tgz"
 
 
 def fetch_tarball(pkg: dict) -> bytes:
@@ -96,7 +109,7 @@ def fetch_tarball(pkg: dict) -> bytes:
             cached.unlink(missing_ok=True)
     url = _tarball_url(pkg)
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp:   # noqa: S310 - https registry URL from the lock
+        with urllib.request.urlopen(url, timeout=60) as resp:   # noqa: S310 - the configured npm registry
             data = resp.read()
     except OSError as exc:
         raise VendorError(f"cannot download {pkg['name']}@{pkg['version']} from {url}: {exc}; the chat page "
