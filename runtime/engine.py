@@ -234,7 +234,7 @@ class LLMEngine:
     def _new_sequence(self, req: Request, index: int, tokens: list[int]) -> Sequence:
         p = req.params
         seq = Sequence(request=req, index=index, token_ids=tokens, num_prompt_tokens=len(req.prompt_token_ids),
-                       sampler=SequenceSampler(p, req.seed + index),
+                       sampler=SequenceSampler(p, req.seed + index, self.runner.vocab),
                        detok=Detokenizer(p.stop, p.include_stop_str_in_output))
         req.seqs.append(seq)
         return seq
@@ -282,14 +282,14 @@ class LLMEngine:
         lp_row = row.copy() if p.logprobs is not None else None
         if seq.sampler.has_penalties:
             seq.sampler.apply_penalties(row, seq.token_ids, seq.output_token_ids)
-        token = seq.sampler.sample(row)
+        token = seq.sampler.sample(row, self._remaining(seq))
         fork_now = p.n > 1 and not req.forked
         self._append(seq, token, lp_row, deltas)
         if fork_now:
             req.forked = True
             for j in range(1, p.n):
                 child = self._new_sequence(req, j, list(req.prompt_token_ids))
-                child_token = child.sampler.sample(row)
+                child_token = child.sampler.sample(row, self._remaining(child))
                 if len(self.scheduler.running) < self.config.max_num_seqs and \
                         seq.llama_seq >= 0 and self.bm.fork(seq, child):
                     child.status = SequenceStatus.RUNNING
@@ -297,6 +297,12 @@ class LLMEngine:
                 else:
                     self.scheduler.add(child)
                 self._append(child, child_token, lp_row, deltas)
+
+    def _remaining(self, seq: Sequence) -> int:
+        """How many tokens seq may still generate, the next one included."""
+        room = self.max_model_len - seq.num_tokens
+        max_tokens = seq.request.params.max_tokens
+        return room if max_tokens is None else min(room, max_tokens - seq.num_output_tokens)
 
     def _append(self, seq: Sequence, token: int, lp_row, deltas: dict[Request, list[CompletionOutput]]) -> None:
         req, p = seq.request, seq.request.params

@@ -1,0 +1,195 @@
+"""One sequence's grammar: llama.cpp's grammar sampler, used so constrained rows stay cheap.
+
+Running llama.cpp's grammar over a whole 262k-token row costs tens of milliseconds, longer
+than the rest of a step's sampling together. So, like llama.cpp's common sampler, a
+constrained row is first sampled as if it were free (`SequenceSampler.sample_free`), and only
+that one token is checked against the grammar (microseconds). Only when the grammar rejects it
+is the row constrained, and then in slices of the most likely tokens first:
+
+* greedy: the best allowed token of the top 64, else of the top 4096, else of the rest is
+  exactly the argmax over all allowed tokens, and usually the first slice has it;
+* sampled: slices are checked until the unchecked tokens hold at most 1e-6 of the allowed
+  probability mass (the same tail the free sampler drops), then the row, with everything the
+  grammar refuses at -inf, goes through the sequence's own top-k/top-p/min_p and RNG.
+
+Near the length limit (the last `reserve` tokens) the sequence is steered to finish: the end
+token if the grammar is complete, else the likeliest token made only of closing characters
+(`"`, `]`, `}`) the grammar allows, else the likeliest allowed token. JSON therefore
+usually closes before max_tokens cuts it; when it cannot, finish_reason is "length".
+
+llama.cpp aborts the process if its grammar is asked to accept a token it refuses, so only
+checked tokens are ever accepted, and end-of-generation tokens are never accepted at all.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+import llama_cpp as lc
+
+from llmpack.runtime.grammar import GrammarError
+
+if TYPE_CHECKING:
+    from llmpack.runtime.sampler import SequenceSampler
+
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+_SLICES = (64, 4096)
+_TAIL = 1e-6
+_CLOSERS = frozenset('"]}')
+_BANNED_ATTRS = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN | lc.LLAMA_TOKEN_ATTR_UNUSED
+
+
+class VocabTables:
+    """What the grammar code needs to know about every token of a vocabulary, computed once
+    (about a second for a 262k vocabulary) and shared read-only by all sequences."""
+
+    _cache: dict[int, "VocabTables"] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, vocab) -> None:
+        n = lc.llama_vocab_n_tokens(vocab)
+        self.n_vocab = n
+        attrs = np.fromiter((lc.llama_vocab_get_attr(vocab, t) for t in range(n)), dtype=np.int64, count=n)
+        eog = np.fromiter((bool(lc.llama_vocab_is_eog(vocab, t)) for t in range(n)), dtype=bool, count=n)
+        # Control tokens read as their markup text to llama.cpp's grammar but detokenize to
+        # nothing, so the grammar and the text would disagree: they are never allowed, except
+        # the end-of-generation tokens, which the grammar handles itself.
+        self.banned = ((attrs & _BANNED_ATTRS) != 0) & ~eog
+        self.eog = eog
+        eot = lc.llama_vocab_eot(vocab)
+        self.end_id = eot if 0 <= eot < n and eog[eot] else lc.llama_vocab_eos(vocab)
+        buf = ctypes.create_string_buffer(256)
+        closers = []
+        for t in np.flatnonzero(~self.banned & ~eog):
+            k = lc.llama_token_to_piece(vocab, int(t), buf, len(buf), 0, False)
+            if 0 < k <= len(buf):
+                text = buf.raw[:k].decode("utf-8", "replace").lstrip(" ")
+                if text and set(text) <= _CLOSERS:
+                    closers.append(int(t))
+        self.closers = np.asarray(closers, dtype=np.int32)
+
+    @classmethod
+    def get(cls, vocab) -> "VocabTables":
+        key = ctypes.cast(vocab, ctypes.c_void_p).value or 0
+        with cls._lock:
+            tables = cls._cache.get(key)
+            if tables is None:
+                tables = cls._cache[key] = VocabTables(vocab)
+            return tables
+
+
+def check_with_llama(gbnf: str, vocab) -> None:
+    """Let llama.cpp parse the grammar once (it refuses e.g. left recursion); also warms the
+    vocabulary tables on the caller's thread instead of the engine's."""
+    smpl = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
+    if not smpl:
+        raise GrammarError("llama.cpp could not parse the grammar: check its GBNF syntax "
+                           "(and that no rule is left-recursive)")
+    lc.llama_sampler_free(smpl)
+    VocabTables.get(vocab)
+
+
+class GrammarConstraint:
+    """The grammar state of one sequence."""
+
+    def __init__(self, gbnf: str, vocab, stop_token_ids: list[int], max_tokens: int | None) -> None:
+        self.tables = VocabTables.get(vocab)
+        self.smpl = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
+        if not self.smpl:
+            raise GrammarError("llama.cpp could not parse the grammar")
+        self.end_ids = {int(t) for t in stop_token_ids} | {self.tables.end_id}
+        self.reserve = min(48, max(8, (max_tokens or 192) // 4))
+        self.checked = 0        # tokens sampled freely and checked
+        self.rejected = 0       # of those, refused by the grammar (the row was then constrained)
+
+    def close(self) -> None:
+        if self.smpl is not None:
+            lc.llama_sampler_free(self.smpl)
+            self.smpl = None
+
+    # ---- asking the grammar ---------------------------------------------------------------
+    def allowed(self, ids: np.ndarray) -> np.ndarray:
+        """Which of `ids` the grammar allows next (a bool mask)."""
+        cand = np.zeros(len(ids), dtype=_TOKEN_DATA)
+        cand["id"] = ids
+        arr = lc.llama_token_data_array(data=cand.ctypes.data_as(lc.llama_token_data_p), size=len(cand),
+                                        selected=-1, sorted=False)
+        lc.llama_sampler_apply(self.smpl, ctypes.byref(arr))
+        return np.isfinite(cand["logit"])
+
+    def can_end(self) -> bool:
+        return bool(self.allowed(np.asarray([self.tables.end_id]))[0])
+
+    def allows(self, token: int) -> bool:
+        if token in self.end_ids or self.tables.eog[token]:
+            return self.can_end()
+        return not self.tables.banned[token] and bool(self.allowed(np.asarray([token]))[0])
+
+    def accept(self, token: int) -> None:
+        if token not in self.end_ids and not self.tables.eog[token]:
+            lc.llama_sampler_accept(self.smpl, token)
+
+    # ---- choosing -------------------------------------------------------------------------
+    def sample(self, sampler: "SequenceSampler", row: np.ndarray, remaining: int | None) -> int:
+        if remaining is not None and remaining <= self.reserve:
+            token = self._finish(row)
+        else:
+            token = sampler.sample_free(row)
+            self.checked += 1
+            if not self.allows(token):
+                self.rejected += 1
+                token = self._constrained(sampler, row)
+        self.accept(token)
+        return token
+
+    def _slices(self, row: np.ndarray):
+        """Token ids in slices of decreasing logit: the top 64, the next to 4096, the rest."""
+        n = len(row)
+        kth = [k for k in _SLICES if k < n]
+        order = np.argpartition(-row, [k - 1 for k in kth]) if kth else np.arange(n)
+        start = 0
+        for end in (*kth, n):
+            ids = order[start:end]
+            start = end
+            yield ids[~self.tables.banned[ids]]
+
+    def _constrained(self, sampler: "SequenceSampler", row: np.ndarray) -> int:
+        if sampler.chain is None:
+            return self._best_allowed(row)
+        scaled = (row - row.max()) * (1.0 / sampler.params.temperature)
+        w = np.exp(scaled.astype(np.float64))
+        unchecked = float(w.sum())
+        keep, kept_mass = [], 0.0
+        for ids in self._slices(row):
+            ok = ids[self.allowed(ids)]
+            keep.append(ok)
+            kept_mass += float(w[ok].sum())
+            unchecked -= float(w[ids].sum())
+            if kept_mass > 0 and unchecked <= _TAIL * kept_mass:
+                break
+        ok = np.concatenate(keep)
+        if not len(ok):
+            return self.tables.end_id   # the grammar is stuck: end rather than emit garbage
+        masked = np.full_like(row, -np.inf)
+        masked[ok] = row[ok]
+        return sampler.sample_free(masked)
+
+    def _best_allowed(self, row: np.ndarray) -> int:
+        for ids in self._slices(row):
+            ok = ids[self.allowed(ids)]
+            if len(ok):
+                return int(ok[np.argmax(row[ok])])
+        return self.tables.end_id
+
+    def _finish(self, row: np.ndarray) -> int:
+        if self.can_end():
+            return self.tables.end_id
+        closers = self.tables.closers
+        if len(closers):
+            ok = closers[self.allowed(closers)]
+            if len(ok):
+                return int(ok[np.argmax(row[ok])])
+        return self._best_allowed(row)
