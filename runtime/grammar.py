@@ -192,6 +192,52 @@ def check_gbnf(text: Any) -> str:
     return text
 
 
+def min_length(text: str) -> int:
+    """How many characters the shortest text the grammar allows has (a bound on the tokens a
+    sequence needs to finish it); grammar_sampler reserves that much of max_tokens for closing."""
+    toks = [(m.lastgroup, m.group()) for m in _TOKEN.finditer(text) if m.lastgroup not in ("ws", "comment", "nl")]
+    starts = [i for i in range(len(toks) - 1) if toks[i][0] == "name" and toks[i + 1][0] == "define"]
+    bodies = {toks[i][1]: toks[i + 2:j] for i, j in zip(starts, [*starts[1:], len(toks)])}
+    inf = float("inf")
+    best = dict.fromkeys(bodies, inf)
+
+    def alternatives(body: list, pos: int) -> tuple[float, int]:
+        low, total = inf, 0.0
+        while pos < len(body) and body[pos][1] != ")":
+            kind, value = body[pos]
+            pos += 1
+            if value == "|":
+                low, total = min(low, total), 0.0
+                continue
+            if value == "(":
+                size, pos = alternatives(body, pos)
+                pos += 1
+            elif kind == "literal":
+                size = len(re.findall(r"\\x..|\\u.{4}|\\U.{8}|\\.|.", value[1:-1]))
+            elif kind == "name":
+                size = best.get(value, inf)
+            else:                                   # a character class, '.', or a <token>
+                size = 1
+            times = 1
+            if pos < len(body) and (body[pos][1] in ("*", "?", "+") or body[pos][0] == "rep"):
+                rep = body[pos][1]
+                times = 0 if rep in ("*", "?") else 1 if rep == "+" else int(re.findall(r"\d+", rep)[0])
+                pos += 1
+            total += size * times if times else 0
+        return min(low, total), pos
+
+    for _ in range(len(bodies) + 1):
+        changed = False
+        for name, body in bodies.items():
+            size = alternatives(body, 0)[0]
+            if size < best[name]:
+                best[name], changed = size, True
+        if not changed:
+            break
+    root = best.get("root", inf)
+    return int(root) if root != inf else 0
+
+
 def json_schema_of(response_format: dict) -> Any:
     """The schema inside an OpenAI `response_format` of type json_schema."""
     spec = response_format.get("json_schema")

@@ -12,7 +12,8 @@ is the row constrained, and then in slices of the most likely tokens first:
   probability mass (the same tail the free sampler drops), then the row, with everything the
   grammar refuses at -inf, goes through the sequence's own top-k/top-p/min_p and RNG.
 
-Near the length limit (the last `reserve` tokens) the sequence is steered to finish: the end
+Near the length limit (the last `reserve` tokens: as many as the grammar's shortest complete
+text has characters, plus a margin, so it is enough from almost any state) the sequence is steered to finish: the end
 token if the grammar is complete, else the likeliest token made only of closing characters
 (`"`, `]`, `}`) the grammar allows, else the likeliest allowed token. JSON therefore
 usually closes before max_tokens cuts it; when it cannot, finish_reason is "length".
@@ -30,7 +31,7 @@ import numpy as np
 
 import llama_cpp as lc
 
-from llmpack.runtime.grammar import GrammarError
+from llmpack.runtime.grammar import GrammarError, min_length
 
 if TYPE_CHECKING:
     from llmpack.runtime.sampler import SequenceSampler
@@ -57,23 +58,36 @@ class VocabTables:
         # Control tokens read as their markup text to llama.cpp's grammar but detokenize to
         # nothing, so the grammar and the text would disagree: they are never allowed, except
         # the end-of-generation tokens, which the grammar handles itself.
-        self.banned = ((attrs & _BANNED_ATTRS) != 0) & ~eog
-        self.eog = eog
+        banned = ((attrs & _BANNED_ATTRS) != 0) & ~eog
         eot = lc.llama_vocab_eot(vocab)
         self.end_id = eot if 0 <= eot < n and eog[eot] else lc.llama_vocab_eos(vocab)
+        # Pieces that are not whole UTF-8 characters (byte-fallback tokens) are banned too: the
+        # grammar counts code points, but a stray byte reaches the client as U+FFFD, which
+        # would break maxLength and friends.
         buf = ctypes.create_string_buffer(256)
         closers = []
-        for t in np.flatnonzero(~self.banned & ~eog):
+        for t in np.flatnonzero(~banned & ~eog):
             k = lc.llama_token_to_piece(vocab, int(t), buf, len(buf), 0, False)
-            if 0 < k <= len(buf):
-                text = buf.raw[:k].decode("utf-8", "replace").lstrip(" ")
-                if text and set(text) <= _CLOSERS:
-                    closers.append(int(t))
+            try:
+                text = buf.raw[:k].decode("utf-8") if 0 < k <= len(buf) else ""
+            except UnicodeDecodeError:
+                banned[t] = True
+                continue
+            text = text.lstrip(" ")
+            if text and set(text) <= _CLOSERS:
+                closers.append(int(t))
+        self.banned, self.eog = banned, eog
         self.closers = np.asarray(closers, dtype=np.int32)
 
     @classmethod
     def get(cls, vocab) -> "VocabTables":
-        key = ctypes.cast(vocab, ctypes.c_void_p).value or 0
+        """The tables of this vocabulary. Keyed by address *and* a sample of pieces, since a
+        freed model's address may be reused by the next one loaded (tests load many)."""
+        n = lc.llama_vocab_n_tokens(vocab)
+        buf = ctypes.create_string_buffer(256)
+        sample = [buf.raw[:max(0, lc.llama_token_to_piece(vocab, t, buf, len(buf), 0, True))]
+                  for t in [*range(0, n, max(1, n // 64)), *range(max(0, n - 16), n)]]
+        key = (ctypes.cast(vocab, ctypes.c_void_p).value or 0, n, hash(tuple(sample)))
         with cls._lock:
             tables = cls._cache.get(key)
             if tables is None:
@@ -101,7 +115,8 @@ class GrammarConstraint:
         if not self.smpl:
             raise GrammarError("llama.cpp could not parse the grammar")
         self.end_ids = {int(t) for t in stop_token_ids} | {self.tables.end_id}
-        self.reserve = min(48, max(8, (max_tokens or 192) // 4))
+        # Start closing when the tokens left could be all that the shortest finish needs.
+        self.reserve = min_length(gbnf) + 16
         self.checked = 0        # tokens sampled freely and checked
         self.rejected = 0       # of those, refused by the grammar (the row was then constrained)
 

@@ -193,7 +193,7 @@ def parse_calls(text: str, names: set[str]) -> tuple[str | None, list[ToolCall]]
 
 def _first_json(text: str) -> int | None:
     """Where a bare call may start: at the beginning, or on a line that starts with { or [."""
-    m = re.search(r'(?m)^\s*([\[{])\s*"', text)
+    m = re.search(r'(?m)^[ \t]*((?:\[\s*)?\{\s*")', text)
     return m.start(1) if m else None
 
 
