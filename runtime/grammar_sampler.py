@@ -15,7 +15,8 @@ is the row constrained, and then in slices of the most likely tokens first:
 Near the length limit (the last `reserve` tokens: as many as the grammar's shortest complete
 text has characters, plus a margin, so it is enough from almost any state) the sequence is steered to finish: the end
 token if the grammar is complete, else the likeliest token made only of closing characters
-(`"`, `]`, `}`) the grammar allows, else the likeliest allowed token. JSON therefore
+(`"`, `]`, `}`) the grammar allows, else one made of closers and separators (`,`, `:`: what
+leads on to a required part), else the likeliest allowed token. JSON therefore
 usually closes before max_tokens cuts it; when it cannot, finish_reason is "length".
 
 llama.cpp aborts the process if its grammar is asked to accept a token it refuses, so only
@@ -39,7 +40,8 @@ if TYPE_CHECKING:
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 _SLICES = (64, 4096)
 _TAIL = 1e-6
-_CLOSERS = frozenset('"]}')
+_CLOSERS = frozenset('"]}')            # tokens made only of these end strings, arrays, objects
+_SEPARATORS = _CLOSERS | frozenset(",:")  # then these move on to the next required part
 _BANNED_ATTRS = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN | lc.LLAMA_TOKEN_ATTR_UNUSED
 
 
@@ -65,7 +67,7 @@ class VocabTables:
         # grammar counts code points, but a stray byte reaches the client as U+FFFD, which
         # would break maxLength and friends.
         buf = ctypes.create_string_buffer(256)
-        closers = []
+        closers, separators = [], []
         for t in np.flatnonzero(~banned & ~eog):
             k = lc.llama_token_to_piece(vocab, int(t), buf, len(buf), 0, False)
             try:
@@ -73,11 +75,14 @@ class VocabTables:
             except UnicodeDecodeError:
                 banned[t] = True
                 continue
-            text = text.lstrip(" ")
-            if text and set(text) <= _CLOSERS:
+            chars = set(text.strip(" "))
+            if chars and chars <= _CLOSERS:
                 closers.append(int(t))
+            elif chars and chars <= _SEPARATORS:
+                separators.append(int(t))
         self.banned, self.eog = banned, eog
         self.closers = np.asarray(closers, dtype=np.int32)
+        self.separators = np.asarray(separators, dtype=np.int32)
 
     @classmethod
     def get(cls, vocab) -> "VocabTables":
@@ -202,9 +207,8 @@ class GrammarConstraint:
     def _finish(self, row: np.ndarray) -> int:
         if self.can_end():
             return self.tables.end_id
-        closers = self.tables.closers
-        if len(closers):
-            ok = closers[self.allowed(closers)]
+        for ids in (self.tables.closers, self.tables.separators):
+            ok = ids[self.allowed(ids)] if len(ids) else ids
             if len(ok):
                 return int(ok[np.argmax(row[ok])])
         return self._best_allowed(row)

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from server_fixtures import chat_server  # noqa: F401
+
 from llmpack.runtime.tool_calls import (Tool, ToolCall, forced_grammar, instructions, may_become_call, parse_calls,
                                         render_calls)
 
@@ -89,3 +91,99 @@ def test_forced_grammar_parses_in_llama(fmt, tiny_model):
                     assert set(args) == ({"a", "b"} if c.name == "add" else {"city"})
     finally:
         eng.shutdown()
+
+
+# ---- through the server, on models whose reply is known ---------------------------------------------
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                            "parameters": {"type": "object",
+                                                           "properties": {"city": {"type": "string"}}}}}
+CALL_REPLY = ["Let me check.", "\n<tool_call>", '\n{"name": "get_weather", "arguments": {"city": "Paris"}}',
+              "\n</tool_call>"]
+# A template that renders tools itself, the way Qwen's and Hermes' do.
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} {{ c.function.arguments | tojson }}</tool_call>"
+    "{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def caller(tmp_path_factory):
+    from server_fixtures import live_server, write_scripted_model
+
+    path = write_scripted_model(tmp_path_factory.mktemp("caller") / "caller.gguf", reply=CALL_REPLY)
+    with live_server(path) as srv:
+        yield srv
+
+
+def test_auto_tool_call_is_read_back(caller):
+    r = caller.openai().chat.completions.create(model=caller.model_id, messages=[{"role": "user", "content": "hi"}],
+                                                tools=[WEATHER], max_tokens=20)
+    (c,) = r.choices
+    assert c.finish_reason == "tool_calls" and c.message.content == "Let me check."
+    (call,) = c.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+
+
+def test_auto_tool_call_streams_text_then_the_call(caller):
+    deltas, calls, reasons = [], [], []
+    for chunk in caller.openai().chat.completions.create(
+            model=caller.model_id, messages=[{"role": "user", "content": "hi"}], tools=[WEATHER], max_tokens=20,
+            stream=True):
+        for c in chunk.choices:
+            if c.delta.content:
+                deltas.append(c.delta.content)
+            calls += c.delta.tool_calls or []
+            reasons += [c.finish_reason] if c.finish_reason else []
+    assert "".join(deltas).strip() == "Let me check." and "<tool_call>" not in "".join(deltas)
+    assert reasons == ["tool_calls"] and [c.function.name for c in calls] == ["get_weather"]
+    assert json.loads(calls[0].function.arguments) == {"city": "Paris"} and calls[0].index == 0
+
+
+def test_without_tools_the_same_text_is_content(caller):
+    r = caller.openai().chat.completions.create(model=caller.model_id, messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=20)
+    assert r.choices[0].finish_reason == "stop" and "<tool_call>" in r.choices[0].message.content
+    r = caller.openai().chat.completions.create(model=caller.model_id, messages=[{"role": "user", "content": "hi"}],
+                                                tools=[WEATHER], tool_choice="none", max_tokens=20)
+    assert r.choices[0].message.tool_calls is None
+
+
+def test_native_template_renders_tools_and_history(tiny_model_factory):
+    from server_fixtures import live_server
+
+    from llmpack.runtime.server.structured import OutputPlan, render_messages, supports_tools
+
+    assert supports_tools(TOOL_TEMPLATE) and not supports_tools("{% for m in messages %}{{ m.content }}{% endfor %}")
+    with live_server(tiny_model_factory(chat_template=TOOL_TEMPLATE)) as srv:
+        model = srv.state.model
+        history = [{"role": "user", "content": "Weather?"},
+                   {"role": "assistant", "content": None, "tool_calls": [
+                       {"id": "c1", "type": "function", "function": {"name": "get_weather",
+                                                                     "arguments": '{"city": "Paris"}'}}]},
+                   {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+        plan = OutputPlan(tools=[], native=True)
+        from llmpack.runtime.tool_calls import Tool
+        plan.tools, plan.tool_choice = [Tool("get_weather", "", {})], "auto"
+        text = render_messages(model, history, plan)
+        assert "Tools: get_weather" in text
+        assert '<tool_call>get_weather {"city": "Paris"}</tool_call>' in text   # arguments as an object
+        assert "<|im_start|>tool\nsunny" in text
+        r = srv.openai().chat.completions.create(model=srv.model_id, messages=history, tools=[WEATHER],
+                                                 tool_choice="required", max_tokens=60)
+        assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
+
+
+def test_history_without_native_tools_becomes_text(chat_server):
+    from llmpack.runtime.server.structured import OutputPlan, render_messages
+
+    history = [{"role": "user", "content": "Weather?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "rain"},
+               {"role": "user", "content": "Umbrella?"}]
+    text = render_messages(chat_server.state.model, history, OutputPlan(tools=[Tool("get_weather", "", {})],
+                                                                        tool_choice="auto"))
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in text
+    assert "<tool_response>\nrain\n</tool_response>\n\nUmbrella?" in text     # result merged into the user turn
+    assert text.index("get_weather") < text.index("Weather?")                  # the tool list is in the system turn

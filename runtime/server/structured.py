@@ -50,9 +50,9 @@ def output_plan(body: dict, model: ServedModel, *, chat: bool) -> OutputPlan:
         plan.kind, plan.grammar = _constraint(body, asked[0])
     if chat:
         _tools(body, model, plan)
-        if plan.forced and plan.grammar is not None:
-            raise bad("tool_choice", f"tool_choice {plan.tool_choice!r} forces a tool call, which cannot be "
-                                     f"combined with '{asked[0]}'")
+        if plan.forced and asked:
+            raise bad("tool_choice", f"tool_choice {body.get('tool_choice')!r} forces a tool call, which cannot "
+                                     f"be combined with '{asked[0]}'")
     if plan.grammar is not None:
         _check_with_llama(plan.grammar, model, asked[0] if asked else "tools")
     return plan
@@ -105,6 +105,8 @@ def _tools(body: dict, model: ServedModel, plan: OutputPlan) -> None:
         tools = [{"type": "function", "function": f} for f in _list(body["functions"], "functions")]
         fc = body.get("function_call")
         choice = {"type": "function", "function": fc} if isinstance(fc, dict) else fc
+    plan.fmt = tool_format(model)       # also how earlier calls in the history are written
+    plan.native = model.chat is not None and supports_tools(model.chat.template)
     if tools is None:
         if choice not in (None, "none", "auto"):
             raise bad("tool_choice", "'tool_choice' needs 'tools'")
@@ -113,8 +115,6 @@ def _tools(body: dict, model: ServedModel, plan: OutputPlan) -> None:
     if len(plan.names) != len(plan.tools):
         raise bad("tools", "tool names must be unique")
     plan.parallel = body.get("parallel_tool_calls") is not False
-    plan.fmt = tool_format(model)
-    plan.native = model.chat is not None and supports_tools(model.chat.template)
     if not plan.tools:
         return
     if choice is None or choice in ("auto", "none", "required"):
@@ -126,7 +126,7 @@ def _tools(body: dict, model: ServedModel, plan: OutputPlan) -> None:
     else:
         raise bad("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                                  "{\"type\": \"function\", \"function\": {\"name\": NAME}} naming one of the tools")
-    if plan.forced:
+    if plan.forced and plan.grammar is None:
         try:
             plan.grammar = T.forced_grammar(plan.tools, plan.fmt, plan.parallel)
         except GrammarError as exc:
