@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 from llmpack.errors import LlmpackError
@@ -56,15 +57,13 @@ def schema_to_gbnf(schema: Any) -> str:
     if len(text) > MAX_SCHEMA_CHARS:
         raise GrammarError(f"the JSON schema is too large ({len(text)} characters; at most {MAX_SCHEMA_CHARS})")
     _check_schema(schema, "schema")
-    from llama_cpp.llama_grammar import SchemaConverter   # (imports llama.cpp)
-
-    converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter = _converter_class()(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     try:
         resolved = converter.resolve_refs(json.loads(text), "input")
         converter.visit(resolved, "")
     except RecursionError:
         raise GrammarError("the JSON schema refers to itself without end") from None
-    except (AssertionError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+    except (AssertionError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:   # ranges too
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise GrammarError(f"the JSON schema cannot be turned into a grammar: {detail[:300]}") from None
     rules = dict(converter._rules)
@@ -74,8 +73,29 @@ def schema_to_gbnf(schema: Any) -> str:
     return "\n".join(f"{name} ::= {rule}" for name, rule in sorted(rules.items())) + "\n"
 
 
+@lru_cache(maxsize=1)
+def _converter_class():
+    """llama-cpp-python's converter, taught integer bounds (it ignores them)."""
+    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter   # (imports llama.cpp)
+
+    from llmpack.runtime.grammar_ranges import integer_range
+
+    class Converter(SchemaConverter):
+        def visit(self, schema, name):
+            if isinstance(schema, dict) and schema.get("type") in ("integer", "number") \
+                    and "enum" not in schema and "const" not in schema:
+                rule = integer_range(schema)
+                if rule is not None:
+                    rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
+                    return self._add_rule(rule_name, f"({rule}) space")
+            return super().visit(schema, name)
+
+    return Converter
+
+
 _TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
-_UNENFORCED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_UNENFORCED = (*_BOUNDS, "multipleOf",
                "minProperties", "maxProperties", "uniqueItems", "not", "if", "patternProperties",
                "contains", "dependentRequired", "dependentSchemas")
 
@@ -132,6 +152,8 @@ def _harmless_bound(node: dict, key: str) -> bool:
     value = node[key]
     if key in ("uniqueItems",) and value is False:
         return True
+    if key in _BOUNDS and node.get("type") in ("integer", "number"):
+        return True   # enforced: integers in range (for "number" too: a range of integers is valid)
     return "enum" in node or "const" in node
 
 

@@ -52,7 +52,9 @@ def test_schema_grammar_is_accepted_by_llama(engine):
     ({"type": "foo"}, "type"),
     ("not a schema", "object"),
     ({"type": "object", "properties": {"a": {"$ref": "https://example.com/x.json"}}}, "$ref"),
-    ({"type": "integer", "minimum": 5}, "minimum"),
+    ({"type": "integer", "multipleOf": 5}, "multipleOf"),
+    ({"type": "integer", "minimum": 5, "maximum": 1}, "no integer"),
+    ({"type": "string", "minimum": 5}, "minimum"),
     ({"type": "string", "pattern": "[a-z]+"}, "pattern"),
     ({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}, "missing"),
 ])
@@ -125,3 +127,14 @@ def test_raw_gbnf(engine):
     out = run(engine, "Count:", grammar='root ::= ("one" | "two") " " [0-9]{3}', max_tokens=20, temperature=0.0)
     text = out.outputs[0].text
     assert text.split(" ")[0] in ("one", "two") and text.split(" ")[1].isdigit() and len(text.split(" ")[1]) == 3
+
+
+@pytest.mark.parametrize("bounds", [{"minimum": 0}, {"minimum": 18, "maximum": 120}, {"minimum": -50, "maximum": 7},
+                                    {"exclusiveMinimum": 0, "exclusiveMaximum": 1000}, {"maximum": -3},
+                                    {"minimum": 995, "maximum": 1005}])
+def test_integer_bounds_hold(engine, bounds):
+    for kind in ("integer", "number"):   # a number's bounds are met by integers in range
+        schema = {"type": "object", "properties": {"v": {"type": kind, **bounds}}, "required": ["v"]}
+        out = run(engine, "Value:", grammar=schema_to_gbnf(schema), n=6, temperature=1.5, seed=4, max_tokens=40)
+        for c in out.outputs:
+            jsonschema.validate(json.loads(c.text), schema)
