@@ -101,7 +101,7 @@ def test_completions_take_schema_and_llama_server_fields(demo: LiveServer):
     ({"json_schema": {"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}}}, "json_schema", "nope"),
     ({"grammar": "root ::= greeting"}, "grammar", "greeting"),
     ({"grammar": "root ::= root \"x\""}, "grammar", "left-recursive"),
-    ({"grammar": 'root ::= "a"', "response_format": {"type": "json_object"}}, "response_format", "only one"),
+    ({"grammar": 'root ::= "a"', "response_format": {"type": "json_object"}}, "grammar", "only one"),
     ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice",
      "cannot be combined"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "tools"),
