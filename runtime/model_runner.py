@@ -28,6 +28,7 @@ import numpy as np
 import llama_cpp as lc
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime import vocab_text
 
 _backend_ready = False
 
@@ -119,32 +120,17 @@ class ModelRunner:
         self.n_ctx = lc.llama_n_ctx(self.ctx)
         self.mem = lc.llama_get_memory(self.ctx)
         self._batch = lc.llama_batch_init(cfg.n_batch, 0, 1)
-        self._tok_buf = (lc.llama_token * 8192)()
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.bos_id = lc.llama_vocab_bos(self.vocab)
 
     # ---- text ---------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        data = text.encode("utf-8", errors="replace")
-        buf, cap = self._tok_buf, len(self._tok_buf)
-        if len(data) + 8 > cap:
-            cap = len(data) + 8
-            buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:  # buffer too small: -n is the size needed
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
-        return list(buf[:n])
+        """Thread-safe (HTTP threads tokenize while the engine decodes): no shared buffers."""
+        return vocab_text.tokenize(self.vocab, text, add_special, parse_special)
 
     def token_bytes(self, token: int, special: bool = False) -> bytes:
         """The raw bytes of one token's piece (may be part of a multi-byte character)."""
-        buf = ctypes.create_string_buffer(64)
-        n = lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        return buf.raw[:n]
+        return vocab_text.piece(self.vocab, token, special)
 
     def is_eog(self, token: int) -> bool:
         return bool(lc.llama_vocab_is_eog(self.vocab, token))
