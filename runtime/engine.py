@@ -155,6 +155,9 @@ class LLMEngine:
                     request_id: str | None = None) -> RequestStream:
         params = params or SamplingParams()
         params.validate()
+        if params.grammar is not None:   # parse it here: on the engine thread a bad one would be fatal
+            from llmpack.runtime.grammar_sampler import check_with_llama
+            check_with_llama(params.grammar, self.runner.vocab)
         ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise InvalidParameterError("prompt", "is empty")

@@ -138,3 +138,9 @@ def test_integer_bounds_hold(engine, bounds):
         out = run(engine, "Value:", grammar=schema_to_gbnf(schema), n=6, temperature=1.5, seed=4, max_tokens=40)
         for c in out.outputs:
             jsonschema.validate(json.loads(c.text), schema)
+
+
+def test_a_bad_grammar_is_refused_at_the_door(engine):
+    with pytest.raises(GrammarError):
+        engine.add_request("x", SamplingParams(grammar="root ::= root \"a\""))
+    assert run(engine, "x", max_tokens=2).outputs[0].finish_reason == "length"   # the engine lives on
