@@ -81,6 +81,7 @@ def kv_waste(model: str, prompt_tokens: tuple[int, int], output_tokens: tuple[in
     engine._stop = True                       # take over the loop: step synchronously
     engine._wakeup.set()
     engine._thread.join()
+    engine.failure = None                     # it stopped on purpose: keep accepting requests
     rng = random.Random(0)
     vocab = engine.tokenize(" the quick brown fox jumps over a lazy dog while rain falls on old roofs", False)
     for _ in range(32):

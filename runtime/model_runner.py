@@ -28,7 +28,6 @@ import numpy as np
 import llama_cpp as lc
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime import vocab_text
 
 _backend_ready = False
 
@@ -125,12 +124,27 @@ class ModelRunner:
 
     # ---- text ---------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        """Thread-safe (HTTP threads tokenize while the engine decodes): no shared buffers."""
-        return vocab_text.tokenize(self.vocab, text, add_special, parse_special)
+        """Thread-safe: request threads tokenize at the same time as each other and as the engine
+        thread decodes (ctypes drops the GIL inside llama_tokenize), so every call gets its own
+        buffer. A shared one let one request run on another user's tokens."""
+        data = text.encode("utf-8", errors="replace")
+        cap = len(data) + 8     # SPM/BPE never make more tokens than bytes (+ BOS/EOS)
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return buf[:n]
 
     def token_bytes(self, token: int, special: bool = False) -> bytes:
         """The raw bytes of one token's piece (may be part of a multi-byte character)."""
-        return vocab_text.piece(self.vocab, token, special)
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
 
     def is_eog(self, token: int) -> bool:
         return bool(lc.llama_vocab_is_eog(self.vocab, token))

@@ -16,8 +16,8 @@ MAX_INPUTS = 2048
 _open_lock = threading.Lock()
 
 
-def _vocab(model: ServedModel):
-    return model.engine.runner.vocab
+def _runner(model: ServedModel):
+    return model.engine.runner   # its tokenize / token_bytes are thread-safe
 
 
 def embedder(model: ServedModel):
@@ -34,7 +34,6 @@ def embedder(model: ServedModel):
 @bp.post("/v1/embeddings")
 def embeddings():
     from llmpack.runtime.embeddings import EmbeddingError
-    from llmpack.runtime.vocab_text import tokenize
 
     ctx = _ctx()
     model = ready_model(ctx.state)
@@ -47,8 +46,8 @@ def embeddings():
         raise P.bad("dimensions", "'dimensions' is not supported: this model's embeddings have a fixed size",
                     "unsupported_parameter")
     inputs = _inputs(body.get("input"), model)
-    vocab = _vocab(model)
-    ids = [tokenize(vocab, P.scrub(x), True, False) if isinstance(x, str) else x for x in inputs]
+    runner = _runner(model)
+    ids = [runner.tokenize(P.scrub(x), True, False) if isinstance(x, str) else x for x in inputs]
     ctx.metrics.embedding_requests.labels(model.model_id).inc()
     ctx.metrics.embedding_inputs.labels(model.model_id).inc(len(ids))
     try:
@@ -82,8 +81,6 @@ def _inputs(value: Any, model: ServedModel) -> list:
 
 @bp.post("/tokenize")
 def tokenize_route():
-    from llmpack.runtime.vocab_text import piece, tokenize
-
     model = ready_model(_ctx().state)
     body = P.check_keys(json_body(), {"content", "add_special", "parse_special", "with_pieces", "model"})
     content = body.get("content")
@@ -94,13 +91,13 @@ def tokenize_route():
         flags[key] = body.get(key, default)
         if not isinstance(flags[key], bool):
             raise P.bad(key, f"'{key}' must be true or false")
-    vocab = _vocab(model)
-    tokens = tokenize(vocab, P.scrub(content), flags["add_special"], flags["parse_special"])
+    runner = _runner(model)
+    tokens = runner.tokenize(P.scrub(content), flags["add_special"], flags["parse_special"])
     if not flags["with_pieces"]:
         return jsonify({"tokens": tokens})
     out = []
     for t in tokens:
-        raw = piece(vocab, t)
+        raw = runner.token_bytes(t, special=True)
         try:
             text: Any = raw.decode("utf-8")
         except UnicodeDecodeError:   # part of a multi-byte character: its bytes, as llama-server
@@ -111,8 +108,6 @@ def tokenize_route():
 
 @bp.post("/detokenize")
 def detokenize_route():
-    from llmpack.runtime.vocab_text import detokenize
-
     model = ready_model(_ctx().state)
     body = P.check_keys(json_body(), {"tokens", "model"})
     tokens = body.get("tokens")
@@ -120,4 +115,6 @@ def detokenize_route():
         raise P.bad("tokens", "'tokens' must be a list of token ids")
     if any(not 0 <= t < model.engine.n_vocab for t in tokens):
         raise P.bad("tokens", f"token ids must be from 0 to {model.engine.n_vocab - 1}")
-    return jsonify({"content": detokenize(_vocab(model), tokens)})
+    runner = _runner(model)
+    text = b"".join(runner.token_bytes(t, special=True) for t in tokens).decode("utf-8", errors="replace")
+    return jsonify({"content": text})
