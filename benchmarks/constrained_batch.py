@@ -1,7 +1,7 @@
 """How much do grammar-constrained rows slow the free rows that share their batch?
 
-Three runs on one engine, same model, same run, all rows greedy-or-sampled with ignore_eos so
-every row lives for exactly --tokens steps (the batch keeps its size):
+Three runs on one engine, same model, same run; the measured free rows run exactly --tokens
+steps (ignore_eos), the other rows outlive them (the batch keeps its size):
 
   A  F free rows alone
   B  F free rows + C more free rows        (the fair peer: same batch size)
@@ -23,9 +23,10 @@ from llmpack.runtime.grammar import schema_to_gbnf
 from llmpack.runtime.llm import collect
 from llmpack.runtime.sampling_params import SamplingParams
 
+# Long enough that no constrained row can finish (or start closing) while the free rows run.
 SCHEMA = {"type": "object", "required": ["name", "notes"], "additionalProperties": False,
           "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                         "notes": {"type": "array", "items": {"type": "string"}}}}
+                         "notes": {"type": "array", "items": {"type": "string"}, "minItems": 40}}}
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "My favourite food is",
            "The weather today", "In 1969, the first humans", "A haiku about autumn:", "Water boils at"]
 
@@ -36,9 +37,11 @@ def run(engine: LLMEngine, free: int, extra: int, constrained: bool, tokens: int
     streams = [engine.add_request(PROMPTS[i % len(PROMPTS)] + " " * (i // len(PROMPTS)),
                                   SamplingParams(temperature=0.8, seed=i, max_tokens=tokens, ignore_eos=True))
                for i in range(free)]
+    # The other rows outlive the measured ones (and are aborted after), so the batch keeps its
+    # size and they are never in their closing phase (see grammar_sampler) while measured.
     others = [engine.add_request("Describe a person as JSON: " + PROMPTS[i % len(PROMPTS)],
-                                 SamplingParams(temperature=0.8, seed=100 + i, max_tokens=tokens, ignore_eos=True,
-                                                grammar=gbnf if constrained else None))
+                                 SamplingParams(temperature=0.8, seed=100 + i, max_tokens=tokens * 4 + 200,
+                                                ignore_eos=not constrained, grammar=gbnf if constrained else None))
               for i in range(extra)]
     samplers = []
     start = time.perf_counter()
@@ -47,6 +50,7 @@ def run(engine: LLMEngine, free: int, extra: int, constrained: bool, tokens: int
     elapsed = time.perf_counter() - start
     for s in others:
         samplers += [q.sampler for q in s.request.seqs]
+        s.abort()
         collect(s)
     checked = sum(q.grammar.checked for q in samplers if q.grammar is not None)
     rejected = sum(q.grammar.rejected for q in samplers if q.grammar is not None)
