@@ -8,9 +8,11 @@ is the row constrained, and then in slices of the most likely tokens first:
 
 * greedy: the best allowed token of the top 64, else of the top 4096, else of the rest is
   exactly the argmax over all allowed tokens, and usually the first slice has it;
-* sampled: slices are checked until the unchecked tokens hold at most 1e-6 of the allowed
-  probability mass (the same tail the free sampler drops), then the row, with everything the
-  grammar refuses at -inf, goes through the sequence's own top-k/top-p/min_p and RNG.
+* sampled: slices (64, 4096, 32768, the rest) are checked until what was found provably
+  contains everything the row's top_k / top_p / min_p can keep (see `_enough`; with no
+  truncation, until the unchecked tokens hold at most 1e-6 of the allowed mass, the tail the
+  free sampler drops too); then the row, with everything else at -inf, goes through the
+  sequence's own top-k/top-p/min_p and RNG. Exact, and usually without the whole row.
 
 Near the length limit (the last `reserve` tokens: as many as the grammar's shortest complete
 text has characters, plus a margin, so it is enough from almost any state) the sequence is steered to finish: the end
@@ -38,11 +40,24 @@ if TYPE_CHECKING:
     from llmpack.runtime.sampler import SequenceSampler
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
-_SLICES = (64, 4096)
+_SLICES = (64, 4096, 32768)
 _TAIL = 1e-6
 _CLOSERS = frozenset('"]}')            # tokens made only of these end strings, arrays, objects
 _SEPARATORS = _CLOSERS | frozenset(",:")  # then these move on to the next required part
 _BANNED_ATTRS = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN | lc.LLAMA_TOKEN_ATTR_UNUSED
+
+
+def _enough(p, kept: float, unchecked: float, n_ok: int, best: float, tail: float) -> bool:
+    """Have the slices checked so far found every allowed token that the row's truncation can
+    keep? Slices come in decreasing weight, so: top_k allowed tokens found; or every unchecked
+    token is below min_p of the best allowed one; or the allowed mass found already fills top_p
+    of all the mass that could be allowed (with no top_p: all but the free sampler's tail)."""
+    if p.top_k > 0 and n_ok >= p.top_k:
+        return True
+    if p.min_p > 0.0 and p.top_p >= 1.0 and tail < p.min_p * best:
+        return True
+    cut = p.top_p if p.top_p < 1.0 else 1.0 - _TAIL
+    return kept >= cut * (kept + unchecked)
 
 
 class VocabTables:
@@ -179,16 +194,19 @@ class GrammarConstraint:
     def _constrained(self, sampler: "SequenceSampler", row: np.ndarray) -> int:
         if sampler.chain is None:
             return self._best_allowed(row)
-        scaled = (row - row.max()) * (1.0 / sampler.params.temperature)
-        w = np.exp(scaled.astype(np.float64))
+        p = sampler.params
+        w = np.exp((row - row.max()).astype(np.float64) * (1.0 / p.temperature))
         unchecked = float(w.sum())
-        keep, kept_mass = [], 0.0
+        keep, kept_mass, n_ok, best = [], 0.0, 0, 0.0
         for ids in self._slices(row):
             ok = ids[self.allowed(ids)]
             keep.append(ok)
             kept_mass += float(w[ok].sum())
             unchecked -= float(w[ids].sum())
-            if kept_mass > 0 and unchecked <= _TAIL * kept_mass:
+            n_ok += len(ok)
+            best = max(best, float(w[ok].max())) if len(ok) else best
+            tail = float(w[ids].min()) if len(ids) else 0.0   # every unchecked token weighs at most this
+            if n_ok and _enough(p, kept_mass, unchecked, n_ok, best, tail):
                 break
         ok = np.concatenate(keep)
         if not len(ok):
