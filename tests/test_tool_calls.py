@@ -187,3 +187,12 @@ def test_history_without_native_tools_becomes_text(chat_server):
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in text
     assert "<tool_response>\nrain\n</tool_response>\n\nUmbrella?" in text     # result merged into the user turn
     assert text.index("get_weather") < text.index("Weather?")                  # the tool list is in the system turn
+
+
+def test_legacy_functions_are_tools(caller):
+    r = caller.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20,
+                                             "functions": [WEATHER["function"]], "function_call": "auto"}).json()
+    assert r["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    bad = caller.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                               "functions": [WEATHER["function"]], "tools": [WEATHER]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "functions"
