@@ -11,6 +11,7 @@ run it in the foreground, passing the serve flags through and Ctrl+C on to it.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shlex
 import subprocess
@@ -163,22 +164,33 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     }
     if progress == "auto":
         progress = sys.stderr.isatty()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if sidecar:
-        if compress not in (None, "none"):
-            print("llmpack: warning: --compress does not apply to --sidecar (the model file is kept as is)",
-                  file=sys.stderr)
-        manifest = splice.write_sidecar(stub_path, model, out, extra, progress=progress)
-        model_out = out.parent / manifest.model.file
-        size = out.stat().st_size + model_out.stat().st_size
-    else:
-        manifest = splice.write_packed(stub_path, model, out, extra, compress=compress or "none",
-                                       progress=progress)
-        model_out = model
-        size = out.stat().st_size
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if sidecar:
+            if compress not in (None, "none"):
+                print("llmpack: warning: --compress does not apply to --sidecar (the model file is kept as is)",
+                      file=sys.stderr)
+            manifest = splice.write_sidecar(stub_path, model, out, extra, progress=progress)
+            model_out = out.parent / manifest.model.file
+            size = out.stat().st_size + model_out.stat().st_size
+        else:
+            manifest = splice.write_packed(stub_path, model, out, extra, compress=compress or "none",
+                                           progress=progress)
+            model_out = model
+            size = out.stat().st_size
+    except OSError as exc:   # the partial output is already gone (splice writes a temporary file)
+        raise _write_error(exc, out, model.stat().st_size + stub_path.stat().st_size) from None
     os.chmod(out, 0o755)
     return BuildResult(path=out, manifest=manifest, model_path=model_out, size=size,
                        seconds=time.monotonic() - started, chat_source=chat.source, sidecar=sidecar)
+
+
+def _write_error(exc: OSError, out: Path, need: int) -> BuildError:
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return BuildError(f"the disk filled up while writing {out} (about {_mb(need)} needed); "
+                          "free some space or pass -o with a folder on another disk")
+    return BuildError(f"cannot write {out}: {exc.strerror or type(exc).__name__} ({exc.filename or out}); "
+                      "pass -o with a folder you can write to")
 
 
 def _mb(n: int) -> str:

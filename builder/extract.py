@@ -94,7 +94,7 @@ def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: P
 
 def _disk_error(exc: OSError, dest: Path, m: ModelBlob) -> PackError:
     """One line for what goes wrong writing the cache: a full disk, no permission, ..."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):   # EDQUOT: not on Windows
         return PackError(f"the disk filled up while unpacking the model into {dest} ({_size(m.size)} needed); "
                          "free some space or set LLMPACK_CACHE to a folder on a bigger disk")
     what = exc.strerror or type(exc).__name__

@@ -83,15 +83,12 @@ class Checksum:
         data = memoryview(data).cast("B")
         if not len(data):
             return
-        try:
-            import numpy as np
+        import numpy as np   # a dependency; imported here so reading a manifest never needs it
 
-            even = len(data) & ~1
-            value = int(np.frombuffer(data[:even], dtype="<u2").sum(dtype=np.uint64))
-            if even != len(data):
-                value += data[-1]
-        except ImportError:  # pragma: no cover - numpy is a dependency; slower fallback
-            value = int.from_bytes(data, "little")
+        even = len(data) & ~1
+        value = int(np.frombuffer(data[:even], dtype="<u2").sum(dtype=np.uint64))
+        if even != len(data):
+            value += data[-1]
         if value:
             self._nonzero = True
         self._acc = (self._acc + (value % 0xFFFF) * (256 if offset & 1 else 1)) % 0xFFFF

@@ -33,10 +33,9 @@ class Sink(Protocol):
 
 
 def zstd() -> Any:
-    try:
-        import zstandard
-    except ImportError as exc:  # pragma: no cover - a declared dependency
-        raise PackError("zstd compression needs the zstandard package: pip install zstandard") from exc
+    """The zstandard module (a dependency), imported on first use: uncompressed models never need it."""
+    import zstandard
+
     return zstandard
 
 

@@ -128,21 +128,15 @@ class App:
             os.killpg(self.proc.pid, signal.SIGINT)
         else:
             self.proc.send_signal(signal.SIGINT)
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"did not exit within {timeout} s of SIGINT:\n{self.stderr}") from None
-        for r in self._readers:
-            r.join(5)
-        return rc
+        return self.wait_exit(timeout, after="SIGINT")
 
-    def wait_exit(self, timeout: float) -> int:
+    def wait_exit(self, timeout: float, after: str = "") -> int:
         try:
             rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"still running after {timeout} s:\n{self.stderr}") from None
+            raise AssertionError(f"still running {timeout} s {'after ' + after if after else 'later'}:\n"
+                                 f"{self.stderr}") from None
         for r in self._readers:
             r.join(5)
         return rc
@@ -417,6 +411,17 @@ def test_a_full_cache_disk_is_one_clear_line(tiny_exe, tmp_path):
     assert "MB needed" in errors[0] and "Traceback" not in proc.stdout + proc.stderr
 
 
+def test_an_unusable_cache_folder_is_one_clear_line(tiny_exe, tmp_path):
+    (tmp_path / "a-file").write_text("in the way")
+    cache = tmp_path / "a-file" / "cache"
+    proc = subprocess.run([str(tiny_exe), "--no-browser", "--port", "0"], capture_output=True, text=True,
+                          timeout=120, env=minimal_env(tmp_path, LLMPACK_CACHE=str(cache)), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and f"cannot use the folder {cache}" in errors[0] and "LLMPACK_CACHE" in errors[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
 def test_inspect_reads_a_built_executable(tiny_exe):
     proc = llmpack_cli("inspect", str(tiny_exe))
     assert "embedded at byte" in proc.stdout and "tiny-test-model" in proc.stdout
@@ -430,6 +435,20 @@ def test_build_refusals_are_one_line(tiny_gguf, tiny_exe, stub, tmp_path):
     proc = llmpack_cli("build", str(tiny_exe), "-o", str(tmp_path / "again"), "--stub", str(stub), check=False)
     assert proc.returncode == 2 and "already a program made by llmpack" in proc.stderr
     assert not (tmp_path / "app.exe").exists() and not (tmp_path / "again").exists()
+
+
+def test_a_full_output_disk_is_one_line_and_leaves_no_partial_file(tiny_gguf, stub, tmp_path):
+    """-o into a 1 MiB tmpfs (the stub alone is ~76 MB); what the folder holds afterwards is
+    listed inside the mount namespace, before the tmpfs goes away."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    build = [sys.executable, "-m", "llmpack", "build", str(tiny_gguf), "-o", str(out_dir / "app"), "--stub", str(stub)]
+    then_list = ["sh", "-c", '"$@"; rc=$?; echo "left: $(ls -A "$0")"; exit $rc', str(out_dir), *build]
+    proc = subprocess.run(on_small_tmpfs(out_dir, "1m", then_list), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("llmpack: error: the disk filled up while writing")
+    assert str(out_dir / "app") in proc.stderr and "MB needed" in proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "left:"
 
 
 def test_sidecar_build_runs(tiny_gguf, stub, tmp_path):

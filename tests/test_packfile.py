@@ -184,9 +184,11 @@ def onefile_exe() -> Path:
     exe.parent.mkdir(parents=True, exist_ok=True)
     os.replace(work / "dist" / "hello", exe)
     shutil.rmtree(work, ignore_errors=True)
-    for old in _assets().glob("onefile-pyi*"):  # builds of older sources
-        if old != exe.parent:
-            shutil.rmtree(old, ignore_errors=True)
+    # builds of other sources: keep the newest few (other checkouts sharing this cache use them)
+    others = sorted((d for d in _assets().glob("onefile-pyi*") if d != exe.parent),
+                    key=lambda d: d.stat().st_mtime, reverse=True)
+    for old in others[4:]:
+        shutil.rmtree(old, ignore_errors=True)
     return exe
 
 
