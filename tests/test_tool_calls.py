@@ -196,3 +196,17 @@ def test_legacy_functions_are_tools(caller):
     bad = caller.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                "functions": [WEATHER["function"]], "tools": [WEATHER]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "functions"
+
+
+def test_named_choice_forces_that_tool_but_shows_all(chat_server):
+    add = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
+    client = chat_server.openai()
+    kw = dict(model=chat_server.model_id, messages=[{"role": "user", "content": "hi"}], max_tokens=80, seed=3)
+    r = client.chat.completions.create(tools=[WEATHER, add], tool_choice={"type": "function", "function": {"name": "add"}},
+                                       **kw)
+    (call,) = r.choices[0].message.tool_calls[:1]
+    assert call.function.name == "add" and set(json.loads(call.function.arguments)) == {"a", "b"}
+    alone = client.chat.completions.create(tools=[add], tool_choice={"type": "function", "function": {"name": "add"}},
+                                           **kw)
+    assert r.usage.prompt_tokens > alone.usage.prompt_tokens     # get_weather was in the prompt too

@@ -117,18 +117,19 @@ def _tools(body: dict, model: ServedModel, plan: OutputPlan) -> None:
     plan.parallel = body.get("parallel_tool_calls") is not False
     if not plan.tools:
         return
+    forced = plan.tools      # the model sees every tool; a named choice forces just that one
     if choice is None or choice in ("auto", "none", "required"):
         plan.tool_choice = choice or "auto"
     elif isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict) \
             and choice["function"].get("name") in plan.names:
         plan.tool_choice = "function"
-        plan.tools = [t for t in plan.tools if t.name == choice["function"]["name"]]
+        forced = [t for t in plan.tools if t.name == choice["function"]["name"]]
     else:
         raise bad("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                                  "{\"type\": \"function\", \"function\": {\"name\": NAME}} naming one of the tools")
     if plan.forced and plan.grammar is None:
         try:
-            plan.grammar = T.forced_grammar(plan.tools, plan.fmt, plan.parallel)
+            plan.grammar = T.forced_grammar(forced, plan.fmt, plan.parallel)
         except GrammarError as exc:
             raise bad("tools", str(exc), "invalid_schema") from None
         plan.kind = "tools"
