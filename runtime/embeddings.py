@@ -8,11 +8,12 @@ Pooling is the model's own (mean, CLS, last token) when its GGUF says; a generat
 says nothing is mean-pooled. Vectors are L2-normalised, as OpenAI's are.
 
 Requests run on HTTP threads, and ctypes lets them run llama.cpp in parallel, so the context,
-its batch and its memory are used under one lock: requests take turns, each decoding as many
-inputs as fit in one batch per llama_decode.
+its batch and its memory are used under one lock: requests take turns; each packs up to
+MAX_SEQS inputs into the same llama_decode calls.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 
@@ -22,7 +23,8 @@ import llama_cpp as lc
 
 from llmpack.errors import LlmpackError
 
-MAX_SEQS = 16         # inputs decoded together in one llama_decode
+MAX_SEQS = 16         # inputs decoded together
+CHUNK = 64            # tokens per llama_decode when we pool (see _open)
 POOLING_NAMES = {lc.LLAMA_POOLING_TYPE_MEAN: "mean", lc.LLAMA_POOLING_TYPE_CLS: "cls",
                  lc.LLAMA_POOLING_TYPE_LAST: "last"}
 
@@ -41,26 +43,44 @@ class Embedder:
         self.pooling: str | None = None
         self._lock = threading.Lock()
 
+    def _model_pooling(self) -> int | None:
+        """The pooling the GGUF declares (embedding models do; chat models don't)."""
+        buf = ctypes.create_string_buffer(256)
+        if lc.llama_model_meta_val_str(self.model, b"general.architecture", buf, len(buf)) < 0:
+            return None
+        key = buf.value + b".pooling_type"
+        if lc.llama_model_meta_val_str(self.model, key, buf, len(buf)) < 0:
+            return None
+        try:
+            value = int(buf.value)
+        except ValueError:
+            return None
+        return value if value in POOLING_NAMES else None
+
     def _open(self) -> None:
+        pooling = self._model_pooling()
         params = lc.llama_context_default_params()
         params.embeddings = True
-        params.n_ctx = params.n_batch = params.n_ubatch = self.n_ctx   # a whole input in one ubatch
+        params.n_ctx = self.n_ctx
+        # With its own pooling (often bidirectional attention) a whole input must fit one ubatch.
+        # Without, we mean-pool per-token embeddings ourselves, in small batches: llama.cpp
+        # computes every token's logits in embeddings mode, and a 262k vocabulary makes that
+        # 1 MiB of buffer per token of batch.
+        params.n_batch = params.n_ubatch = self.n_ctx if pooling is not None else CHUNK
         params.n_seq_max = MAX_SEQS
         params.kv_unified = True
         params.n_threads = params.n_threads_batch = self.n_threads
         params.no_perf = True
-        params.pooling_type = lc.LLAMA_POOLING_TYPE_UNSPECIFIED
+        params.pooling_type = pooling if pooling is not None else lc.LLAMA_POOLING_TYPE_NONE
         ctx = lc.llama_init_from_model(self.model, params)
-        if ctx and lc.llama_pooling_type(ctx) not in POOLING_NAMES:   # none (or rank): mean-pool
-            lc.llama_free(ctx)
-            params.pooling_type = lc.LLAMA_POOLING_TYPE_MEAN
-            ctx = lc.llama_init_from_model(self.model, params)
         if not ctx:
             raise EmbeddingError("llama.cpp could not create the embeddings context (out of memory?)")
-        self.pooling = POOLING_NAMES[lc.llama_pooling_type(ctx)]
+        self.pooling = POOLING_NAMES[pooling] if pooling is not None else "mean"
+        self.own_pooling = pooling is not None
         self.ctx = ctx
         self.mem = lc.llama_get_memory(ctx)
-        self.batch = lc.llama_batch_init(self.n_ctx, 0, 1)
+        self.batch = lc.llama_batch_init(params.n_batch, 0, 1)
+        self.n_batch = params.n_batch
 
     def embed(self, inputs: list[list[int]]) -> np.ndarray:
         """One L2-normalised float32 vector per input (a list of token ids), in order."""
@@ -69,7 +89,7 @@ class Embedder:
                 raise EmbeddingError(f"input {i} is empty")
             if len(ids) > self.n_ctx:
                 raise EmbeddingError(f"input {i} is {len(ids)} tokens long; at most {self.n_ctx} can be embedded")
-        out = np.empty((len(inputs), self.n_embd), dtype=np.float32)
+        out = np.zeros((len(inputs), self.n_embd), dtype=np.float64)
         with self._lock:
             if self.ctx is None:
                 self._open()
@@ -77,33 +97,41 @@ class Embedder:
             used = 0
             for i, ids in enumerate(inputs):
                 if group and (used + len(ids) > self.n_ctx or len(group) == MAX_SEQS):
-                    self._decode(inputs, group, out)
+                    self._run(inputs, group, out)
                     group, used = [], 0
                 group.append(i)
                 used += len(ids)
             if group:
-                self._decode(inputs, group, out)
+                self._run(inputs, group, out)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms > 0, norms, 1.0)
+        return (out / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
-    def _decode(self, inputs: list[list[int]], group: list[int], out: np.ndarray) -> None:
+    def _run(self, inputs: list[list[int]], group: list[int], out: np.ndarray) -> None:
+        """Decode a group of inputs (one llama.cpp sequence each) and pool them into out."""
         lc.llama_memory_clear(self.mem, True)
-        b, n = self.batch, 0
-        for seq, i in enumerate(group):
-            for pos, token in enumerate(inputs[i]):
-                b.token[n], b.pos[n], b.n_seq_id[n] = token, pos, 1
+        rows = [(seq, pos, t) for seq, i in enumerate(group) for pos, t in enumerate(inputs[i])]
+        for start in range(0, len(rows), self.n_batch):
+            chunk = rows[start:start + self.n_batch]
+            b = self.batch
+            for n, (seq, pos, token) in enumerate(chunk):
+                b.token[n], b.pos[n], b.n_seq_id[n], b.logits[n] = token, pos, 1, True
                 b.seq_id[n][0] = seq
-                b.logits[n] = True
-                n += 1
-        b.n_tokens = n
-        rc = lc.llama_decode(self.ctx, b)
-        if rc != 0:
-            raise EmbeddingError(f"llama_decode failed with status {rc} while embedding")
+            b.n_tokens = len(chunk)
+            rc = lc.llama_decode(self.ctx, b)
+            if rc != 0:
+                raise EmbeddingError(f"llama_decode failed with status {rc} while embedding")
+            if not self.own_pooling:   # sum each token's embedding into its input's row
+                per_token = np.ctypeslib.as_array(lc.llama_get_embeddings(self.ctx), shape=(len(chunk), self.n_embd))
+                seqs = np.fromiter((seq for seq, _, _ in chunk), dtype=np.int64, count=len(chunk))
+                np.add.at(out, np.asarray(group)[seqs], per_token)
         for seq, i in enumerate(group):
-            ptr = lc.llama_get_embeddings_seq(self.ctx, seq)
-            if not ptr:
-                raise EmbeddingError("the model produced no pooled embedding")
-            out[i] = np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
+            if self.own_pooling:
+                ptr = lc.llama_get_embeddings_seq(self.ctx, seq)
+                if not ptr:
+                    raise EmbeddingError("the model produced no pooled embedding")
+                out[i] = np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
+            else:
+                out[i] /= len(inputs[i])
 
     def close(self) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from server_fixtures import *  # noqa: F401,F403
+from ggufs import CHATML_TEMPLATE
 from server_fixtures import LiveServer, live_server
 from test_server import metric_samples
 
@@ -104,3 +105,15 @@ def test_demo_model_embeddings_rank_similar_texts(demo_model: Path):
         a, b, c = embed(srv, ["I love my cat.", "I adore my kitten.", "Quarterly tax filing deadlines."])
         assert a @ b > a @ c
         assert srv.state.model.embedder.pooling == "mean"
+
+
+def test_a_model_that_declares_its_pooling_gets_it(tiny_model_factory):
+    """An embedding GGUF says how to pool (here CLS: the first token's state, which for this
+    causal model is the BOS token's whatever follows it)."""
+    from gguf import GGUFValueType
+
+    path = tiny_model_factory(chat_template=CHATML_TEMPLATE, extra_kv={"llama.pooling_type": (2, GGUFValueType.UINT32)})
+    with live_server(path) as srv:
+        a, b = embed(srv, ["hello world", "the cat"])
+        assert srv.state.model.embedder.pooling == "cls"
+        assert np.allclose(a, b, atol=1e-5)      # same first token, same CLS state
