@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from server_fixtures import chat_server  # noqa: F401
+from server_fixtures import *  # noqa: F401,F403  (the chat_server fixture)
 
 from llmpack.runtime.tool_calls import (Tool, ToolCall, forced_grammar, instructions, may_become_call, parse_calls,
                                         render_calls)
