@@ -117,6 +117,9 @@ class LLMEngine:
                     request_id: str | None = None) -> RequestStream:
         params = params or SamplingParams()
         params.validate()
+        if params.grammar is not None:   # parse it here: on the engine thread a bad one would be fatal
+            from llmpack.runtime.grammar_sampler import check_with_llama
+            check_with_llama(params.grammar, self.runner.vocab)
         ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise InvalidParameterError("prompt", "is empty")
@@ -232,7 +235,7 @@ class LLMEngine:
     def _new_sequence(self, req: Request, index: int, tokens: list[int]) -> Sequence:
         p = req.params
         seq = Sequence(request=req, index=index, token_ids=tokens, num_prompt_tokens=len(req.prompt_token_ids),
-                       sampler=SequenceSampler(p, req.seed + index),
+                       sampler=SequenceSampler(p, req.seed + index, self.runner.vocab),
                        detok=Detokenizer(p.stop, p.include_stop_str_in_output))
         req.seqs.append(seq)
         return seq
@@ -280,16 +283,22 @@ class LLMEngine:
         lp_row = row.copy() if p.logprobs is not None else None
         if seq.sampler.has_penalties:
             seq.sampler.apply_penalties(row, seq.token_ids, seq.output_token_ids)
-        token = seq.sampler.sample(row)
+        token = seq.sampler.sample(row, self._remaining(seq))
         fork_now = p.n > 1 and not req.forked
         self._append(seq, token, lp_row, deltas)
         if fork_now:
             req.forked = True
             for j in range(1, p.n):
                 child = self._new_sequence(req, j, list(req.prompt_token_ids))
-                child_token = child.sampler.sample(row)
+                child_token = child.sampler.sample(row, self._remaining(child))
                 self.scheduler.fork(seq, child)
                 self._append(child, child_token, lp_row, deltas)
+
+    def _remaining(self, seq: Sequence) -> int:
+        """How many tokens seq may still generate, the next one included."""
+        room = self.max_model_len - seq.num_tokens
+        max_tokens = seq.request.params.max_tokens
+        return room if max_tokens is None else min(room, max_tokens - seq.num_output_tokens)
 
     def _append(self, seq: Sequence, token: int, lp_row, deltas: dict[Request, list[CompletionOutput]]) -> None:
         req, p = seq.request, seq.request.params

@@ -28,7 +28,9 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
-_TOP_KEYS = {"name", "description", "chat_template", "context", "system_role", "system", "stop", "eot_tokens", "match", "sampling"}
+_TOP_KEYS = {"name", "description", "chat_template", "context", "system_role", "system", "stop", "eot_tokens", "match",
+             "sampling", "tool_format"}
+TOOL_FORMATS = ("hermes", "llama3", "mistral")   # how the family writes tool calls (runtime/tool_calls.py)
 _MATCH_KEYS = {"architectures", "names", "fingerprints", "priority"}
 
 
@@ -59,6 +61,7 @@ class Recipe:
     context: int = 4096
     system: str | None = None              # default system prompt
     supports_system: bool = True           # False: the template folds system text into the first user turn
+    tool_format: str = "hermes"            # one of TOOL_FORMATS
     source: str = ""                       # file it came from, or "<manifest>"
 
     @classmethod
@@ -83,6 +86,7 @@ class Recipe:
         check(type(match.get("priority", 0)) is int, "match.priority must be a whole number")
         check(context is None or (type(context) is int and context >= 16), "'context' must be a whole number of tokens")
         check(system is None or isinstance(system, str), "'system' must be a string")
+        check(data.get("tool_format", "hermes") in TOOL_FORMATS, f"'tool_format' must be one of {', '.join(TOOL_FORMATS)}")
         check(not set(sampling) - set(SAMPLING_KEYS), f"[sampling] allows only {', '.join(SAMPLING_KEYS)}")
         where = f"recipe {name}"
         patterns = _strings(match.get("names", []), f"{where}: match.names")
@@ -102,6 +106,7 @@ class Recipe:
             eot_tokens=_strings(data.get("eot_tokens", []), f"{where}: eot_tokens"),
             sampling=MappingProxyType(dict(sampling)), context=context or 4096, system=system or None,
             supports_system=bool(data.get("system_role", True)), source=source,
+            tool_format=data.get("tool_format", "hermes"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,6 +114,7 @@ class Recipe:
         data: dict[str, Any] = {
             "name": self.name, "description": self.description, "context": self.context,
             "system_role": self.supports_system, "stop": list(self.stop), "eot_tokens": list(self.eot_tokens),
+            "tool_format": self.tool_format,
             "chat_template": self.chat_template,
             "match": {"architectures": list(self.architectures), "names": list(self.name_patterns),
                       "fingerprints": list(self.fingerprints), "priority": self.priority},

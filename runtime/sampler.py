@@ -43,8 +43,13 @@ _TAIL = 1e-6  # with no top_p, the probability mass we allow ourselves to drop
 class SequenceSampler:
     """The sampling state of one sample (one of a request's n): its llama.cpp chain and penalties."""
 
-    def __init__(self, params: SamplingParams, seed: int) -> None:
+    def __init__(self, params: SamplingParams, seed: int, vocab=None) -> None:
         self.params = params
+        self.grammar = None   # a GrammarConstraint when the request constrains its output
+        if params.grammar is not None:
+            from llmpack.runtime.grammar_sampler import GrammarConstraint
+
+            self.grammar = GrammarConstraint(params.grammar, vocab, params.stop_token_ids, params.max_tokens)
         self.chain = None
         if not params.greedy:
             chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
@@ -55,6 +60,8 @@ class SequenceSampler:
                               or params.repetition_penalty != 1.0)
 
     def close(self) -> None:
+        if self.grammar is not None:
+            self.grammar.close()
         if self.chain is not None:
             lc.llama_sampler_free(self.chain)
             self.chain = None
@@ -111,8 +118,15 @@ class SequenceSampler:
                 break
         return _by_weight(w, np.flatnonzero(above))
 
-    def sample(self, row: np.ndarray) -> int:
-        """Pick the next token from one (already penalised) logits row."""
+    def sample(self, row: np.ndarray, remaining: int | None = None) -> int:
+        """Pick the next token from one (already penalised) logits row; `remaining` is how many
+        tokens the sequence may still produce, this one included (a grammar steers to its end)."""
+        if self.grammar is not None:
+            return self.grammar.sample(self, row, remaining)
+        return self.sample_free(row)
+
+    def sample_free(self, row: np.ndarray) -> int:
+        """Pick the next token ignoring any grammar; does not modify row."""
         if self.chain is None:
             return int(row.argmax())
         ids = self.kept_tokens(row)

@@ -32,6 +32,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None       # return this many top alternatives per token (0 = chosen token only)
     include_stop_str_in_output: bool = False
+    grammar: str | None = None        # GBNF (root rule "root") the output must match; see runtime/grammar.py
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -63,3 +64,5 @@ class SamplingParams:
         check(all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "must be token ids")
         check(self.logprobs is None or (isinstance(self.logprobs, int) and 0 <= self.logprobs <= 20),
               "logprobs", f"must be an integer from 0 to 20, got {self.logprobs!r}")
+        check(self.grammar is None or (isinstance(self.grammar, str) and bool(self.grammar.strip())),
+              "grammar", "must be non-empty GBNF text")

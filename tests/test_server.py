@@ -204,8 +204,8 @@ def test_prefix_cache_reported(chat_server: LiveServer):
     ({"logprobs": True, "top_logprobs": 50}, "top_logprobs"),
     ({"top_logprobs": 2}, "top_logprobs"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"tools": [{"type": "function", "function": {"name": "no spaces allowed", "parameters": {}}}]}, "tools"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "strnig"}}}}, "response_format"),
     ({"logit_bias": {"1": 5}}, "logit_bias"),
 ])
 def test_bad_parameters_are_400(chat_server: LiveServer, kw, param):

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from flask import Flask, Response, abort, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
-from llmpack.runtime.server import chat_routes, openai_routes, security
+from llmpack.runtime.server import chat_routes, embeddings_routes, openai_routes, security
 from llmpack.runtime.server.metrics import Metrics
 from llmpack.runtime.server.protocol import ApiError
 from llmpack.runtime.server.state import ServerState
@@ -64,6 +64,7 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
     app.extensions["llmpack"] = SimpleNamespace(state=state, metrics=metrics, options=options)
     security.install(app, options, error_response)
     app.register_blueprint(openai_routes.bp)
+    app.register_blueprint(embeddings_routes.bp)
     app.register_blueprint(chat_routes.bp)
 
     @app.get("/")

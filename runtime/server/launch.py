@@ -193,6 +193,8 @@ class Server:
         model = self.state.model
         if model is not None:
             try:
+                if model.embedder is not None:   # its context uses the engine's model: free it first
+                    model.embedder.close()
                 model.engine.shutdown()
             except Exception:  # noqa: BLE001
                 pass

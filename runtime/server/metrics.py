@@ -80,6 +80,11 @@ class Metrics:
                              LABEL, buckets=ITL_BUCKETS, registry=r)
         self.e2e = Histogram("llmpack:e2e_request_latency_seconds", "Request latency, arrival to last token.",
                              LABEL, buckets=E2E_BUCKETS, registry=r)
+        self.constrained = Counter("llmpack:constrained_requests", "Requests whose output a grammar constrains, "
+                                   "by kind (json_object, json_schema, grammar, tools).", LABEL + ["kind"], registry=r)
+        self.embedding_requests = Counter("llmpack:embedding_requests", "Requests to /v1/embeddings.", LABEL,
+                                          registry=r)
+        self.embedding_inputs = Counter("llmpack:embedding_inputs", "Texts embedded.", LABEL, registry=r)
         r.register(_EngineCollector(state))
 
     def render(self) -> tuple[bytes, str]:

@@ -18,6 +18,7 @@ from llmpack.runtime.sampling_params import InvalidParameterError
 from llmpack.runtime.server import protocol as P
 from llmpack.runtime.server.protocol import ApiError
 from llmpack.runtime.server.state import ServedModel, ServerState
+from llmpack.runtime.server.tool_output import ChoiceText, chat_message, stream_calls
 
 bp = Blueprint("openai", __name__)
 DONE = b"data: [DONE]\n\n"
@@ -102,6 +103,8 @@ def _generate(kind: str, parse: Callable[[Any, ServedModel], P.Prepared]):
     body = json_body()
     check_model_name(body, model)
     prep = parse(body, model)
+    if prep.plan is not None and prep.plan.kind:
+        ctx.metrics.constrained.labels(model.model_id, prep.plan.kind).inc()
     rid, created = P.new_id(kind), int(time.time())
     gen = Generation(model, prep, ctx, rid, request.environ.get("waitress.client_disconnected"))
     if prep.stream:
@@ -210,14 +213,30 @@ def _complete(gen: Generation, kind: str, rid: str, created: int) -> dict:
         text, reason = "".join(texts.get(idx, [])), gen.reasons.get(idx, "stop")
         if kind == "chat":
             lp = {"content": P.chat_logprobs(lps.get(idx, []), gen.prep.top_logprobs or 0)} if want_lp else None
-            choices.append({"index": idx, "message": {"role": "assistant", "content": text},
-                            "logprobs": lp, "finish_reason": reason})
+            message, reason = chat_message(gen.prep.plan, text, reason)
+            choices.append({"index": idx, "message": message, "logprobs": lp, "finish_reason": reason})
         else:
             lp = P.completion_logprobs(lps.get(idx, []), 0)[0] if want_lp else None
             choices.append({"index": idx, "text": text, "logprobs": lp, "finish_reason": reason})
     return {"id": rid, "object": "chat.completion" if kind == "chat" else "text_completion", "created": created,
             "model": gen.model.model_id, "system_fingerprint": gen.model.fingerprint, "choices": choices,
             "usage": gen.usage()}
+
+
+def _chat_delta(held: ChoiceText, text: str, reason: str | None) -> tuple[dict, str | None]:
+    """A streamed choice's delta: text as content unless it may be a tool call (then held back
+    until the choice ends, when it becomes `tool_calls`)."""
+    content = held.feed(text) if text else ""
+    delta: dict = {}
+    if reason:
+        rest, calls = held.finish()
+        content += rest
+        if calls:
+            delta.update(stream_calls(calls))
+            reason = "tool_calls"
+    if content:
+        delta = {"content": content, **delta}
+    return delta, reason
 
 
 class _Body:
@@ -244,6 +263,7 @@ def _stream(gen: Generation, kind: str, rid: str, created: int) -> Iterator[byte
     tail = {"usage": None} if gen.prep.include_usage else {}
     want_lp, k = gen.prep.params.logprobs is not None, gen.prep.top_logprobs or 0
     offsets: dict[int, int] = {}
+    held = [ChoiceText(gen.prep.plan) for _ in range(len(gen.streams) * gen.n)] if chat else []
     try:
         if chat:   # at once: the client knows it was accepted even while it waits in the queue
             yield P.sse({**head, "choices": [
@@ -260,8 +280,9 @@ def _stream(gen: Generation, kind: str, rid: str, created: int) -> Iterator[byte
                 idx = base + c.index
                 if chat:
                     lp = {"content": P.chat_logprobs(c.logprobs or [], k)} if want_lp else None
-                    choices.append({"index": idx, "delta": {"content": c.text} if c.text else {},
-                                    "logprobs": lp, "finish_reason": c.finish_reason})
+                    delta, reason = _chat_delta(held[idx], c.text, c.finish_reason)
+                    if delta or lp or reason:
+                        choices.append({"index": idx, "delta": delta, "logprobs": lp, "finish_reason": reason})
                 else:
                     lp = None
                     if want_lp:

@@ -11,7 +11,6 @@ import secrets
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from llmpack.errors import LlmpackError
 from llmpack.runtime.outputs import TokenLogprob
 from llmpack.runtime.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.server.state import ServedModel
@@ -46,9 +45,10 @@ _BOOLS = ("stream", "ignore_eos", "echo", "parallel_tool_calls", "store", "inclu
 _COMMON = {"model", "stream", "stream_options", "n", "stop", "max_tokens", "seed", "user", "logit_bias",
            "ignore_eos", "stop_token_ids", "include_stop_str_in_output", "metadata", "store",
            "service_tier", *_FLOATS, "top_k"}
-CHAT_KEYS = _COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format",
-                       "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call"}
-COMPLETION_KEYS = _COMMON | {"prompt", "logprobs", "echo", "suffix", "best_of"}
+_SHAPE = {"response_format", "grammar", "json_schema"}   # constrained output (see structured.py)
+CHAT_KEYS = _COMMON | _SHAPE | {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
+                                "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call"}
+COMPLETION_KEYS = _COMMON | _SHAPE | {"prompt", "logprobs", "echo", "suffix", "best_of"}
 _SAMPLING_FIELDS = {f.name for f in fields(SamplingParams)}
 
 
@@ -96,17 +96,6 @@ def check_keys(body: Any, allowed: set[str]) -> dict:
 
 def _unsupported(body: dict) -> None:
     """Parameters OpenAI clients send that are fine when empty/default, refused otherwise."""
-    for key in ("tools", "functions"):
-        v = body.get(key)
-        if v is not None and (not isinstance(v, list) or v):
-            raise bad(key, f"'{key}' (tool/function calling) is not supported by this server.", "unsupported_parameter")
-    for key in ("tool_choice", "function_call"):
-        v = body.get(key)
-        if v is not None and v not in ("none", "auto"):
-            raise bad(key, f"'{key}' is not supported by this server (no tool calling).", "unsupported_parameter")
-    rf = body.get("response_format")
-    if rf is not None and (not isinstance(rf, dict) or rf.get("type") != "text"):
-        raise bad("response_format", "Only response_format {\"type\": \"text\"} is supported.", "unsupported_parameter")
     lb = body.get("logit_bias")
     if lb is not None and (not isinstance(lb, dict) or lb):
         raise bad("logit_bias", "'logit_bias' is not supported by this server.", "unsupported_parameter")
@@ -158,7 +147,8 @@ def _stop(body: dict, model_stop: list[str]) -> list[str]:
     return out
 
 
-def sampling_params(body: dict, model: ServedModel, *, chat: bool, logprobs: int | None) -> SamplingParams:
+def sampling_params(body: dict, model: ServedModel, *, chat: bool, logprobs: int | None,
+                    grammar: str | None = None) -> SamplingParams:
     kw: dict[str, Any] = {k: v for k, v in model.sampling.items() if k in _SAMPLING_FIELDS}
     for name in (*_FLOATS, "n", "top_k", "seed", "ignore_eos", "include_stop_str_in_output"):
         value = _get(body, name)
@@ -185,6 +175,7 @@ def sampling_params(body: dict, model: ServedModel, *, chat: bool, logprobs: int
     if chat:
         kw["stop_token_ids"] = [*kw.get("stop_token_ids", []), *model.stop_token_ids]
     kw["logprobs"] = logprobs
+    kw["grammar"] = grammar
     try:
         params = SamplingParams(**kw)
     except InvalidParameterError as exc:
@@ -219,9 +210,12 @@ class Prepared:
     prompt_param: str
     top_logprobs: int | None = None     # chat: k when logprobs are on
     texts: list[str | None] = field(default_factory=list)
+    plan: Any = None                    # structured.OutputPlan: grammar and tools
 
 
 def parse_chat(body: Any, model: ServedModel) -> Prepared:
+    from llmpack.runtime.server.structured import output_plan, render_messages
+
     body = check_keys(body, CHAT_KEYS)
     _unsupported(body)
     stream, usage = stream_flags(body)
@@ -233,46 +227,28 @@ def parse_chat(body: Any, model: ServedModel) -> Prepared:
         raise bad("top_logprobs", "'top_logprobs' requires 'logprobs': true")
     if k is not None and not 0 <= k <= 20:
         raise bad("top_logprobs", f"'top_logprobs' must be from 0 to 20, got {k}")
-    params = sampling_params(body, model, chat=True, logprobs=(k or 0) if want else None)
-    text = render_messages(model, body.get("messages"))
+    plan = output_plan(body, model, chat=True)
+    params = sampling_params(body, model, chat=True, logprobs=(k or 0) if want else None, grammar=plan.grammar)
+    text = render_messages(model, body.get("messages"), plan)
     return Prepared([tokenize_prompt(model, text)], params, stream, usage, "messages",
-                    top_logprobs=(k or 0) if want else None, texts=[text])
-
-
-def render_messages(model: ServedModel, messages: Any) -> str:
-    from llmpack.runtime.chat_template import ChatTemplateError
-
-    if not isinstance(messages, list) or not messages:
-        raise bad("messages", "'messages' must be a non-empty list of {role, content} objects")
-    for i, m in enumerate(messages):
-        if isinstance(m, dict) and (m.get("tool_calls") or m.get("function_call") or m.get("role") in ("tool", "function")):
-            raise bad("messages", f"messages[{i}] uses tool calling, which this server does not support",
-                      "unsupported_parameter")
-    if model.chat is None:
-        raise bad("messages", "This model has no chat template: use /v1/completions, or restart with --recipe NAME.")
-    if model.system_prompt and not any(isinstance(m, dict) and m.get("role") in ("system", "developer")
-                                       for m in messages):
-        messages = [{"role": "system", "content": model.system_prompt}, *messages]
-    try:
-        return model.chat.render(messages, add_generation_prompt=True)
-    except ChatTemplateError as exc:
-        raise bad("messages", str(exc)) from None
-    except (LlmpackError, TypeError, ValueError, RecursionError) as exc:
-        raise bad("messages", f"could not format the messages: {exc}") from None
+                    top_logprobs=(k or 0) if want else None, texts=[text], plan=plan)
 
 
 def parse_completion(body: Any, model: ServedModel) -> Prepared:
+    from llmpack.runtime.server.structured import output_plan
+
     body = check_keys(body, COMPLETION_KEYS)
     _unsupported(body)
     stream, usage = stream_flags(body)
     k = body.get("logprobs")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
         raise bad("logprobs", f"'logprobs' must be an integer from 0 to 20, got {_show(k)}")
-    params = sampling_params(body, model, chat=False, logprobs=k)
+    plan = output_plan(body, model, chat=False)
+    params = sampling_params(body, model, chat=False, logprobs=k, grammar=plan.grammar)
     prompts, texts = _prompts(body.get("prompt"), model)
     if len(prompts) * params.n > MAX_CHOICES:
         raise bad("prompt", f"at most {MAX_CHOICES} choices per request (prompts x n)")
-    return Prepared(prompts, params, stream, usage, "prompt", texts=texts)
+    return Prepared(prompts, params, stream, usage, "prompt", texts=texts, plan=plan)
 
 
 def _is_ids(x: Any) -> bool:

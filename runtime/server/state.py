@@ -35,6 +35,7 @@ class ServedModel:
     fingerprint: str = "fp_llmpack"
     aliases: frozenset[str] = frozenset()  # names a request's "model" may use (lowercase)
     meta: dict = field(default_factory=dict)
+    embedder: Any = None              # runtime.embeddings.Embedder, made by the first /v1/embeddings
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property

@@ -1,0 +1,232 @@
+"""One sequence's grammar: llama.cpp's grammar sampler, used so constrained rows stay cheap.
+
+Running llama.cpp's grammar over a whole 262k-token row costs tens of milliseconds, longer
+than the rest of a step's sampling together. So, like llama.cpp's common sampler, a
+constrained row is first sampled as if it were free (`SequenceSampler.sample_free`), and only
+that one token is checked against the grammar (microseconds). Only when the grammar rejects it
+is the row constrained, and then in slices of the most likely tokens first:
+
+* greedy: the best allowed token of the top 64, else of the top 4096, else of the rest is
+  exactly the argmax over all allowed tokens, and usually the first slice has it;
+* sampled: slices (64, 4096, 32768, the rest) are checked until what was found provably
+  contains everything the row's top_k / top_p / min_p can keep (see `_enough`; with no
+  truncation, until the unchecked tokens hold at most 1e-6 of the allowed mass, the tail the
+  free sampler drops too); then the row, with everything else at -inf, goes through the
+  sequence's own top-k/top-p/min_p and RNG. Exact, and usually without the whole row.
+
+Near the length limit (the last `reserve` tokens: as many as the grammar's shortest complete
+text has characters, plus a margin, so it is enough from almost any state) the sequence is steered to finish: the end
+token if the grammar is complete, else the likeliest token made only of closing characters
+(`"`, `]`, `}`) the grammar allows, else one made of closers and separators (`,`, `:`: what
+leads on to a required part), else the likeliest allowed token. JSON therefore
+usually closes before max_tokens cuts it; when it cannot, finish_reason is "length".
+
+llama.cpp aborts the process if its grammar is asked to accept a token it refuses, so only
+checked tokens are ever accepted, and end-of-generation tokens are never accepted at all.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+import llama_cpp as lc
+
+from llmpack.runtime.grammar import GrammarError, min_length
+
+if TYPE_CHECKING:
+    from llmpack.runtime.sampler import SequenceSampler
+
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+_SLICES = (64, 4096, 32768)
+_TAIL = 1e-6
+_CLOSERS = frozenset('"]}')            # tokens made only of these end strings, arrays, objects
+_SEPARATORS = _CLOSERS | frozenset(",:")  # then these move on to the next required part
+_BANNED_ATTRS = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN | lc.LLAMA_TOKEN_ATTR_UNUSED
+
+
+def _enough(p, kept: float, unchecked: float, n_ok: int, best: float, tail: float) -> bool:
+    """Have the slices checked so far found every allowed token that the row's truncation can
+    keep? Slices come in decreasing weight, so: top_k allowed tokens found; or every unchecked
+    token is below min_p of the best allowed one; or the allowed mass found already fills top_p
+    of all the mass that could be allowed (with no top_p: all but the free sampler's tail)."""
+    if p.top_k > 0 and n_ok >= p.top_k:
+        return True
+    if p.min_p > 0.0 and p.top_p >= 1.0 and tail < p.min_p * best:
+        return True
+    cut = p.top_p if p.top_p < 1.0 else 1.0 - _TAIL
+    return kept >= cut * (kept + unchecked)
+
+
+class VocabTables:
+    """What the grammar code needs to know about every token of a vocabulary, computed once
+    (about a second for a 262k vocabulary) and shared read-only by all sequences."""
+
+    _cache: dict[int, "VocabTables"] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, vocab) -> None:
+        n = lc.llama_vocab_n_tokens(vocab)
+        self.n_vocab = n
+        attrs = np.fromiter((lc.llama_vocab_get_attr(vocab, t) for t in range(n)), dtype=np.int64, count=n)
+        eog = np.fromiter((bool(lc.llama_vocab_is_eog(vocab, t)) for t in range(n)), dtype=bool, count=n)
+        # Control tokens read as their markup text to llama.cpp's grammar but detokenize to
+        # nothing, so the grammar and the text would disagree: they are never allowed, except
+        # the end-of-generation tokens, which the grammar handles itself.
+        banned = ((attrs & _BANNED_ATTRS) != 0) & ~eog
+        eot = lc.llama_vocab_eot(vocab)
+        self.end_id = eot if 0 <= eot < n and eog[eot] else lc.llama_vocab_eos(vocab)
+        # Pieces that are not whole UTF-8 characters (byte-fallback tokens) are banned too: the
+        # grammar counts code points, but a stray byte reaches the client as U+FFFD, which
+        # would break maxLength and friends.
+        buf = ctypes.create_string_buffer(256)
+        closers, separators = [], []
+        for t in np.flatnonzero(~banned & ~eog):
+            k = lc.llama_token_to_piece(vocab, int(t), buf, len(buf), 0, False)
+            try:
+                text = buf.raw[:k].decode("utf-8") if 0 < k <= len(buf) else ""
+            except UnicodeDecodeError:
+                banned[t] = True
+                continue
+            chars = set(text.strip(" "))
+            if chars and chars <= _CLOSERS:
+                closers.append(int(t))
+            elif chars and chars <= _SEPARATORS:
+                separators.append(int(t))
+        self.banned, self.eog = banned, eog
+        self.closers = np.asarray(closers, dtype=np.int32)
+        self.separators = np.asarray(separators, dtype=np.int32)
+
+    @classmethod
+    def get(cls, vocab) -> "VocabTables":
+        """The tables of this vocabulary. Keyed by address *and* a sample of pieces, since a
+        freed model's address may be reused by the next one loaded (tests load many)."""
+        n = lc.llama_vocab_n_tokens(vocab)
+        buf = ctypes.create_string_buffer(256)
+        sample = [buf.raw[:max(0, lc.llama_token_to_piece(vocab, t, buf, len(buf), 0, True))]
+                  for t in [*range(0, n, max(1, n // 64)), *range(max(0, n - 16), n)]]
+        key = (ctypes.cast(vocab, ctypes.c_void_p).value or 0, n, hash(tuple(sample)))
+        with cls._lock:
+            tables = cls._cache.get(key)
+            if tables is None:
+                tables = cls._cache[key] = VocabTables(vocab)
+            return tables
+
+
+def check_with_llama(gbnf: str, vocab) -> None:
+    """Let llama.cpp parse the grammar once (it refuses e.g. left recursion); also warms the
+    vocabulary tables on the caller's thread instead of the engine's."""
+    smpl = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
+    if not smpl:
+        raise GrammarError("llama.cpp could not parse the grammar: check its GBNF syntax "
+                           "(and that no rule is left-recursive)")
+    lc.llama_sampler_free(smpl)
+    VocabTables.get(vocab)
+
+
+class GrammarConstraint:
+    """The grammar state of one sequence."""
+
+    def __init__(self, gbnf: str, vocab, stop_token_ids: list[int], max_tokens: int | None) -> None:
+        self.tables = VocabTables.get(vocab)
+        self.smpl = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
+        if not self.smpl:
+            raise GrammarError("llama.cpp could not parse the grammar")
+        self.end_ids = {int(t) for t in stop_token_ids} | {self.tables.end_id}
+        # Start closing when the tokens left could be all that the shortest finish needs.
+        self.reserve = min_length(gbnf) + 16
+        self.checked = 0        # tokens sampled freely and checked
+        self.rejected = 0       # of those, refused by the grammar (the row was then constrained)
+
+    def close(self) -> None:
+        if self.smpl is not None:
+            lc.llama_sampler_free(self.smpl)
+            self.smpl = None
+
+    # ---- asking the grammar ---------------------------------------------------------------
+    def allowed(self, ids: np.ndarray) -> np.ndarray:
+        """Which of `ids` the grammar allows next (a bool mask)."""
+        cand = np.zeros(len(ids), dtype=_TOKEN_DATA)
+        cand["id"] = ids
+        arr = lc.llama_token_data_array(data=cand.ctypes.data_as(lc.llama_token_data_p), size=len(cand),
+                                        selected=-1, sorted=False)
+        lc.llama_sampler_apply(self.smpl, ctypes.byref(arr))
+        return np.isfinite(cand["logit"])
+
+    def can_end(self) -> bool:
+        return bool(self.allowed(np.asarray([self.tables.end_id]))[0])
+
+    def allows(self, token: int) -> bool:
+        if token in self.end_ids or self.tables.eog[token]:
+            return self.can_end()
+        return not self.tables.banned[token] and bool(self.allowed(np.asarray([token]))[0])
+
+    def accept(self, token: int) -> None:
+        if token not in self.end_ids and not self.tables.eog[token]:
+            lc.llama_sampler_accept(self.smpl, token)
+
+    # ---- choosing -------------------------------------------------------------------------
+    def sample(self, sampler: "SequenceSampler", row: np.ndarray, remaining: int | None) -> int:
+        if remaining is not None and remaining <= self.reserve:
+            token = self._finish(row)
+        else:
+            token = sampler.sample_free(row)
+            self.checked += 1
+            if not self.allows(token):
+                self.rejected += 1
+                token = self._constrained(sampler, row)
+        self.accept(token)
+        return token
+
+    def _slices(self, row: np.ndarray):
+        """Token ids in slices of decreasing logit: the top 64, the next to 4096, the rest."""
+        n = len(row)
+        kth = [k for k in _SLICES if k < n]
+        order = np.argpartition(-row, [k - 1 for k in kth]) if kth else np.arange(n)
+        start = 0
+        for end in (*kth, n):
+            ids = order[start:end]
+            start = end
+            yield ids[~self.tables.banned[ids]]
+
+    def _constrained(self, sampler: "SequenceSampler", row: np.ndarray) -> int:
+        if sampler.chain is None:
+            return self._best_allowed(row)
+        p = sampler.params
+        w = np.exp((row - row.max()).astype(np.float64) * (1.0 / p.temperature))
+        unchecked = float(w.sum())
+        keep, kept_mass, n_ok, best = [], 0.0, 0, 0.0
+        for ids in self._slices(row):
+            ok = ids[self.allowed(ids)]
+            keep.append(ok)
+            kept_mass += float(w[ok].sum())
+            unchecked -= float(w[ids].sum())
+            n_ok += len(ok)
+            best = max(best, float(w[ok].max())) if len(ok) else best
+            tail = float(w[ids].min()) if len(ids) else 0.0   # every unchecked token weighs at most this
+            if n_ok and _enough(p, kept_mass, unchecked, n_ok, best, tail):
+                break
+        ok = np.concatenate(keep)
+        if not len(ok):
+            return self.tables.end_id   # the grammar is stuck: end rather than emit garbage
+        masked = np.full_like(row, -np.inf)
+        masked[ok] = row[ok]
+        return sampler.sample_free(masked)
+
+    def _best_allowed(self, row: np.ndarray) -> int:
+        for ids in self._slices(row):
+            ok = ids[self.allowed(ids)]
+            if len(ok):
+                return int(ok[np.argmax(row[ok])])
+        return self.tables.end_id
+
+    def _finish(self, row: np.ndarray) -> int:
+        if self.can_end():
+            return self.tables.end_id
+        for ids in (self.tables.closers, self.tables.separators):
+            ok = ids[self.allowed(ids)] if len(ids) else ids
+            if len(ok):
+                return int(ok[np.argmax(row[ok])])
+        return self._best_allowed(row)
