@@ -1,0 +1,69 @@
+"""Does this CPU really execute AMX tile instructions? Asked in a child process.
+
+Some of our VMs' CPUs advertise AMX in CPUID while the host under them does not run it (a VM
+snapshot restored on another host keeps its CPUID): ggml's `sapphirerapids` CPU variant then
+wins the CPU scoring and the first matrix product dies with SIGILL in
+`ggml_backend_amx_mul_mat`. CPUID cannot tell, so a forked child runs the instructions the AMX
+kernels use (tile configure, zero, int8 dot product, store, release) and the parent looks at how
+it ended. A fork costs a millisecond and needs no compiler or extra file: the probe is 37 bytes
+of machine code copied into an executable page. Anything unusual (no fork, no executable
+memory, not x86-64 Linux) counts as "no AMX": the other variants lose a little prompt speed on
+real Sapphire Rapids CPUs, never correctness. docs/PORTABILITY.md explains the choice.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import platform
+import sys
+import warnings
+
+# ldtilecfg (%rdi); tilezero tmm0..tmm2; tdpbssd tmm2,tmm1,tmm0; tilestored tmm0,(%rsi,%rdx);
+# tilerelease; ret  (assembled with GNU as from the mnemonics in this comment)
+_CODE = bytes.fromhex("c4e2784907c4e27b49c0c4e27b49c8c4e27b49d0c4e26b5ec1c4e27a4b0416c4e27849c0c3")
+_ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA, _SYS_ARCH_PRCTL = 0x1023, 18, 158
+
+
+def _tile_config() -> ctypes.Array:
+    """Palette 1, tiles 0-2 of 16 rows x 64 bytes (the shape ggml's int8 kernels use)."""
+    cfg = (ctypes.c_uint8 * 64)()
+    cfg[0] = 1
+    for tile in range(3):
+        cfg[16 + 2 * tile] = 64          # colsb (little-endian uint16)
+        cfg[48 + tile] = 16              # rows
+    return cfg
+
+
+def _run_probe() -> None:
+    """In the child: ask Linux for the tile state (as ggml_amx_init does), run the code, exit 0."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) != 0:
+        os._exit(3)
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(_CODE)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    probe = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(addr)
+    cfg, out = _tile_config(), (ctypes.c_int32 * 256)()    # both alive during the call
+    probe(ctypes.addressof(cfg), ctypes.addressof(out), 64)
+    os._exit(0)
+
+
+def amx_works() -> bool:
+    """True when a child process ran AMX tile instructions and exited normally."""
+    if not sys.platform.startswith("linux") or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    with warnings.catch_warnings():   # Python 3.12 warns about fork() with threads running:
+        warnings.simplefilter("ignore", DeprecationWarning)   # the child only runs the probe
+        try:
+            pid = os.fork()
+        except OSError:
+            return False
+    if pid == 0:   # pragma: no cover - the child never returns
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+            _run_probe()
+        finally:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
