@@ -15,7 +15,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", help="recipe name (see `llmpack recipes`) or path to a recipe .toml")
     p.add_argument("--ctx", type=int, default=None, help="context size in tokens shared by all requests (default: recipe's, capped by the model)")
     p.add_argument("--parallel", type=int, default=None, help="max sequences decoded together (default 32)")
-    p.add_argument("--gpu-layers", default=None, help="layers to offload to the GPU: N, all, or auto (default auto)")
+    p.add_argument("--gpu-layers", default=None, help="layers to offload to the GPU: N, all, auto (fit free GPU memory; default) or 0 (CPU only)")
     p.add_argument("--system", default=None, help="default system prompt for the chat page")
 
 
@@ -27,6 +27,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=None, help="require this key as `Authorization: Bearer KEY` on /v1 routes")
     p.add_argument("--cors", action="store_true", help="allow cross-origin browser requests (off by default)")
     p.add_argument("--max-waiting", type=int, default=256, help="queued requests beyond which new ones get 503")
+    p.add_argument("--device", default=None, help="GPU to offload to: an id such as Vulkan1 (listed in /health), "
+                   "cpu for none, or auto (default: the discrete GPU with the most free memory)")
 
 
 def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int | None]:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 from llmpack import __version__
 from llmpack.errors import LlmpackError
+from llmpack.runtime.placement import startup_line
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
 from llmpack.runtime.server.state import MESSAGES, ServedModel, ServerState
@@ -145,7 +146,8 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
     n_ctx = getattr(args, "ctx", None) or min((chat.context if chat else None) or 4096, trained)
     cfg = EngineConfig(str(path), **_engine_kwargs(
         EngineConfig, n_ctx=n_ctx, max_num_seqs=getattr(args, "parallel", None) or 32,
-        gpu_layers=_gpu_layers(getattr(args, "gpu_layers", None)), max_waiting=getattr(args, "max_waiting", None)))
+        gpu_layers=_gpu_layers(getattr(args, "gpu_layers", None)), max_waiting=getattr(args, "max_waiting", None),
+        device=getattr(args, "device", None)))
     engine = LLMEngine(cfg, progress=(lambda f: progress("loading", f)) if progress else None)
     try:
         name = display_name or path.stem
@@ -157,7 +159,7 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
             system_prompt=system if system is not None else (chat.system if chat else None),
             sampling=dict(chat.sampling) if chat else {}, stop=stop,
             stop_token_ids=_special_stop_ids(engine, [*stop, *(chat.eot_tokens if chat else ())]),
-            fingerprint=_fingerprint(path, info.name),
+            fingerprint=_fingerprint(path, info.name), backend=engine.backend,
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, path.stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
                   "chat_format": chat.source if chat else None, "display_name": name})
@@ -224,6 +226,8 @@ class Server:
             return
         self.state.set_ready(model)
         self._console.done()
+        if model.backend:
+            self._say(startup_line(model.backend))
         self._say(f"llmpack: model ready ({model.display_name}, context {model.n_ctx} tokens)")
 
     def _say(self, text: str) -> None:

@@ -35,6 +35,7 @@ class ServedModel:
     fingerprint: str = "fp_llmpack"
     aliases: frozenset[str] = frozenset()  # names a request's "model" may use (lowercase)
     meta: dict = field(default_factory=dict)
+    backend: dict | None = None       # where the model runs (CPU variant, GPU, layers): /health's "backend"
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -81,7 +82,7 @@ class ServerState:
         if phase == "ready" and model is not None:
             return {"status": "ok", "model": model.model_id, "display_name": model.display_name,
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt,
-                    "sampling": dict(model.sampling)}, 200
+                    "sampling": dict(model.sampling), "backend": model.backend}, 200
         if phase == "error":
             return {"status": "error", "message": message}, 500
         return {"status": "loading", "phase": phase, "progress": round(progress, 4),
