@@ -57,6 +57,8 @@ RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
     "llmpack.recipes": ("*.py", "*.toml"),
 }
 DATA_PACKAGES = ("llmpack.webui", "llmpack.recipes")
+# Libraries of the user's GPU driver stack that ggml's GPU backends link against; never bundled.
+DRIVER_LIBS = ("libvulkan.so", "vulkan-1.dll", "libcuda.so", "nvcuda.dll")
 # Modules only `llmpack build` / `llmpack stub` need; the runtime never imports them.
 BUILD_TIME_MODULES = {"llmpack.builder.build", "llmpack.builder.stub"}
 
@@ -177,6 +179,10 @@ def _strip_debug_info(binaries, folder):
     return out
 
 
+# The Vulkan loader belongs to the user's graphics driver stack, like libGL and libcuda: a copy
+# from the build machine could be older than the driver's manifests, and without a system loader
+# there is no Vulkan driver to use anyway (the runtime then says so and runs on the CPU).
+a.binaries = [b for b in a.binaries if not os.path.basename(b[0]).startswith({driver_libs!r})]
 a.binaries = _strip_debug_info(_dedupe_shared_libs(a.binaries), {stripped!r})
 pyz = PYZ(a.pure)
 exe = EXE(
@@ -388,6 +394,7 @@ def build_stub(key: str, final: Path, *, quiet: bool = False) -> Path:
         spec = work / f"{STUB_NAME}.spec"
         spec.write_text(SPEC_TEMPLATE.format(src=str(src), entry=str(entry), datas=datas, hidden=hidden,
                                              binaries=binaries, excludes=EXCLUDES, name=STUB_NAME,
+                                             driver_libs=DRIVER_LIBS,
                                              stripped=str(work / "stripped"), cdict=ARCHIVE_COMPRESSION), "utf-8")
         dist = work / "dist"
         cmd = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "INFO",

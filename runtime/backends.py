@@ -156,12 +156,14 @@ def _choose_cpu(paths: list[Path], forced: str | None) -> tuple[Path, list[str]]
 
 def _explain(backend: str, error: str) -> str:
     """One line a user can act on, for a GPU backend library that would not load."""
-    missing = re.search(r"(lib[\w.+-]+\.so[\d.]*): cannot open shared object file", error)
-    if missing and "vulkan" in missing.group(1):
-        return f"no Vulkan loader ({missing.group(1)}) found; install your GPU driver's Vulkan support"
+    first = error.splitlines()[0] if error else "unknown error"
+    if "libvulkan.so" in first or "vulkan-1.dll" in first:
+        why = "not found" if "cannot open shared object" in first else first.rsplit(": ", 1)[-1]
+        return f"no usable Vulkan loader (libvulkan.so.1: {why}); install your GPU driver's Vulkan support"
+    missing = re.search(r"(lib[\w.+-]+\.so[\d.]*): cannot open shared object file", first)
     if missing:
         return f"{backend} needs {missing.group(1)}, which is not installed"
-    return f"{backend} backend could not be loaded: {error.splitlines()[0] if error else 'unknown error'}"
+    return f"{backend} backend could not be loaded: {first}"
 
 
 def _load_gpu(g: ctypes.CDLL, path: Path, found: Backends) -> None:
