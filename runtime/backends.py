@@ -187,6 +187,20 @@ def _load_gpu(g: ctypes.CDLL, path: Path, found: Backends) -> None:
 _loaded: Backends | None = None
 
 
+def _quiet_ggml_log() -> None:
+    """ggml logs each library it tries and each device it probes to stderr; the product says
+    what matters in one line instead (LLMPACK_DEBUG=1 shows ggml's errors)."""
+    import llama_cpp as lc
+
+    @lc.llama_log_callback
+    def _quiet(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover
+        if level == 2 and os.environ.get("LLMPACK_DEBUG"):   # GGML_LOG_LEVEL_ERROR
+            os.write(2, text)
+
+    _quiet_ggml_log.callback = _quiet  # type: ignore[attr-defined]  # keep it alive
+    lc.llama_log_set(_quiet, ctypes.c_void_p(0))
+
+
 def load_backends() -> Backends:
     """Load the CPU variant and the GPU backends once per process; later calls return the same."""
     global _loaded
@@ -194,6 +208,7 @@ def load_backends() -> Backends:
         return _loaded
     folder = lib_dir()
     g = _ggml()
+    _quiet_ggml_log()
     cpu_libs = sorted(folder.glob(f"{_PREFIX}ggml-cpu-*{_SUFFIX}"))
     if not cpu_libs:
         if g.ggml_backend_reg_count() == 0:

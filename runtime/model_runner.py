@@ -85,8 +85,8 @@ class ModelRunner:
         if not _backend_ready:
             from llmpack.runtime.backends import load_backends
 
-            _route_llama_log(cfg.verbose)
             load_backends()           # GGML_BACKEND_DL: CPU variant + GPU backends, before any model
+            _route_llama_log(cfg.verbose)
             lc.llama_backend_init()
             _backend_ready = True
         self.cfg = cfg
