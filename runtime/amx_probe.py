@@ -3,10 +3,10 @@
 Some of our VMs' CPUs advertise AMX in CPUID while the host under them does not run it (a VM
 snapshot restored on another host keeps its CPUID): ggml's `sapphirerapids` CPU variant then
 wins the CPU scoring and the first matrix product dies with SIGILL in
-`ggml_backend_amx_mul_mat`. CPUID cannot tell, so a forked child runs the instructions the AMX
-kernels use (tile configure, zero, int8 dot product, store, release) and the parent looks at how
-it ended. A fork costs a millisecond and needs no compiler or extra file: the probe is 37 bytes
-of machine code copied into an executable page. Anything unusual (no fork, no executable
+`ggml_backend_amx_mul_mat`. CPUID cannot tell, so a forked child runs the instructions the
+AMX kernels use (tile configure, zero, load, int8 dot product, store, release) and the parent
+looks at how it ended. A fork costs milliseconds and needs no compiler or extra file: the
+probe is 39 bytes of machine code copied into an executable page. Anything unusual (no fork, no executable
 memory, not x86-64 Linux) counts as "no AMX": the other variants lose a little prompt speed on
 real Sapphire Rapids CPUs, never correctness. docs/PORTABILITY.md explains the choice.
 """
@@ -19,9 +19,10 @@ import platform
 import sys
 import warnings
 
-# ldtilecfg (%rdi); tilezero tmm0..tmm2; tdpbssd tmm2,tmm1,tmm0; tilestored tmm0,(%rsi,%rdx);
-# tilerelease; ret  (assembled with GNU as from the mnemonics in this comment)
-_CODE = bytes.fromhex("c4e2784907c4e27b49c0c4e27b49c8c4e27b49d0c4e26b5ec1c4e27a4b0416c4e27849c0c3")
+# ldtilecfg (%rdi); tilezero %tmm0; tileloadd (%rsi,%rdx,1),%tmm1; tileloadd (%rsi,%rdx,1),%tmm2;
+# tdpbssd %tmm2,%tmm1,%tmm0; tilestored %tmm0,(%rsi,%rdx,1); tilerelease; ret
+# (assembled with GNU as from these mnemonics; the instructions ggml's AMX kernels use)
+_CODE = bytes.fromhex("c4e2784907c4e27b49c0c4e27b4b0c16c4e27b4b1416c4e26b5ec1c4e27a4b0416c4e27849c0c3")
 _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA, _SYS_ARCH_PRCTL = 0x1023, 18, 158
 
 
