@@ -76,9 +76,16 @@ def lib_dir() -> Path:
 
 
 def _ggml() -> ctypes.CDLL:
-    """libggml as llama-cpp-python loaded it (one registry shared with libllama), typed."""
-    from llama_cpp._ggml import libggml as g
+    """The libggml that libllama uses, typed. Not llama_cpp._ggml.libggml: the wheel holds copies
+    (libggml.so, libggml.so.0) rather than symlinks, and opening the other copy by path gives a
+    second ggml with its own, empty backend registry ("no backends are loaded"). Symbols looked
+    up through libllama's handle resolve in libllama's own dependencies (dlsym's search order);
+    Windows has one ggml.dll, so llama_cpp._ggml's handle is that one."""
+    from llama_cpp import llama_cpp as llc
 
+    g = llc._lib
+    if not hasattr(g, "ggml_backend_load"):   # Windows: GetProcAddress does not search dependencies
+        from llama_cpp._ggml import libggml as g
     sigs = {"ggml_backend_load": ([ctypes.c_char_p], ctypes.c_void_p),
             "ggml_backend_reg_count": ([], ctypes.c_size_t),
             "ggml_backend_reg_get": ([ctypes.c_size_t], ctypes.c_void_p),
