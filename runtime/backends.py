@@ -201,21 +201,23 @@ def _quiet_ggml_log() -> None:
 
     @lc.llama_log_callback
     def _quiet(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover
-        if level == 2 and os.environ.get("LLMPACK_DEBUG"):   # GGML_LOG_LEVEL_ERROR
+        if level == 4 and os.environ.get("LLMPACK_DEBUG"):   # GGML_LOG_LEVEL_ERROR
             os.write(2, text)
 
     _quiet_ggml_log.callback = _quiet  # type: ignore[attr-defined]  # keep it alive
     lc.llama_log_set(_quiet, ctypes.c_void_p(0))
 
 
-def load_backends() -> Backends:
-    """Load the CPU variant and the GPU backends once per process; later calls return the same."""
+def load_backends(quiet: bool = True) -> Backends:
+    """Load the CPU variant and the GPU backends once per process; later calls return the same.
+    quiet=False leaves llama.cpp's logging as it is (for code that wants its load log)."""
     global _loaded
     if _loaded is not None:
         return _loaded
     folder = lib_dir()
     g = _ggml()
-    _quiet_ggml_log()
+    if quiet:
+        _quiet_ggml_log()
     cpu_libs = sorted(folder.glob(f"{_PREFIX}ggml-cpu-*{_SUFFIX}"))
     if not cpu_libs:
         if g.ggml_backend_reg_count() == 0:

@@ -72,7 +72,7 @@ def _route_llama_log(verbose: bool) -> None:
         found = _OFFLOADED.search(text or b"")
         if found:
             _last_offload[:] = [int(found.group(1)), int(found.group(2))]
-        if verbose or (level == 2 and os.environ.get("LLMPACK_DEBUG")):  # GGML_LOG_LEVEL_ERROR
+        if verbose or (level == 4 and os.environ.get("LLMPACK_DEBUG")):  # GGML_LOG_LEVEL_ERROR
             os.write(2, text)
 
     _route_llama_log.callback = _route  # type: ignore[attr-defined]  # keep it alive
