@@ -81,6 +81,7 @@ def kv_waste(model: str, prompt_tokens: tuple[int, int], output_tokens: tuple[in
     engine._stop = True                       # take over the loop: step synchronously
     engine._wakeup.set()
     engine._thread.join()
+    engine.failure = None                     # it stopped on purpose: keep accepting requests
     rng = random.Random(0)
     vocab = engine.tokenize(" the quick brown fox jumps over a lazy dog while rain falls on old roofs", False)
     for _ in range(32):
@@ -101,18 +102,24 @@ def kv_waste(model: str, prompt_tokens: tuple[int, int], output_tokens: tuple[in
     return statistics.median(samples) if samples else float("nan")
 
 
-def main() -> None:
+def bench_args(counts_flag: str, default: str) -> tuple[argparse.Namespace, list[int]]:
+    """--repeat, --tokens and a comma-separated list of concurrency levels (shared with
+    server_throughput.py, which compares against this benchmark's bare loop)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--sizes", default="1,4,16,32")
+    ap.add_argument(f"--{counts_flag}", default=default)
     args = ap.parse_args()
+    return args, [int(x) for x in getattr(args, counts_flag).split(",")]
+
+
+def main() -> None:
+    args, sizes = bench_args("sizes", "1,4,16,32")
     model = str(demo_model_path())
     print(f"machine: {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores; "
           f"model: {model}; n_ctx {N_CTX}; {args.tokens}-token generations; median of {args.repeat}")
 
     runner = ModelRunner(RunnerConfig(model_path=model, n_ctx=N_CTX, max_num_seqs=MAX_SEQS))
-    sizes = [int(s) for s in args.sizes.split(",")]
     bare = {n: [] for n in sizes}
     prompts = {n: prompts_for(runner.tokenize, n) for n in sizes}
     bare_loop(runner, prompts[1], 8)   # warm-up

@@ -10,7 +10,6 @@ Targets: >= 100 tok/s at 16 clients (>= 0.95 x bare loop), TTFT p50 <= 0.5 s.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -23,7 +22,7 @@ from pathlib import Path
 import requests
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import N_CTX, MAX_SEQS, bare_loop, prompts_for  # noqa: E402
+from engine_throughput import MAX_SEQS, N_CTX, bench_args, bare_loop, prompts_for  # noqa: E402
 
 from llmpack.paths import demo_model_path  # noqa: E402
 from llmpack.runtime.model_runner import ModelRunner, RunnerConfig  # noqa: E402
@@ -84,13 +83,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--clients", default="1,16,32")
-    args = ap.parse_args()
+    args, sizes = bench_args("clients", "1,16,32")
     model = str(demo_model_path())
-    sizes = [int(c) for c in args.clients.split(",")]
     print(f"{os.cpu_count()} cores; demo model; {args.tokens}-token streamed completions; median of {args.repeat}")
 
     runner = ModelRunner(RunnerConfig(model_path=model, n_ctx=N_CTX, max_num_seqs=MAX_SEQS))

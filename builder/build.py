@@ -2,7 +2,7 @@
 
 build: validate the GGUF, decide its chat format once (explicit --recipe > template embedded in
 the GGUF > recipe matched from its metadata), record that recipe and the serving defaults in
-the manifest, and splice the model into the cached runtime stub (builder.packfile). With the
+the manifest, and splice the model into the cached runtime stub (builder/splice.py). With the
 stub cached this costs about one copy of the model.
 
 demo: build ./gemma-chat from the demo model (if missing or older than the stub or model) and
@@ -11,9 +11,9 @@ run it in the foreground, passing the serve flags through and Ctrl+C on to it.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmpack import __version__
+from llmpack import __version__, signals
 from llmpack.errors import LlmpackError
 
 DEMO_NAME = "gemma-chat"
@@ -34,7 +34,7 @@ class BuildError(LlmpackError):
 @dataclass
 class BuildResult:
     path: Path
-    manifest: Any            # packfile.Manifest
+    manifest: Any            # manifest.Manifest
     model_path: Path         # the .gguf written beside it with --sidecar, else the source model
     size: int                # bytes of `path` (plus the sidecar model, if any)
     seconds: float
@@ -87,11 +87,11 @@ def _check_output(model: Path, out: Path, stub: Path, sidecar: bool) -> None:
     if out.exists() and out.resolve() == model.resolve():
         raise BuildError(f"-o {out} would overwrite the model itself; choose another name")
     if sidecar:
-        from llmpack.builder.packfile import sidecar_name
+        from llmpack.builder.splice import sidecar_name
 
         beside = out.parent / sidecar_name(out)
         if beside.exists() and beside.resolve() == model.resolve():
-            return   # the model already sits where the sidecar goes: packfile verifies it in place
+            return   # the model already sits where the sidecar goes: splice verifies it in place
     kind = _stub_kind(stub)
     if out.suffix.lower() == ".exe" and kind != "pe":
         raise BuildError(f"{out.name} is a Windows program name but the runtime stub {stub} is not a Windows "
@@ -107,7 +107,7 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
                      stub=None, compress: str = "none", sidecar: bool = False,
                      progress: Any = "auto") -> BuildResult:
     """Write `out` (and with sidecar=True, `<out stem>.gguf` beside it); see the module doc."""
-    from llmpack.builder import packfile
+    from llmpack.builder import packfile, splice
     from llmpack.builder.stub import get_stub, llama_cpp_version, stub_info
     from llmpack.runtime.gguf_check import validate_gguf
     from llmpack.runtime.model_info import FILE_TYPE_NAMES
@@ -164,22 +164,33 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     }
     if progress == "auto":
         progress = sys.stderr.isatty()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if sidecar:
-        if compress not in (None, "none"):
-            print("llmpack: warning: --compress does not apply to --sidecar (the model file is kept as is)",
-                  file=sys.stderr)
-        manifest = packfile.write_sidecar(stub_path, model, out, extra, progress=progress)
-        model_out = out.parent / manifest.model.file
-        size = out.stat().st_size + model_out.stat().st_size
-    else:
-        manifest = packfile.write_packed(stub_path, model, out, extra, compress=compress or "none",
-                                         progress=progress)
-        model_out = model
-        size = out.stat().st_size
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if sidecar:
+            if compress not in (None, "none"):
+                print("llmpack: warning: --compress does not apply to --sidecar (the model file is kept as is)",
+                      file=sys.stderr)
+            manifest = splice.write_sidecar(stub_path, model, out, extra, progress=progress)
+            model_out = out.parent / manifest.model.file
+            size = out.stat().st_size + model_out.stat().st_size
+        else:
+            manifest = splice.write_packed(stub_path, model, out, extra, compress=compress or "none",
+                                           progress=progress)
+            model_out = model
+            size = out.stat().st_size
+    except OSError as exc:   # the partial output is already gone (splice writes a temporary file)
+        raise _write_error(exc, out, model.stat().st_size + stub_path.stat().st_size) from None
     os.chmod(out, 0o755)
     return BuildResult(path=out, manifest=manifest, model_path=model_out, size=size,
                        seconds=time.monotonic() - started, chat_source=chat.source, sidecar=sidecar)
+
+
+def _write_error(exc: OSError, out: Path, need: int) -> BuildError:
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return BuildError(f"the disk filled up while writing {out} (about {_mb(need)} needed); "
+                          "free some space or pass -o with a folder on another disk")
+    return BuildError(f"cannot write {out}: {exc.strerror or type(exc).__name__} ({exc.filename or out}); "
+                      "pass -o with a folder you can write to")
 
 
 def _mb(n: int) -> str:
@@ -281,7 +292,6 @@ def run_child(cmd: list[str]) -> int:
         else:  # pragma: no cover
             kw["preexec_fn"] = os.setpgrp
     child = subprocess.Popen(cmd, **kw)
-    previous = {}
 
     def forward(signum: int, frame: Any) -> None:
         if os.name == "nt":
@@ -291,13 +301,7 @@ def run_child(cmd: list[str]) -> int:
         except OSError:
             pass
 
-    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            try:
-                previous[sig] = signal.signal(sig, forward)
-            except (ValueError, OSError):
-                pass
+    previous = signals.install(forward, ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK"))
     try:
         while True:
             try:
@@ -306,9 +310,5 @@ def run_child(cmd: list[str]) -> int:
             except KeyboardInterrupt:
                 continue
     finally:
-        for sig, handler in previous.items():
-            try:
-                signal.signal(sig, handler)
-            except (ValueError, OSError, TypeError):
-                pass
+        signals.restore(previous)
     return 128 - rc if rc < 0 else rc

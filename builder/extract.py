@@ -7,75 +7,136 @@ size and mtime. A later launch that finds a matching marker uses the file withou
 it; anything else (no marker, a different size or mtime, leftovers of an interrupted run
 whose process is gone) is checked or redone, so a half-written file is never taken for valid.
 A sidecar model (``--sidecar``) is verified once in place.
+
+Two launches of the same program at once (a double double-click) take turns: an exclusive
+lock on ``<sha256>.gguf.lock`` (flock / msvcrt.locking; the OS drops it if the holder dies)
+makes the second wait and then find the first one's verified file, instead of both writing a
+copy. The holder removes the lock file when done; a launch that slips in meanwhile can at
+worst unpack a second copy through its own temporary file, never break the first. A full disk
+or an unwritable cache is one line naming the folder, never a traceback.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
-import threading
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
-from llmpack.builder.packfile import (Manifest, ModelBlob, PackError, Progress, _copy_hashing, _Hasher,
-                                      _hash_path, _Progress, _unlink, _zstd)
+from llmpack.builder.fileio import replace_text, tmp_sibling, unlink_quietly
+from llmpack.builder.hashing import copy_hashing, hash_path
+from llmpack.builder.manifest import Manifest, ModelBlob
+from llmpack.builder.packfile import PackError
+from llmpack.builder.zstd_frames import read_frames
+from llmpack.progress import ByteProgress, ProgressArg
+
+SPARE_BYTES = 64 << 20       # free space required beyond the model itself
 
 
-def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: Progress = None) -> Path:
+def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: ProgressArg = None) -> Path:
     """Path of the verified model: unpacked once to dest_dir/<sha256>.gguf (default: models_dir());
     a sidecar model is verified once and used in place."""
     from llmpack import paths
 
     exe_path, m = Path(exe_path), manifest.model
     dest = Path(dest_dir) if dest_dir is not None else paths.models_dir()
-    dest.mkdir(parents=True, exist_ok=True)
-    if m.location == "sidecar":
-        return _verify_sidecar(exe_path, m, dest, progress)
-    final = dest / f"{m.sha256}.gguf"
-    marker = final.with_name(final.name + ".ok")
-    if _marker_ok(final, marker, m, Path(final.name)):
-        return final
-    _remove_stale_tmps(dest, m.sha256)
-    if final.exists():  # left by a crash between rename and marker, or damaged: check it once
-        if final.stat().st_size == m.size and _hash_path(final, m.size, progress) == m.sha256:
-            _write_marker(final, marker, m, Path(final.name))
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        if m.location == "sidecar":
+            return _verify_sidecar(exe_path, m, dest, progress)
+        final = dest / f"{m.sha256}.gguf"
+        marker = final.with_name(final.name + ".ok")
+        if _marker_ok(final, marker, m, Path(final.name)):
             return final
-        _unlink(marker)
-        _unlink(final)
-    free = shutil.disk_usage(dest).free
-    if free < m.size + (64 << 20):
-        raise PackError(f"not enough disk space to unpack the model: {m.size / 1e9:.1f} GB needed in "
-                        f"{dest}, {free / 1e9:.1f} GB free; free some space or set LLMPACK_CACHE")
-    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
-    bar = _Progress(progress, m.size, "unpacking model")
+        with _exclusive(final.with_name(final.name + ".lock")):
+            if not _marker_ok(final, marker, m, Path(final.name)):   # another launch may have done it
+                _unpack(exe_path, m, final, marker, progress)
+        return final
+    except OSError as exc:
+        raise _disk_error(exc, dest, m) from None
+
+
+def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: ProgressArg) -> None:
+    _remove_stale_tmps(final.parent, m.sha256)
+    if final.exists():  # left by a crash between rename and marker, or damaged: check it once
+        if final.stat().st_size == m.size and hash_path(final, m.size, progress) == m.sha256:
+            _write_marker(final, marker, m, Path(final.name))
+            return
+        unlink_quietly(marker)
+        unlink_quietly(final)
+    free = shutil.disk_usage(final.parent).free
+    if free < m.size + SPARE_BYTES:
+        raise PackError(f"not enough disk space to unpack the model: {_size(m.size + SPARE_BYTES)} needed in "
+                        f"{final.parent}, {_size(free)} free; free some space or set LLMPACK_CACHE")
+    tmp = tmp_sibling(final)
+    bar = ByteProgress(progress, m.size, "unpacking model")
     try:
         with open(exe_path, "rb", buffering=0) as src, open(tmp, "wb") as dst:
             if os.fstat(src.fileno()).st_size < m.offset + m.stored_size:
                 raise PackError(f"{exe_path} is truncated (the model is cut off); download it again")
             if m.compression == "zstd":
-                sha = _unzstd_hashing(exe_path, m, dst.write, bar)
+                sha = read_frames(exe_path, m, dst.write, bar)
             else:
-                sha = _copy_hashing(src, m.offset, m.size, dst.write, bar)
+                sha = copy_hashing(src, m.offset, m.size, dst.write, bar)
             dst.flush()
             os.fsync(dst.fileno())
         if sha != m.sha256:
             raise PackError(f"the model inside {exe_path} is corrupted (sha256 mismatch); "
                             "re-download or rebuild it")
-        try:
-            os.replace(tmp, final)
-        except PermissionError:  # Windows: another instance finished first and has it open
-            if _marker_ok(final, marker, m, Path(final.name)):
-                return final
-            raise
+        os.replace(tmp, final)
         _write_marker(final, marker, m, Path(final.name))
     finally:
         bar.close()
-        _unlink(tmp)
-    return final
+        unlink_quietly(tmp)
 
 
-def _verify_sidecar(exe_path: Path, m: ModelBlob, dest: Path, progress: Progress) -> Path:
+def _disk_error(exc: OSError, dest: Path, m: ModelBlob) -> PackError:
+    """One line for what goes wrong writing the cache: a full disk, no permission, ..."""
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):   # EDQUOT: not on Windows
+        return PackError(f"the disk filled up while unpacking the model into {dest} ({_size(m.size)} needed); "
+                         "free some space or set LLMPACK_CACHE to a folder on a bigger disk")
+    what = exc.strerror or type(exc).__name__
+    where = exc.filename or dest
+    return PackError(f"cannot unpack the model into {dest}: {what} ({where}); "
+                     "set LLMPACK_CACHE to a folder you can write to")
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+@contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `lock_path` (created if missing); waits while another process
+    holds it. The OS drops the lock when its holder exits, however it exits."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    locked = False
+    try:
+        if os.name == "nt":
+            import msvcrt
+
+            while True:
+                try:
+                    msvcrt.locking(fd, msvcrt.LK_LOCK, 1)   # retries for ~10 s, then raises
+                    locked = True
+                    break
+                except OSError:
+                    continue
+        else:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            locked = True
+        yield
+    finally:
+        if locked and os.name != "nt":   # Windows cannot delete a file that is open
+            unlink_quietly(lock_path)
+        os.close(fd)   # releases the lock
+
+
+def _verify_sidecar(exe_path: Path, m: ModelBlob, dest: Path, progress: ProgressArg) -> Path:
     model = exe_path.parent / m.file
     if not model.is_file():
         raise PackError(f"the model file {model.name} is missing next to {exe_path.name}; "
@@ -84,7 +145,7 @@ def _verify_sidecar(exe_path: Path, m: ModelBlob, dest: Path, progress: Progress
         raise PackError(f"{model} is incomplete or not the model this program was built with; copy it again")
     marker = dest / f"{m.sha256}.sidecar.ok"
     if not _marker_ok(model, marker, m, model.resolve()):
-        if _hash_path(model, m.size, progress) != m.sha256:
+        if hash_path(model, m.size, progress) != m.sha256:
             raise PackError(f"the model file {model} is corrupted (sha256 mismatch); copy it again")
         _write_marker(model, marker, m, model.resolve())
     return model
@@ -103,9 +164,7 @@ def _marker_ok(path: Path, marker: Path, m: ModelBlob, recorded: Path) -> bool:
 def _write_marker(path: Path, marker: Path, m: ModelBlob, recorded: Path) -> None:
     st = path.stat()
     info = {"sha256": m.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "path": str(recorded)}
-    tmp = marker.with_name(f"{marker.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(info), "utf-8")
-    os.replace(tmp, marker)
+    replace_text(marker, json.dumps(info))
 
 
 def _remove_stale_tmps(dest: Path, sha: str) -> None:
@@ -123,39 +182,4 @@ def _remove_stale_tmps(dest: Path, sha: str) -> None:
                 pass
             except OSError:
                 continue
-        _unlink(p)
-
-
-def _unzstd_hashing(exe_path: Path, m: ModelBlob, write, bar) -> str:
-    zstd, local = _zstd(), threading.local()
-
-    def decompress(off: int, stored: int, raw: int) -> bytes:
-        if not hasattr(local, "f"):
-            local.f, local.d = open(exe_path, "rb"), zstd.ZstdDecompressor()
-            opened.append(local.f)
-        local.f.seek(m.offset + off)
-        frame = local.f.read(stored)
-        try:  # check the declared size before letting it size the output buffer
-            ok = zstd.get_frame_parameters(frame).content_size == raw
-            data = local.d.decompress(frame) if ok else b""
-        except zstd.ZstdError:
-            data = b""
-        if len(data) != raw:
-            raise PackError(f"the model inside {exe_path} is corrupted (a zstd frame is damaged); "
-                            "re-download or rebuild it")
-        return data
-
-    workers, opened, pending, hasher = max(1, min(8, os.cpu_count() or 1)), [], deque(), _Hasher()
-    try:
-        with ThreadPoolExecutor(workers) as pool:
-            for i, frame in enumerate(m.frames):
-                pending.append(pool.submit(decompress, *frame))
-                while pending and (len(pending) > 2 * workers or i == len(m.frames) - 1):
-                    data = pending.popleft().result()
-                    hasher.update(data)
-                    write(data)
-                    bar(len(data))
-    finally:
-        for f in opened:
-            f.close()
-    return hasher.hexdigest()
+        unlink_quietly(p)

@@ -1,6 +1,7 @@
 """Windows PE reader and checksum for splicing bytes in front of PyInstaller's overlay archive.
 
-Used only by :mod:`llmpack.builder.packfile` (the byte layout is documented there). On Windows,
+Used by :mod:`llmpack.builder.splice` to write and by :mod:`llmpack.builder.packfile` to find the
+trailer in front of a signature (the byte layout is documented there). On Windows,
 PyInstaller appends its archive to the bootloader as an *overlay*: bytes after the raw data of the
 last section, which the loader never maps and no header points at. Inserting bytes at the
 archive start therefore needs no offset fix-ups; only ``OptionalHeader.CheckSum`` (which covers
@@ -36,7 +37,8 @@ class PeStub:
 
 
 def parse_headers(read: Callable[[int, int], bytes]):
-    """-> (checksum field offset, checksum, (cert offset, cert size), overlay start) or None."""
+    """-> (checksum field offset, checksum, (cert offset, cert size), overlay start), or None
+    when the bytes are not a complete PE header (short, truncated or odd input never raises)."""
     dos = read(0, 64)
     if len(dos) < 64 or dos[:2] != b"MZ":
         return None
@@ -47,15 +49,15 @@ def parse_headers(read: Callable[[int, int], bytes]):
     nsections, opt_size = struct.unpack_from("<H", coff, 6)[0], struct.unpack_from("<H", coff, 20)[0]
     opt_at = pe + 24
     opt = read(opt_at, opt_size)
-    if len(opt) < 96:
-        return None
-    magic = struct.unpack_from("<H", opt, 0)[0]
-    dirs = {0x10B: 96, 0x20B: 112}.get(magic)
-    if dirs is None:
+    magic = struct.unpack_from("<H", opt, 0)[0] if len(opt) >= 2 else None
+    dirs = {0x10B: 96, 0x20B: 112}.get(magic)   # where the data directories start
+    if dirs is None or len(opt) < dirs:
         return None
     ndirs = struct.unpack_from("<I", opt, dirs - 4)[0]
     cert = struct.unpack_from("<II", opt, dirs + 8 * 4) if ndirs > 4 and len(opt) >= dirs + 40 else (0, 0)
     table = read(opt_at + opt_size, 40 * nsections)
+    if len(table) < 40 * nsections:
+        return None
     overlay = 0
     for i in range(nsections):
         raw_size, raw_ptr = struct.unpack_from("<II", table, 40 * i + 16)
@@ -81,15 +83,12 @@ class Checksum:
         data = memoryview(data).cast("B")
         if not len(data):
             return
-        try:
-            import numpy as np
+        import numpy as np   # a dependency; imported here so reading a manifest never needs it
 
-            even = len(data) & ~1
-            value = int(np.frombuffer(data[:even], dtype="<u2").sum(dtype=np.uint64))
-            if even != len(data):
-                value += data[-1]
-        except ImportError:  # pragma: no cover - numpy is a dependency; slower fallback
-            value = int.from_bytes(data, "little")
+        even = len(data) & ~1
+        value = int(np.frombuffer(data[:even], dtype="<u2").sum(dtype=np.uint64))
+        if even != len(data):
+            value += data[-1]
         if value:
             self._nonzero = True
         self._acc = (self._acc + (value % 0xFFFF) * (256 if offset & 1 else 1)) % 0xFFFF

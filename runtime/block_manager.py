@@ -7,10 +7,12 @@ pool into fixed-size blocks of `block_size` cells for accounting, vLLM-style:
 - every running Sequence has a block table; block k holds positions [k*bs, (k+1)*bs);
 - blocks are allocated on demand and reference-counted; a block shared by several
   sequences (a cached prefix, or a prompt shared by n samples) is counted once;
-- a full block is hashed, chained over the previous block's hash and its token ids, and
-  registered in `hash_to_block_id` (the prefix cache; token ids are kept to rule out
-  collisions). When no sequence references it any more it stays cached, evictable in
-  least-recently-used order.
+- a full block is keyed by a sha256 digest chained over the previous block's digest and its
+  own token ids, and registered in `hash_to_block_id` (the prefix cache). The key stands for
+  the whole prefix up to the block's end, so it must be collision-resistant: with Python's
+  64-bit `hash()` one user could craft a prompt whose chain collides with another's and have
+  the other's later blocks served on top of their own prefix (vLLM GHSA-rm76-4mrf-v9r8).
+  A block no sequence references any more stays cached, evictable in LRU order.
 
 A block's cells live in llama.cpp only as members of some sequence id, so each block
 records its `holders`: the llama.cpp sequence ids whose memory includes its positions.
@@ -21,6 +23,8 @@ below llama.cpp's, llama.cpp never runs out of cells before we do.
 """
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -38,14 +42,18 @@ class KVOps(Protocol):
 class Block:
     block_id: int
     ref_count: int = 0
-    hash: int | None = None                # set once full and registered in the prefix cache
+    hash: bytes | None = None              # set once full and registered in the prefix cache
     token_ids: tuple[int, ...] = ()
     index: int = -1                        # position of this block in its sequences' tables
     holders: set[int] = field(default_factory=set)
 
 
-def chain_hash(prev: int | None, token_ids: tuple[int, ...]) -> int:
-    return hash((prev, token_ids))
+def chain_hash(prev: bytes | None, token_ids: tuple[int, ...]) -> bytes:
+    """sha256(previous block's digest || this block's token ids as int32): names the whole
+    prefix. About a microsecond per 16-token block (benchmarks/prefix_hash.py)."""
+    h = hashlib.sha256(prev or b"llmpack-prefix-root")
+    h.update(array("i", token_ids).tobytes())
+    return h.digest()
 
 
 class BlockManager:
@@ -58,7 +66,7 @@ class BlockManager:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_block_ids: deque[int] = deque(range(num_blocks))
         self.cached_free: OrderedDict[int, None] = OrderedDict()   # ref 0, hashed; oldest first
-        self.hash_to_block_id: dict[int, int] = {}
+        self.hash_to_block_id: dict[bytes, int] = {}
         self.free_llama_seqs: deque[int] = deque(range(num_llama_seqs))
         self.held_by: dict[int, set[int]] = {s: set() for s in range(num_llama_seqs)}
         self.zombies: OrderedDict[int, None] = OrderedDict()        # finished ids still holding cache
@@ -123,7 +131,7 @@ class BlockManager:
         bs = self.block_size
         limit = (seq.num_tokens - 1) // bs
         hits: list[int] = []
-        prev: int | None = None
+        prev: bytes | None = None
         for k in range(limit):
             tokens = tuple(seq.token_ids[k * bs:(k + 1) * bs])
             h = chain_hash(prev, tokens)
@@ -145,7 +153,6 @@ class BlockManager:
         if need > self.num_free_blocks - reused_from_free:
             return False
         if hits:
-            self.prefix_hits += len(hits) * bs
             for bid in hits:
                 block = self.blocks[bid]
                 self.cached_free.pop(bid, None)
@@ -156,7 +163,6 @@ class BlockManager:
                 seq.block_table.append(bid)
                 seq.block_hashes.append(block.hash)
             seq.num_computed_tokens += len(hits) * bs
-            seq.num_cached_tokens += len(hits) * bs
         for _ in range(need):
             block = self._take_free_block()
             block.ref_count = 1
@@ -166,9 +172,14 @@ class BlockManager:
         self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
         return True
 
-    def note_lookup(self, seq: Sequence) -> None:
-        """Count a prefix-cache lookup of seq's prompt (for the hit-rate metric)."""
+    def note_lookup(self, seq: Sequence, num_hit_blocks: int) -> None:
+        """Record the prefix-cache lookup of seq's prompt at its first admission (hit-rate
+        metric, the request's cached_tokens). Readmissions after preemption are not counted:
+        they find the sequence's own blocks, and would count its tokens twice."""
+        hit = num_hit_blocks * self.block_size
         self.prefix_queries += seq.num_tokens
+        self.prefix_hits += hit
+        seq.num_cached_tokens = hit
 
     def fork(self, parent: Sequence, child: Sequence) -> bool:
         """Share parent's computed prompt with child (n>1). Full blocks are shared by

@@ -8,34 +8,27 @@ from __future__ import annotations
 
 import queue
 import random
+import sys
 import threading
 import time
 import traceback
 import uuid
-from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from typing import Callable
 
-from llmpack.errors import LlmpackError
 from llmpack.runtime.block_manager import BlockManager
 from llmpack.runtime.detokenizer import Detokenizer
 from llmpack.runtime.placement import backend_report, plan_offload
 from llmpack.runtime.model_runner import DecodeError, ModelRunner, RunnerConfig
 from llmpack.runtime.outputs import CompletionOutput, RequestOutput
+from llmpack.runtime.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
 from llmpack.runtime.sampler import SequenceSampler, compute_logprobs
 from llmpack.runtime.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.scheduler import Scheduler
-from llmpack.runtime.sequence import Sequence, SequenceStatus
+from llmpack.runtime.sequence import Sequence
 
-
-class PromptTooLongError(LlmpackError):
-    def __init__(self, n_tokens: int, limit: int) -> None:
-        super().__init__(f"the prompt is {n_tokens} tokens long, but the context holds {limit} "
-                         f"(including at least one generated token); shorten it or start with a larger --ctx")
-        self.n_tokens, self.limit = n_tokens, limit
-
-
-class QueueFullError(LlmpackError):
-    pass
+__all__ = ["EngineConfig", "EngineStats", "LLMEngine", "EngineDeadError", "PromptTooLongError", "QueueFullError",
+           "Request", "RequestStream"]
 
 
 @dataclass(slots=True)
@@ -66,40 +59,6 @@ class EngineStats:
     requests_finished_total: int
 
 
-@dataclass(slots=True, eq=False)
-class Request:
-    request_id: str
-    prompt: str | None
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    seed: int
-    outbox: "queue.SimpleQueue[RequestOutput]" = field(default_factory=queue.SimpleQueue)
-    seqs: list[Sequence] = field(default_factory=list)
-    forked: bool = False
-    arrival_time: float = field(default_factory=time.monotonic)
-
-
-class RequestStream:
-    """Iterate to receive a request's RequestOutput deltas; the last has finished=True."""
-
-    def __init__(self, engine: "LLMEngine", request: Request) -> None:
-        self.engine, self.request = engine, request
-        self.request_id = request.request_id
-
-    def __iter__(self) -> Iterator[RequestOutput]:
-        while True:
-            out = self.request.outbox.get()
-            yield out
-            if out.finished:
-                return
-
-    def get(self, timeout: float | None = None) -> RequestOutput:
-        return self.request.outbox.get(timeout=timeout)
-
-    def abort(self) -> None:
-        self.engine.abort(self.request_id)
-
-
 class LLMEngine:
     def __init__(self, config: EngineConfig, progress: Callable[[float], None] | None = None) -> None:
         self.config = config
@@ -124,6 +83,7 @@ class LLMEngine:
         self._requests: dict[str, Request] = {}
         self._wakeup = threading.Event()
         self._stop = False
+        self.failure: str | None = None        # why the engine thread stopped, once it has
         self._piece_cache: dict[int, bytes] = {}
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -163,7 +123,9 @@ class LLMEngine:
         seed = params.seed if params.seed is not None else random.getrandbits(31)
         req = Request(request_id or uuid.uuid4().hex, prompt if isinstance(prompt, str) else None, ids, params, seed)
         with self._pending_lock:
-            if self._pending + len(self.scheduler.waiting) >= self.config.max_waiting:
+            if self.failure is not None:
+                raise EngineDeadError(f"the engine has stopped ({self.failure}); restart the server")
+            if self._pending + self.scheduler.num_waiting >= self.config.max_waiting:
                 raise QueueFullError(f"{self.config.max_waiting} requests are already waiting; try again shortly")
             self._pending += 1
             self._inbox.put(req)
@@ -176,17 +138,22 @@ class LLMEngine:
 
     def stats(self) -> EngineStats:
         return EngineStats(
-            num_running=len(self.scheduler.running), num_waiting=len(self.scheduler.waiting) + self._pending,
+            num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting + self._pending,
             kv_blocks_used=self.bm.num_used_blocks,
             kv_blocks_total=self.bm.num_blocks, prefix_cache_queries=self.bm.prefix_queries,
             prefix_cache_hits=self.bm.prefix_hits, num_preemptions=self.scheduler.num_preemptions,
             prompt_tokens_total=self.prompt_tokens_total, generation_tokens_total=self.generation_tokens_total,
             requests_finished_total=self.requests_finished_total)
 
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Block until no request is queued or running (tests, benchmarks)."""
         deadline = time.monotonic() + timeout
         while self._pending or self.scheduler.has_work():
+            if self.failure is not None:
+                raise EngineDeadError(self.failure)
             if time.monotonic() > deadline:
                 raise TimeoutError("engine still busy")
             time.sleep(0.01)
@@ -199,17 +166,46 @@ class LLMEngine:
 
     # ---- engine thread --------------------------------------------------------------------
     def _loop(self) -> None:
-        while not self._stop:
-            self._drain_inbox()
-            if not self.scheduler.has_work():
-                self._wakeup.wait(0.5)
-                self._wakeup.clear()
-                continue
+        try:
+            while not self._stop:
+                self._drain_inbox()
+                if not self.scheduler.has_work():
+                    self._wakeup.wait(0.5)
+                    self._wakeup.clear()
+                    continue
+                try:
+                    self._step()
+                except Exception as exc:  # one bad step fails the requests in it, not the engine
+                    traceback.print_exc()
+                    print(f"llmpack: error: a decode step failed ({exc!r}); its requests were ended with an "
+                          f"error, the engine goes on", file=sys.stderr, flush=True)
+                    self._fail_all(f"internal engine error: {exc}")
+        except BaseException as exc:  # noqa: BLE001 - the engine cannot go on: say so to everyone
+            cause = exc.__cause__ or exc.__context__
+            reason = f"{type(exc).__name__}: {exc}"
+            self._die(reason + (f" (while handling {type(cause).__name__}: {cause})" if cause else ""), exc)
+        else:
+            self._die("the server is shutting down", None)
+
+    def _die(self, reason: str, exc: BaseException | None) -> None:
+        """The engine thread is ending. Refuse new requests, and end every known request -
+        running, queued, or still in the inbox - so that no caller waits forever. Touches only
+        the requests, not the scheduler, whose state may be what broke."""
+        with self._pending_lock:
+            self.failure = reason
+        if exc is not None:
+            traceback.print_exception(exc)
+            print(f"llmpack: error: the engine stopped: {reason}. Every request now fails; restart llmpack. "
+                  f"(Set LLMPACK_DEBUG=1 for llama.cpp's own log.)", file=sys.stderr, flush=True)
+        pending = list(self._requests.values())
+        while True:
             try:
-                self._step()
-            except Exception as exc:  # never let one bad step kill the engine
-                traceback.print_exc()
-                self._fail_all(f"internal engine error: {exc}")
+                pending.append(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        error = None if exc is None else f"the engine stopped: {reason}"
+        for req in pending:
+            req.outbox.put(req.final_output(error))
 
     def _drain_inbox(self) -> None:
         while True:
@@ -258,7 +254,7 @@ class LLMEngine:
         except DecodeError as exc:
             # Our accounting keeps llama.cpp from running out of cells; if it ever does,
             # recompute the newest sequence later rather than failing everyone.
-            if exc.status != 1 or len(self.scheduler.running) < 2:
+            if exc.status != 1 or self.scheduler.num_running < 2:
                 raise
             self.scheduler.preempt_newest()
             return
@@ -290,12 +286,7 @@ class LLMEngine:
             for j in range(1, p.n):
                 child = self._new_sequence(req, j, list(req.prompt_token_ids))
                 child_token = child.sampler.sample(row)
-                if len(self.scheduler.running) < self.config.max_num_seqs and \
-                        seq.llama_seq >= 0 and self.bm.fork(seq, child):
-                    child.status = SequenceStatus.RUNNING
-                    self.scheduler.running.append(child)
-                else:
-                    self.scheduler.add(child)
+                self.scheduler.fork(seq, child)
                 self._append(child, child_token, lp_row, deltas)
 
     def _append(self, seq: Sequence, token: int, lp_row, deltas: dict[Request, list[CompletionOutput]]) -> None:
@@ -369,35 +360,3 @@ class LLMEngine:
 
     def _piece_text(self, token: int) -> str:
         return self._piece(token).decode("utf-8", errors="replace")
-
-    # ---- invariants (tests) -------------------------------------------------------------------
-    def check_consistency(self) -> None:
-        """Assert that the block manager's view and llama.cpp's memory agree. Call only while
-        the engine is idle (tests)."""
-        bm, bs = self.bm, self.config.block_size
-        running = {s.llama_seq: s for s in self.scheduler.running}
-        refs = {b.block_id: 0 for b in bm.blocks}
-        for s in self.scheduler.running:
-            for bid in s.block_table:
-                refs[bid] += 1
-        for b in bm.blocks:
-            assert b.ref_count == refs[b.block_id], f"block {b.block_id}: ref {b.ref_count} != {refs[b.block_id]}"
-            if b.ref_count == 0:
-                in_free, in_cache = b.block_id in bm.free_block_ids, b.block_id in bm.cached_free
-                assert in_free != in_cache, f"block {b.block_id} is unreferenced but free={in_free} cached={in_cache}"
-                assert in_free or b.hash is not None
-        assert len(bm.free_block_ids) + len(bm.cached_free) + sum(1 for v in refs.values() if v) == bm.num_blocks
-        free_ids = list(bm.free_llama_seqs)
-        assert len(free_ids) == len(set(free_ids)), "a llama.cpp sequence id is free twice"
-        assert not set(free_ids) & (set(running) | set(bm.zombies)), "a free sequence id is still in use"
-        assert len(free_ids) + len(running) + len(bm.zombies) == len(bm.held_by), "a sequence id went missing"
-        for sid, held in bm.held_by.items():
-            pos_max = self.runner.seq_pos_max(sid)
-            if sid in running:
-                assert pos_max == running[sid].num_computed_tokens - 1, (sid, pos_max, running[sid].num_computed_tokens)
-            elif held:
-                assert sid in bm.zombies
-                assert pos_max == max(bm.blocks[b].index for b in held) * bs + bs - 1, (sid, pos_max)
-            else:
-                assert pos_max == -1, f"llama.cpp sequence {sid} holds cells the block manager doesn't know"
-

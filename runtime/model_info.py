@@ -202,24 +202,18 @@ def _special_tokens(h: GGUFHeader) -> dict[str, dict[str, Any] | None]:
 
 
 def _match_recipe(arch: str, names: list[Any], template: str | None) -> str | None:
-    """The recipe llmpack.runtime.recipes would pick (None while that module is absent)."""
-    try:
-        from llmpack.runtime import recipes
-    except ImportError:
-        return None
-    match_recipe = getattr(recipes, "match_recipe", None)
-    if match_recipe is None:
-        return None
+    """The name of the recipe llmpack.runtime.recipes would pick, or None. Imported on first use:
+    recipes brings in jinja2, which nothing else `llmpack inspect` runs needs."""
+    from llmpack.runtime.recipes import match_recipe
+
     recipe = match_recipe(arch=arch, name=[n for n in names if isinstance(n, str)], chat_template=template)
-    return None if recipe is None else str(getattr(recipe, "name", recipe))
+    return None if recipe is None else recipe.name
 
 
 def locate_model(path: str | Path) -> tuple[int, int | None]:
     """(offset, length) of the GGUF inside a built executable, or (0, None) for a plain file."""
-    try:
-        from llmpack.builder.packfile import find_embedded_model
-    except ImportError:
-        return 0, None
+    from llmpack.builder.packfile import find_embedded_model
+
     found = find_embedded_model(Path(path))
     return found if found else (0, None)
 

@@ -139,23 +139,23 @@ class ModelRunner:
         self.n_ctx = lc.llama_n_ctx(self.ctx)
         self.mem = lc.llama_get_memory(self.ctx)
         self._batch = lc.llama_batch_init(cfg.n_batch, 0, 1)
-        self._tok_buf = (lc.llama_token * 8192)()
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.bos_id = lc.llama_vocab_bos(self.vocab)
 
     # ---- text ---------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Thread-safe: request threads tokenize at the same time as each other and as the engine
+        thread decodes (ctypes drops the GIL inside llama_tokenize), so every call gets its own
+        buffer. A shared one let one request run on another user's tokens."""
         data = text.encode("utf-8", errors="replace")
-        buf, cap = self._tok_buf, len(self._tok_buf)
-        if len(data) + 8 > cap:
-            cap = len(data) + 8
-            buf = (lc.llama_token * cap)()
+        cap = len(data) + 8     # SPM/BPE never make more tokens than bytes (+ BOS/EOS)
+        buf = (lc.llama_token * cap)()
         n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
         if n < 0:  # buffer too small: -n is the size needed
             cap = -n
             buf = (lc.llama_token * cap)()
             n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
-        return list(buf[:n])
+        return buf[:n]
 
     def token_bytes(self, token: int, special: bool = False) -> bytes:
         """The raw bytes of one token's piece (may be part of a multi-byte character)."""

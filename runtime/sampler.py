@@ -8,11 +8,13 @@ candidates) - more than the whole step. So each row goes through two stages:
 1. numpy, over the whole row (vectorised, ~0.5 ms): penalties are applied to the few
    tokens in the history; the unnormalised probabilities w = exp((logit - max) / T) and
    their sum Z are computed exactly; then top_k, top_p and min_p are applied *exactly*
-   (relative to the full Z) without sorting the vocabulary: a threshold on w is lowered
-   in steps until the tokens above it are sure to contain the kept set, and only those
-   (typically tens to a few thousand) are sorted. With no truncation asked for, the kept
-   set is everything but a tail holding at most 1e-6 of the probability mass.
-   Greedy rows are a plain argmax.
+   without sorting the vocabulary: a threshold on w is lowered in steps until the tokens
+   above it are sure to contain the kept set (all of the top k; or enough mass for top_p),
+   and only those (typically tens to a few thousand) are sorted. The order is the textbook
+   one: top_k, then top_p relative to the top-k set's mass, then min_p. With no truncation
+   asked for, the kept set is everything but a tail holding at most 1e-6 of the mass.
+   Masses are summed in float64, so a cut that falls on a tie (e.g. 100 equal tokens and
+   top_p 0.3) lands where exact arithmetic puts it. Greedy rows are a plain argmax.
 2. llama.cpp, over the kept tokens: the sequence's own sampler chain, temperature ->
    dist(seed), draws the token in C via llama_sampler_apply. The chain owns the
    sequence's RNG, so a seed reproduces a sample.
@@ -77,25 +79,37 @@ class SequenceSampler:
             row[ids] -= p.frequency_penalty * counts + p.presence_penalty
 
     def kept_tokens(self, row: np.ndarray) -> np.ndarray:
-        """Token ids that survive top_k / top_p / min_p, computed over the full vocabulary."""
+        """Token ids that survive top_k, then top_p (over the top-k set), then min_p - exactly
+        the textbook full-sort definition, computed without sorting the vocabulary. Best first."""
         p = self.params
         w = np.exp((row - row.max()) * (1.0 / p.temperature))
-        total = float(w.sum())
-        target = (p.top_p if p.top_p < 1.0 else 1.0 - _TAIL) * total
-        for level in _LEVELS:
-            level = max(level, p.min_p)
-            above = w >= level
-            if level == p.min_p or (p.top_k > 0 and int(above.sum()) >= p.top_k) \
-                    or float(np.sum(w, where=above)) >= target:
-                break
-        ids = np.flatnonzero(above)
-        ids = ids[np.argsort(-w[ids], kind="stable")]
+        cut: float | None = p.top_p if p.top_p < 1.0 else None
         if p.top_k > 0:
-            ids = ids[:p.top_k]
-            target = (p.top_p if p.top_p < 1.0 else 1.0 - _TAIL) * float(w[ids].sum())
-        if p.top_p < 1.0 or len(ids) > 1:
-            ids = ids[:int(np.searchsorted(np.cumsum(w[ids]), target)) + 1]
+            ids = self._best(w, lambda above: int(above.sum()) >= p.top_k)[:p.top_k]
+            mass = float(w[ids].sum(dtype=np.float64))   # top_p is relative to the top-k set's mass
+        elif p.min_p > 0.0 and cut is None:
+            ids, mass = _by_weight(w, np.flatnonzero(w >= p.min_p)), 0.0      # every token >= min_p
+        else:
+            mass = float(w.sum(dtype=np.float64))
+            if cut is None:                  # no truncation asked for: drop only a negligible tail
+                cut = 1.0 - _TAIL
+            target = cut * mass
+            ids = self._best(w, lambda above: float(np.sum(w, where=above, dtype=np.float64)) >= target)
+        if cut is not None:                  # the scanned set holds the whole top_p prefix
+            ids = ids[:int(np.searchsorted(np.cumsum(w[ids], dtype=np.float64), cut * mass)) + 1]
+        if p.min_p > 0.0:
+            ids = ids[w[ids] >= p.min_p]
         return ids
+
+    @staticmethod
+    def _best(w: np.ndarray, enough) -> np.ndarray:
+        """The tokens with the largest w, best first, lowering a threshold on w until
+        `enough(mask)` holds for the tokens at or above it."""
+        for level in _LEVELS:
+            above = w >= level
+            if level == 0.0 or enough(above):
+                break
+        return _by_weight(w, np.flatnonzero(above))
 
     def sample(self, row: np.ndarray) -> int:
         """Pick the next token from one (already penalised) logits row."""
@@ -110,6 +124,11 @@ class SequenceSampler:
             data=cand.ctypes.data_as(lc.llama_token_data_p), size=len(cand), selected=-1, sorted=True)
         lc.llama_sampler_apply(self.chain, ctypes.byref(arr))
         return int(cand["id"][arr.selected])
+
+
+def _by_weight(w: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """ids sorted by w, largest first; ties keep id order (as a stable full sort would)."""
+    return ids[np.argsort(-w[ids], kind="stable")]
 
 
 def compute_logprobs(row: np.ndarray, token: int, top_n: int, piece) -> TokenLogprob:

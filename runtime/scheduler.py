@@ -40,8 +40,26 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """Start `child` (another sample of parent's request) on parent's computed prompt KV
+        when there is room; otherwise queue it to prefill the prompt on its own."""
+        if parent.status is SequenceStatus.RUNNING and self.num_running < self.max_num_seqs \
+                and self.bm.fork(parent, child):
+            child.status = SequenceStatus.RUNNING
+            self.running.append(child)
+        else:
+            self.waiting.append(child)
+
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
 
     def schedule(self) -> list[ScheduledChunk]:
         budget = self.token_budget
@@ -72,7 +90,8 @@ class Scheduler:
             if not self.bm.allocate(seq, hits, n):
                 self.bm.release_llama_seq(seq)
                 break
-            self.bm.note_lookup(seq)
+            if seq.num_preemptions == 0:   # a recompute is not a new prompt: count each prompt once
+                self.bm.note_lookup(seq, len(hits))
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
@@ -87,6 +106,7 @@ class Scheduler:
         self.running.remove(seq)
         self.bm.free(seq)
         seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
         self.num_preemptions += 1

@@ -37,9 +37,10 @@ class Sequence:
     seq_no: int = field(default_factory=lambda: next(_counter))  # admission order
     status: SequenceStatus = SequenceStatus.WAITING
     num_computed_tokens: int = 0                # tokens whose KV is in llama.cpp
-    num_cached_tokens: int = 0                  # of those, served by the prefix cache at admission
+    num_cached_tokens: int = 0                  # prompt tokens the prefix cache served at first admission
+    num_preemptions: int = 0                    # times preempted (and recomputed) so far
     block_table: list[int] = field(default_factory=list)
-    block_hashes: list[int] = field(default_factory=list)   # chain hashes of the full blocks
+    block_hashes: list[bytes] = field(default_factory=list)  # chained digests of the full blocks
     llama_seq: int = -1                         # llama.cpp sequence id while RUNNING
     finish_reason: str | None = None
     stop_reason: str | int | None = None

@@ -79,7 +79,9 @@ def test_prefix_cache_reuses_full_blocks_and_shares_cells():
     hits = bm.match_prefix(second)
     assert len(hits) == 2
     assert bm.allocate(second, hits, 1)
+    bm.note_lookup(second, len(hits))
     assert second.num_computed_tokens == 8 and second.num_cached_tokens == 8
+    assert (bm.prefix_queries, bm.prefix_hits) == (9, 8)
     assert kv.pos[second.llama_seq] == set(range(8))   # shared through seq_cp
     assert bm.blocks[hits[0]].ref_count == 1 and hits[0] not in bm.cached_free
 
@@ -90,6 +92,25 @@ def test_hash_chain_depends_on_the_whole_prefix():
     admit(bm, kv, make_seq([1, 2, 3, 4, 5, 6, 7, 8, 0]))
     other = make_seq([9, 9, 9, 9, 5, 6, 7, 8, 0])      # same second block, different first
     assert bm.match_prefix(other) == []
+
+
+def test_a_prefix_whose_python_hash_collides_cannot_borrow_another_prefix_blocks():
+    """The attack of vLLM GHSA-rm76-4mrf-v9r8: the attacker's first block differs from the
+    victim's but its chained key collides, so the attacker's *second* block - computed on top
+    of the attacker's text - gets registered under the key of the victim's prefix + that
+    block, and a later victim prompt reuses those poisoned KV cells. Here the collision comes
+    from CPython's hash(-1) == hash(-2); with a 64-bit key a real attacker finds one by search."""
+    assert hash((None, (-1,) * 4)) == hash((None, (-2,) * 4))   # what the old key was built from
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=16, block_size=4, num_llama_seqs=4, kv=kv)
+    victim_prefix, attacker_prefix, shared = [-2] * 4, [-1] * 4, [7, 8, 9, 10]
+    admit(bm, kv, make_seq(victim_prefix + [0]))                      # caches the victim's block 0
+    attacker = make_seq(attacker_prefix + shared + [0])
+    admit(bm, kv, attacker)                                           # caches shared-on-attacker
+    victim = make_seq(victim_prefix + shared + [0])
+    hits = bm.match_prefix(victim)
+    assert attacker.block_table[1] not in hits, "the victim would run on KV computed from the attacker's prompt"
+    assert len(hits) == 1
 
 
 def test_unreferenced_cached_blocks_are_evicted_least_recently_used_first():

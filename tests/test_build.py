@@ -7,6 +7,7 @@ on the developer's Python. The byte layout and its refusal paths are tests/test_
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -23,7 +24,9 @@ import pytest
 import requests
 
 from ggufs import CHATML_TEMPLATE
+from tmpfs import on_small_tmpfs
 from llmpack.builder import packfile
+from llmpack.builder import stub as stub_module
 from llmpack.builder.stub import exe_name, get_stub, stub_info, stub_key
 from llmpack.runtime.server.state import MESSAGES
 
@@ -119,28 +122,21 @@ class App:
         assert r.status_code == 200, r.text
         return r.json()
 
-    def stop(self, group: bool = False, timeout: float = 15) -> tuple[int, float]:
+    def stop(self, group: bool = False, timeout: float = 15) -> int:
         """SIGINT to the program (or, like a terminal's Ctrl+C, to its whole process group)."""
-        t = time.monotonic()
         if group:
             os.killpg(self.proc.pid, signal.SIGINT)
         else:
             self.proc.send_signal(signal.SIGINT)
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"did not exit within {timeout} s of SIGINT:\n{self.stderr}") from None
-        for r in self._readers:
-            r.join(5)
-        return rc, time.monotonic() - t
+        return self.wait_exit(timeout, after="SIGINT")
 
-    def wait_exit(self, timeout: float) -> int:
+    def wait_exit(self, timeout: float, after: str = "") -> int:
         try:
             rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"still running after {timeout} s:\n{self.stderr}") from None
+            raise AssertionError(f"still running {timeout} s {'after ' + after if after else 'later'}:\n"
+                                 f"{self.stderr}") from None
         for r in self._readers:
             r.join(5)
         return rc
@@ -172,9 +168,10 @@ def cached_model(tmp: Path, sha: str) -> Path:
     return tmp / "cache" / "models" / f"{sha}.gguf"
 
 
-def assert_clean_exit(app: App, rc: int, took: float) -> None:
+def assert_clean_exit(app: App, rc: int) -> None:
+    """Exit 0 after SIGINT (App.stop waits at most 15 s: a hang, not a speed limit; how fast
+    a program stops is measured by benchmarks/build_launch.py)."""
     assert rc == 0, f"exit code {rc}:\n{app.stderr}"
-    assert took < 10, f"took {took:.1f} s to stop"
     assert "Traceback" not in app.stderr + app.stdout, app.stderr
     assert "llmpack: stopped" in app.stdout
 
@@ -190,7 +187,7 @@ def stub() -> Path:
 
 def same_sources(stub: Path) -> None:
     if stub_key() != stub.parent.name:
-        pytest.skip("llmpack's sources changed during this test session (the stub key moved on)")
+        pytest.fail("llmpack's sources changed during this test session (the stub key moved on); run it again")
 
 
 @pytest.fixture(scope="module")
@@ -217,16 +214,15 @@ def demo_exe(demo_model, stub, tmp_path_factory) -> Path:
 # --------------------------------------------------------------------------- the stub
 
 
-def test_stub_is_cached_under_its_key(stub):
+def test_stub_is_cached_under_its_key(stub, monkeypatch):
     same_sources(stub)
     key = stub_key()
     assert stub.name == exe_name() and stub.parent.name == key
     assert key.startswith("0.") and f"py{sys.version_info[0]}.{sys.version_info[1]}" in key
     info = stub_info(stub)
     assert info["key"] == key and info["llama_cpp_version"] and info["size"] == stub.stat().st_size
-    t = time.monotonic()
+    monkeypatch.setattr(stub_module, "build_stub", lambda *a, **k: pytest.fail("rebuilt a cached stub"))
     assert get_stub() == stub   # cached: no rebuild
-    assert time.monotonic() - t < 5
     # lean: no test or build tools inside (they would cost every launch)
     from PyInstaller.archive.readers import CArchiveReader
 
@@ -264,13 +260,14 @@ def test_tiny_executable_serves_then_reuses_its_extracted_model(tiny_exe, tiny_g
         assert health["display_name"] == "Tiny Chat" and health["n_ctx"] == 512
         assert health["system_prompt"] == "Be brief."
         reply = app.chat()
+        first_answer = reply["choices"][0]["message"]["content"]
         assert reply["object"] == "chat.completion" and reply["choices"][0]["message"]["role"] == "assistant"
         assert reply["usage"]["completion_tokens"] > 0
         models = requests.get(app.url + "/v1/models", timeout=30).json()
         assert models["data"][0]["id"] == "Tiny Chat"
     finally:
-        rc, took = app.stop()
-    assert_clean_exit(app, rc, took)
+        rc = app.stop()
+    assert_clean_exit(app, rc)
     assert UNPACKING in app.stderr   # first run: extracted once...
     model = cached_model(tmp_path, sha)
     assert hashlib.sha256(model.read_bytes()).hexdigest() == sha
@@ -282,10 +279,10 @@ def test_tiny_executable_serves_then_reuses_its_extracted_model(tiny_exe, tiny_g
         app.wait_listening()
         health = app.wait_healthy()
         assert health["display_name"] == "Renamed" and health["n_ctx"] == 256
-        assert app.chat()["choices"][0]["message"]["content"] is not None
+        assert app.chat()["choices"][0]["message"]["content"] == first_answer   # the same model, greedy
     finally:
-        rc, took = app.stop(group=True)   # a terminal's Ctrl+C: every process of the program gets it
-    assert_clean_exit(app, rc, took)
+        rc = app.stop(group=True)   # a terminal's Ctrl+C: every process of the program gets it
+    assert_clean_exit(app, rc)
     assert UNPACKING not in app.stderr
     after = model.stat()
     assert (after.st_ino, after.st_mtime_ns, after.st_size) == (before.st_ino, before.st_mtime_ns, before.st_size)
@@ -357,6 +354,74 @@ def test_a_damaged_copy_is_refused_in_one_line(tiny_exe, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and "incomplete" in proc.stderr, proc.stderr
 
 
+def lock_waiters(lock: Path) -> set[int]:
+    """Pids waiting for an flock on `lock`, from /proc/locks ("N: -> FLOCK ADVISORY WRITE pid maj:min:ino ...")."""
+    ino, waiting = lock.stat().st_ino, set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 6 and parts[1] == "->" and parts[2] == "FLOCK" and int(parts[6].split(":")[2]) == ino:
+            waiting.add(int(parts[5]))
+    return waiting
+
+
+def test_two_first_launches_at_once_unpack_the_model_once(tiny_exe, tiny_gguf, tmp_path):
+    """A double double-click: two launches of a new program at the same moment. The test holds
+    the extraction lock until both wait for it, so they really race for it when it is released."""
+    sha = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
+    models = tmp_path / "cache" / "models"
+    models.mkdir(parents=True)
+    lock = models / f"{sha}.gguf.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    apps = [launch(tiny_exe, tmp_path / f"launch-{i}", env=minimal_env(tmp_path)) for i in range(2)]
+    try:
+        for app in apps:
+            app.wait_listening()
+        deadline = time.monotonic() + 60
+        while len(lock_waiters(lock)) < 2:
+            assert time.monotonic() < deadline, f"the launches never waited for the lock: {lock_waiters(lock)}"
+            time.sleep(0.05)
+        os.close(fd)   # both race for it now
+        fd = -1
+        for app in apps:
+            assert app.wait_healthy()["status"] == "ok"
+            assert app.chat()["usage"]["completion_tokens"] > 0
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        codes = [app.stop() for app in apps]
+    for app, rc in zip(apps, codes):
+        assert_clean_exit(app, rc)
+    assert sum(UNPACKING in app.stderr for app in apps) == 1   # one unpacked, the other used its file
+    assert sorted(p.name for p in models.iterdir()) == [f"{sha}.gguf", f"{sha}.gguf.ok"]   # no temp, no lock
+    assert hashlib.sha256((models / f"{sha}.gguf").read_bytes()).hexdigest() == sha
+
+
+def test_a_full_cache_disk_is_one_clear_line(tiny_exe, tmp_path):
+    """The cache folder is a 256 KiB tmpfs (in a mount namespace of its own: no root needed,
+    nothing left mounted); the model does not fit."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    proc = subprocess.run(on_small_tmpfs(cache, "256k", [str(tiny_exe), "--no-browser", "--port", "0"]),
+                          capture_output=True, text=True, timeout=120, env=minimal_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, proc.stderr
+    assert "not enough disk space" in errors[0] and str(cache / "models") in errors[0] and "LLMPACK_CACHE" in errors[0]
+    assert "MB needed" in errors[0] and "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_an_unusable_cache_folder_is_one_clear_line(tiny_exe, tmp_path):
+    (tmp_path / "a-file").write_text("in the way")
+    cache = tmp_path / "a-file" / "cache"
+    proc = subprocess.run([str(tiny_exe), "--no-browser", "--port", "0"], capture_output=True, text=True,
+                          timeout=120, env=minimal_env(tmp_path, LLMPACK_CACHE=str(cache)), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and f"cannot use the folder {cache}" in errors[0] and "LLMPACK_CACHE" in errors[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
 def test_inspect_reads_a_built_executable(tiny_exe):
     proc = llmpack_cli("inspect", str(tiny_exe))
     assert "embedded at byte" in proc.stdout and "tiny-test-model" in proc.stdout
@@ -372,6 +437,20 @@ def test_build_refusals_are_one_line(tiny_gguf, tiny_exe, stub, tmp_path):
     assert not (tmp_path / "app.exe").exists() and not (tmp_path / "again").exists()
 
 
+def test_a_full_output_disk_is_one_line_and_leaves_no_partial_file(tiny_gguf, stub, tmp_path):
+    """-o into a 1 MiB tmpfs (the stub alone is ~76 MB); what the folder holds afterwards is
+    listed inside the mount namespace, before the tmpfs goes away."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    build = [sys.executable, "-m", "llmpack", "build", str(tiny_gguf), "-o", str(out_dir / "app"), "--stub", str(stub)]
+    then_list = ["sh", "-c", '"$@"; rc=$?; echo "left: $(ls -A "$0")"; exit $rc', str(out_dir), *build]
+    proc = subprocess.run(on_small_tmpfs(out_dir, "1m", then_list), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("llmpack: error: the disk filled up while writing")
+    assert str(out_dir / "app") in proc.stderr and "MB needed" in proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "left:"
+
+
 def test_sidecar_build_runs(tiny_gguf, stub, tmp_path):
     out = tmp_path / "side" / "tiny-side"
     llmpack_cli("build", str(tiny_gguf), "-o", str(out), "--sidecar", "--recipe", "chatml", "--stub", str(stub))
@@ -383,8 +462,8 @@ def test_sidecar_build_runs(tiny_gguf, stub, tmp_path):
         app.wait_healthy()
         assert app.chat()["usage"]["completion_tokens"] > 0
     finally:
-        rc, took = app.stop()
-    assert_clean_exit(app, rc, took)
+        rc = app.stop()
+    assert_clean_exit(app, rc)
 
 
 # --------------------------------------------------------------------------- the demo model
@@ -402,8 +481,8 @@ def test_demo_executable_chats_and_starts_again_without_extracting(demo_exe, dem
         text = reply["choices"][0]["message"]["content"]
         assert text.strip() and "<end_of_turn>" not in text
     finally:
-        rc, took = app.stop()
-    assert_clean_exit(app, rc, took)
+        rc = app.stop()
+    assert_clean_exit(app, rc)
     assert UNPACKING in app.stderr
     model = cached_model(tmp_path, m.model.sha256)
     before = model.stat()
@@ -414,8 +493,8 @@ def test_demo_executable_chats_and_starts_again_without_extracting(demo_exe, dem
         app.wait_listening()
         app.wait_healthy()
     finally:
-        rc, took = app.stop(group=True)
-    assert_clean_exit(app, rc, took)
+        rc = app.stop(group=True)
+    assert_clean_exit(app, rc)
     assert UNPACKING not in app.stderr
     assert (model.stat().st_ino, model.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
 
@@ -439,8 +518,8 @@ def test_llmpack_demo_builds_launches_and_forwards_ctrl_c(demo_model, stub, tmp_
         app.wait_healthy()
         assert app.chat(max_tokens=8)["usage"]["completion_tokens"] > 0
     finally:
-        rc, took = app.stop()   # SIGINT to `llmpack demo` only: it must pass it on
-    assert_clean_exit(app, rc, took)
+        rc = app.stop()   # SIGINT to `llmpack demo` only: it must pass it on
+    assert_clean_exit(app, rc)
     assert out.is_file() and packfile.read_manifest(out).model.size == demo_model.stat().st_size
     assert "building" in app.stderr
 
@@ -451,5 +530,5 @@ def test_llmpack_demo_builds_launches_and_forwards_ctrl_c(demo_model, stub, tmp_
         app.wait_listening(timeout=120)
         app.wait_answering()
     finally:
-        rc, took = app.stop(group=True)
+        rc = app.stop(group=True)
     assert rc == 0 and "up to date" in app.stderr and out.stat().st_mtime_ns == mtime

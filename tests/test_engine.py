@@ -4,6 +4,7 @@ memory must agree (see the `consistent` fixture)."""
 from __future__ import annotations
 
 import pytest
+from engine_invariants import check_consistency
 
 from llmpack.runtime.engine import EngineConfig, LLMEngine, PromptTooLongError
 from llmpack.runtime.llm import collect
@@ -34,7 +35,10 @@ def assert_same_or_near_tie(alone, together, top: int = 5, max_gap: float = 1.0)
     within max_gap nats of its best; after that the continuations legitimately differ.
     A batching bug (wrong logits row, attention leaking across sequences) fails this at
     once, because the chosen tokens are then unrelated to the other run's candidates."""
+    assert len(alone) == len(together), f"{len(alone)} outputs alone, {len(together)} together"
     for a, t in zip(alone, together):
+        # greedy() ignores EOS, so both sides run to max_tokens whatever they chose
+        assert len(a.token_ids) == len(t.token_ids), f"{len(a.token_ids)} tokens alone, {len(t.token_ids)} together"
         for i, (x, y) in enumerate(zip(a.token_ids, t.token_ids)):
             if x == y:
                 continue
@@ -72,7 +76,7 @@ def small_engine(demo_model):
 
 def assert_consistent(eng: LLMEngine) -> None:
     eng.wait_idle()
-    eng.check_consistency()
+    check_consistency(eng)
     assert eng.stats().kv_blocks_used == 0, "finished requests must release every block (cached ones are free)"
 
 

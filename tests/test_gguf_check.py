@@ -81,7 +81,8 @@ def test_a_model_embedded_in_a_larger_file_is_validated_in_place(tiny_model, tmp
 def test_the_architecture_list_matches_the_installed_llama_cpp():
     """Every name we accept is a string inside the bundled libllama (catches a stale list
     after llama-cpp-python is upgraded)."""
-    llama_cpp = pytest.importorskip("llama_cpp")
+    import llama_cpp
+
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
     lib = next(p for p in lib_dir.iterdir() if p.name.startswith("libllama") or p.name == "llama.dll")
     data = lib.read_bytes()
@@ -234,7 +235,6 @@ def test_the_llmpack_command_shows_no_traceback(maker, tiny_model, tmp_path):
 def test_llama_cpp_refuses_these_files_too(maker, tiny_model, tmp_path):
     """The checks are not stricter than llama.cpp for no reason: it cannot load these either
     (run in a child process, since a bad file may crash it)."""
-    pytest.importorskip("llama_cpp")
     path, _ = maker(tiny_model, tmp_path)
     code = ("import llama_cpp; from llmpack.runtime.backends import load_backends; load_backends(); "
             f"llama_cpp.Llama(model_path={str(path)!r}, n_ctx=64, verbose=False)")

@@ -2,11 +2,10 @@
 vocabulary round-trips any text (byte fallback covers what the pieces do not)."""
 from __future__ import annotations
 
+import llama_cpp
 import pytest
 
 from ggufs import CHATML_TEMPLATE, IM_END_ID, IM_START_ID
-
-llama_cpp = pytest.importorskip("llama_cpp")
 
 TEXTS = ["hello world", "The tiny model said: 42!", "café, é, 日本, 🙂", " leading and trailing ", "a\nb\tc"]
 

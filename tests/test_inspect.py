@@ -13,6 +13,7 @@ import pytest
 from ggufs import CHATML_TEMPLATE, tiny_vocab
 from llmpack.cli import main
 from llmpack.runtime.model_info import read_model_info
+from llmpack.runtime.recipes import match_recipe
 
 V, E, L, H, KVH, F = len(tiny_vocab()), 64, 2, 4, 2, 128    # write_tiny_model's defaults
 HD = E // H
@@ -23,7 +24,6 @@ PARAMS = 2 * V * E + E + L * LAYER_PARAMS
 def llama_cpp_report(path: Path, n_ctx: int) -> tuple[dict, str]:
     """Load `path` in a child llama.cpp with verbose logging; return what its C API says and the
     load log (stderr). A child process keeps the log capturable and this process clean."""
-    pytest.importorskip("llama_cpp")
     code = f"""
 import json, llama_cpp
 from llmpack.runtime.backends import load_backends
@@ -95,13 +95,8 @@ def test_ctx_sets_the_kv_estimate(tiny_model):
 def test_an_embedded_template_and_the_matching_recipe_are_reported(tiny_chat_model):
     info = read_model_info(tiny_chat_model)
     assert info.chat_template == CHATML_TEMPLATE
-    try:
-        from llmpack.runtime.recipes import match_recipe
-    except ImportError:
-        assert info.recipe is None
-    else:
-        expected = match_recipe(arch="llama", name=["tiny-test-model"], chat_template=CHATML_TEMPLATE)
-        assert info.recipe == (expected.name if expected else None)
+    expected = match_recipe(arch="llama", name=["tiny-test-model"], chat_template=CHATML_TEMPLATE)
+    assert expected is not None and info.recipe == expected.name
 
 
 def test_a_model_inside_a_larger_file_reads_the_same(tiny_model, tmp_path):
@@ -115,16 +110,15 @@ def test_a_model_inside_a_larger_file_reads_the_same(tiny_model, tmp_path):
 
 
 def test_inspect_reads_the_model_inside_a_built_executable(tiny_model, tmp_path, capsys):
-    """End to end with builder.packfile: a real PyInstaller bootloader + archive, model spliced in."""
-    packfile = pytest.importorskip("llmpack.builder.packfile")
+    """End to end with builder.splice: a real PyInstaller bootloader + archive, model spliced in."""
     import shutil
 
     import PyInstaller
     from PyInstaller.archive.writers import CArchiveWriter
 
+    from llmpack.builder import splice
+
     bootloader = Path(PyInstaller.__file__).parent / "bootloader" / "Linux-64bit-intel" / "run"
-    if not bootloader.is_file() or not shutil.which("objcopy"):
-        pytest.skip("needs PyInstaller's x86-64 Linux bootloader and objcopy")
     (tmp_path / "hello.txt").write_text("hello")
     CArchiveWriter(str(tmp_path / "pkg"), [("hello.txt", str(tmp_path / "hello.txt"), True, "x")],
                    "libpython3.11.so.1.0")
@@ -132,7 +126,7 @@ def test_inspect_reads_the_model_inside_a_built_executable(tiny_model, tmp_path,
     shutil.copyfile(bootloader, stub)
     subprocess.run(["objcopy", "--add-section", f"pydata={tmp_path / 'pkg'}", str(stub)], check=True)
     app = tmp_path / "tiny-chat"
-    packfile.write_packed(stub, tiny_model, app, {"name": "tiny"})
+    splice.write_packed(stub, tiny_model, app, {"name": "tiny"})
 
     assert main(["inspect", str(app), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from flask import Flask, Response, abort, jsonify, send_from_directory
+from flask import Flask, Response, abort, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
 from llmpack.runtime.server import openai_routes, security
@@ -85,7 +85,8 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
 
     @app.get("/health")
     def health():
-        body, status = state.health()
+        body, status = state.health(authorized=not options.api_key or
+                                    security.key_ok(request.headers.get("Authorization"), options.api_key))
         resp = jsonify(body)
         resp.status_code = status
         resp.headers["Cache-Control"] = "no-store"

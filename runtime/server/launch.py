@@ -3,12 +3,8 @@ the background (the page shows progress), serve on waitress until Ctrl+C / SIGTE
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import errno
-import hashlib
 import os
-import re
-import signal
 import socket
 import sys
 import threading
@@ -16,17 +12,18 @@ import time
 import warnings
 import webbrowser
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-from llmpack import __version__
+from llmpack import signals
 from llmpack.errors import LlmpackError
+from llmpack.progress import PhaseBars
 from llmpack.runtime.placement import startup_line
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
-from llmpack.runtime.server.state import MESSAGES, ServedModel, ServerState
+from llmpack.runtime.server.state import MESSAGES, ServerState
+from llmpack.runtime.serving import Progress, build_model
 
 PORT_TRIES = 20
-Progress = Callable[[str, float], None]
 
 
 class ServerError(LlmpackError):
@@ -87,87 +84,6 @@ def url_for(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
-# ---------------------------------------------------------------- the model
-def _fingerprint(path: Path, name: str | None) -> str:
-    stem = path.stem.lower()
-    if re.fullmatch(r"[0-9a-f]{64}", stem):   # built executables extract to <sha256>.gguf
-        short = stem[:10]
-    else:
-        size = path.stat().st_size if path.exists() else 0
-        short = hashlib.sha256(f"{name}|{path.name}|{size}".encode()).hexdigest()[:10]
-    return f"fp_llmpack-{__version__}-{short}"
-
-
-def _engine_kwargs(cfg_cls: type, **wanted: Any) -> dict[str, Any]:
-    names = {f.name for f in dataclasses.fields(cfg_cls)}
-    return {k: v for k, v in wanted.items() if k in names and v is not None}
-
-
-def _gpu_layers(value: Any) -> int | str:
-    if value is None:
-        return "auto"
-    return int(value) if isinstance(value, str) and value.strip().lstrip("-").isdigit() else value
-
-
-def _special_stop_ids(engine: Any, texts: list[str]) -> list[int]:
-    """Stop strings that are single special tokens (<end_of_turn>, <|im_end|>) also stop by id:
-    their text may never appear in the output."""
-    ids = []
-    for text in texts:
-        try:
-            special = engine.tokenize(text, add_special=False, parse_special=True)
-            plain = engine.tokenize(text, add_special=False, parse_special=False)
-        except Exception:  # noqa: BLE001
-            continue
-        if len(special) == 1 and plain != special and special[0] not in ids:
-            ids.append(special[0])
-    return ids
-
-
-def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, display_name: str | None = None,
-                progress: Progress | None = None, warn: Callable[[str], None] | None = None) -> ServedModel:
-    """Read the GGUF, resolve the chat format, start the engine (blocking, llama.cpp drives
-    progress("loading", f)), and describe the result for the routes."""
-    from llmpack.runtime.engine import EngineConfig, LLMEngine
-    from llmpack.runtime.model_info import read_model_info
-    from llmpack.runtime.recipes import chat_format_for_model
-
-    info = read_model_info(path)
-    explicit = recipe if isinstance(recipe, (str, os.PathLike)) else getattr(args, "recipe", None)
-    try:
-        chat = chat_format_for_model(info, str(explicit) if explicit else None,
-                                     recipe_data=recipe if isinstance(recipe, Mapping) else None)
-    except LlmpackError as exc:
-        if explicit:
-            raise
-        chat = None
-        (warn or print)(f"llmpack: warning: {exc}; /v1/chat/completions is disabled, /v1/completions works")
-    trained = info.context_length or 4096
-    n_ctx = getattr(args, "ctx", None) or min((chat.context if chat else None) or 4096, trained)
-    cfg = EngineConfig(str(path), **_engine_kwargs(
-        EngineConfig, n_ctx=n_ctx, max_num_seqs=getattr(args, "parallel", None) or 32,
-        gpu_layers=_gpu_layers(getattr(args, "gpu_layers", None)), max_waiting=getattr(args, "max_waiting", None),
-        device=getattr(args, "device", None)))
-    engine = LLMEngine(cfg, progress=(lambda f: progress("loading", f)) if progress else None)
-    try:
-        name = display_name or path.stem
-        stop = list(chat.stop) if chat else []
-        system = getattr(args, "system", None)
-        model_id = display_name or path.stem
-        return ServedModel(
-            engine=engine, model_id=model_id, display_name=name, n_ctx=engine.n_ctx, chat=chat,
-            system_prompt=system if system is not None else (chat.system if chat else None),
-            sampling=dict(chat.sampling) if chat else {}, stop=stop,
-            stop_token_ids=_special_stop_ids(engine, [*stop, *(chat.eot_tokens if chat else ())]),
-            fingerprint=_fingerprint(path, info.name), backend=engine.backend,
-            aliases=frozenset(a.lower() for a in (model_id, name, path.name, path.stem, info.name) if a),
-            meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
-                  "chat_format": chat.source if chat else None, "display_name": name})
-    except BaseException:
-        engine.shutdown()
-        raise
-
-
 # ---------------------------------------------------------------- the server
 class Server:
     """A bound, not yet running server; `run()` serves until `stop()` (any thread)."""
@@ -197,7 +113,7 @@ class Server:
         self.display_name = display_name
         self._stop = threading.Event()
         self._closed = False
-        self._console = _ConsoleProgress(quiet)
+        self._console = PhaseBars(MESSAGES, enabled=not quiet)   # extracting, loading
 
     # -- model
     def progress(self, phase: str, fraction: float) -> None:
@@ -217,7 +133,7 @@ class Server:
                                 progress=self.progress, warn=self._say)
         except Exception as exc:  # noqa: BLE001 - shown on the page and the console
             message = str(exc) if isinstance(exc, LlmpackError) else f"{type(exc).__name__}: {exc}"
-            self._console.done()
+            self._console.close()
             print(f"llmpack: error: could not load the model: {message}", file=sys.stderr, flush=True)
             self.state.set_error(message.splitlines()[0] if message else "unknown error")
             return
@@ -225,7 +141,7 @@ class Server:
             model.engine.shutdown()
             return
         self.state.set_ready(model)
-        self._console.done()
+        self._console.close()
         if model.backend:
             self._say(startup_line(model.backend))
         self._say(f"llmpack: model ready ({model.display_name}, context {model.n_ctx} tokens)")
@@ -284,37 +200,6 @@ class Server:
         wasyncore.close_all(self.server._map)
 
 
-class _ConsoleProgress:
-    """Loading progress on the console: one updating line on a terminal, a few lines otherwise."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet, self.last, self.open = quiet, ("", -1), False
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, phase: str, fraction: float) -> None:
-        if self.quiet:
-            return
-        pct = int(max(0.0, min(1.0, fraction)) * 100)
-        step = pct if self.tty else pct // 25 * 25
-        if (phase, step) == self.last:
-            return
-        same_phase = self.last[0] == phase
-        self.last = (phase, step)
-        text = f"llmpack: {MESSAGES.get(phase, phase)}... {pct:3d}%"
-        if self.tty:
-            sys.stderr.write(("\r" if same_phase else "\n") + text if self.open else text)
-            self.open = True
-        else:
-            sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.open:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.open = False
-
-
 def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *, recipe: Any = None,
           display_name: str | None = None) -> int:
     server = Server(args, prepare_model, recipe=recipe, display_name=display_name)
@@ -329,7 +214,7 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *
         pass
     finally:
         server.close()
-        _restore_signals(previous)
+        signals.restore(previous)
     print("llmpack: stopped", flush=True)
     return 1 if server.state.phase == "error" else 0
 
@@ -342,32 +227,13 @@ def _open_browser(url: str) -> None:
 
 
 def _install_signals(server: Server) -> dict:
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    previous = {}
-
     def on_signal(signum: int, frame: Any) -> None:
         if server._stop.is_set():   # second Ctrl+C: stop waiting
             raise KeyboardInterrupt
         print("\nllmpack: shutting down...", file=sys.stderr, flush=True)
         server.stop()
 
-    for name in ("SIGINT", "SIGTERM", "SIGBREAK"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            try:
-                previous[sig] = signal.signal(sig, on_signal)
-            except (ValueError, OSError):
-                pass
-    return previous
-
-
-def _restore_signals(previous: dict) -> None:
-    for sig, handler in previous.items():
-        try:
-            signal.signal(sig, handler)
-        except (ValueError, OSError, TypeError):
-            pass
+    return signals.install(on_signal, ("SIGINT", "SIGTERM", "SIGBREAK"))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -115,7 +115,11 @@ def _generate(kind: str, parse: Callable[[Any, ServedModel], P.Prepared]):
 
 # ---------------------------------------------------------------- engine streams
 def _map_submit_error(exc: Exception, param: str) -> Exception:
-    from llmpack.runtime.engine import PromptTooLongError, QueueFullError   # (imports llama.cpp)
+    from llmpack.runtime.request import EngineDeadError, PromptTooLongError, QueueFullError
+
+    if isinstance(exc, EngineDeadError):
+        return ApiError(500, f"The server cannot generate any more: {exc}.", code="engine_failed",
+                        type="server_error")
 
     if isinstance(exc, PromptTooLongError):
         n, limit = getattr(exc, "n_tokens", None), getattr(exc, "limit", None)

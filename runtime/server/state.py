@@ -76,13 +76,21 @@ class ServerState:
             self.phase, self.message = "error", message
         self.ready.set()
 
-    def health(self) -> tuple[dict, int]:
+    def health(self, authorized: bool = True) -> tuple[dict, int]:
+        """(body, HTTP status). The system prompt is the operator's, not public: it is shown only
+        to callers that may use the API (`authorized`: no API key is set, or they sent it)."""
         with self._lock:
             phase, progress, message, model = self.phase, self.progress, self.message, self.model
         if phase == "ready" and model is not None:
-            return {"status": "ok", "model": model.model_id, "display_name": model.display_name,
-                    "n_ctx": model.n_ctx, "system_prompt": model.system_prompt,
-                    "sampling": dict(model.sampling), "backend": model.backend}, 200
+            failure = getattr(model.engine, "failure", None)
+            if failure is not None:
+                return {"status": "error", "message": f"The engine stopped ({failure}); restart llmpack."}, 500
+            body = {"status": "ok", "model": model.model_id, "display_name": model.display_name,
+                    "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
+                    "backend": model.backend}
+            if not authorized:
+                del body["system_prompt"]
+            return body, 200
         if phase == "error":
             return {"status": "error", "message": message}, 500
         return {"status": "loading", "phase": phase, "progress": round(progress, 4),
