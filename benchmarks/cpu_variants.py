@@ -77,7 +77,7 @@ def main() -> None:
         return child(args.tokens, sizes)
     wheels = find_wheels()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores (shared: other jobs may run); "
-          f"{args.tokens}-token greedy generations; median of {args.rounds} alternating rounds")
+          f"{args.tokens}-token greedy generations; median of {args.rounds} alternating rounds", flush=True)
     results: dict[str, dict[int, list[float]]] = {k: {n: [] for n in sizes} for k in wheels}
     variant: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,6 +93,7 @@ def main() -> None:
                 out = subprocess.run([sys.executable, __file__, "--child", "--tokens", str(args.tokens),
                                       "--sizes", args.sizes], env=env, capture_output=True, text=True, check=True)
                 row = json.loads(out.stdout.strip().splitlines()[-1])
+                print(f"  round: {kind:<5} {row}", flush=True)   # partial figures survive an interrupted run
                 variant[kind] = row.pop("variant")
                 for n in sizes:
                     results[kind][n].append(row[str(n)])
