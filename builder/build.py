@@ -109,6 +109,7 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     """Write `out` (and with sidecar=True, `<out stem>.gguf` beside it); see the module doc."""
     from llmpack.builder import packfile, splice
     from llmpack.builder.stub import get_stub, llama_cpp_version, stub_info
+    from llmpack.runtime.base_model import is_base_model
     from llmpack.runtime.gguf_check import validate_gguf
     from llmpack.runtime.model_info import FILE_TYPE_NAMES
     from llmpack.runtime.recipes import resolve_chat
@@ -161,6 +162,7 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
                          "context_length": kv.get(f"{header.architecture}.context_length")},
         "stub": {"key": sinfo.get("key"), "platform": sinfo.get("platform"), "python": sinfo.get("python")},
         "built_by": f"llmpack {__version__}",
+        "base_model": is_base_model(kv, [model.stem]),   # --name is a label, not evidence
     }
     if progress == "auto":
         progress = sys.stderr.isatty()
@@ -221,6 +223,9 @@ def report(result: BuildResult) -> None:
     if result.sidecar:
         print(f"  model file {result.model_path} (keep it next to the program)")
     print(f"  run it     {run_hint(result.path)}    (opens the chat page; --help lists the options)")
+    if (m.extra or {}).get("base_model"):
+        print("  base model no chat template and no instruct/chat tag: it continues text rather than answering;\n"
+              "             the chat page says so and offers a text-completion mode (an -it/Instruct model chats)")
     print("  API        OpenAI-compatible at http://127.0.0.1:8080/v1 while it runs (or the port it prints)")
 
 

@@ -149,6 +149,7 @@ def get_stub(path_override=None, *, force: bool = False, quiet: bool = False) ->
         if not path.is_file():
             raise StubError(f"runtime stub {path} does not exist; make one with `llmpack stub -o {path}`")
         return path
+    _ensure_webui_vendor()   # before the key: the chat page's libraries are part of the bundle
     key = stub_key()
     final = stubs_dir_safe() / key / exe_name()
     if final.is_file() and not force:
@@ -158,6 +159,16 @@ def get_stub(path_override=None, *, force: bool = False, quiet: bool = False) ->
             pass
         return final
     return build_stub(key, final, quiet=quiet)
+
+
+def _ensure_webui_vendor() -> None:
+    """markdown-it and highlight.js (npm, pinned in webui/vendor.lock.json) into webui/vendor/."""
+    from llmpack.webui.vendor import VendorError, ensure_vendor
+
+    try:
+        ensure_vendor()
+    except VendorError as exc:
+        raise StubError(f"the chat page's libraries are missing: {exc}") from None
 
 
 def build_stub(key: str, final: Path, *, quiet: bool = False) -> Path:

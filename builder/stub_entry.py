@@ -117,6 +117,7 @@ def apply_defaults(args: argparse.Namespace, manifest) -> tuple[dict | None, str
     for key in ("ctx", "parallel", "gpu_layers", "system"):
         if getattr(args, key, None) is None and defaults.get(key) is not None:
             setattr(args, key, defaults[key])
+    args.base_model = manifest.extra.get("base_model")   # decided at build time, with the model's file name
     return (manifest.recipe or None), (args.name or defaults.get("name") or None)
 
 
@@ -209,7 +210,7 @@ def selftest() -> int:
                    system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
                    recipes=sorted(load_recipes()), webui=sorted(p.name for p in web.iterdir()),
                    frozen=_frozen(), cpu_variant=backends.cpu_variant, gpu_notes=backends.notes)
-        out["ok"] = (web / "index.html").is_file() and bool(out["recipes"])
+        out["ok"] = (web / "index.html").is_file() and (web / "vendor" / "markdown-it.js").is_file() and bool(out["recipes"])
     except Exception as exc:  # noqa: BLE001 - reported to the builder
         out["error"] = f"{type(exc).__name__}: {exc}"
     print(json.dumps(out))

@@ -29,6 +29,15 @@ def _fingerprint(path: Path, name: str | None) -> str:
     return f"fp_llmpack-{__version__}-{short}"
 
 
+def _is_base_model(path: Path, decided: bool | None) -> bool:
+    """No chat template and no instruct/chat tag: the chat page shows a notice and a completion
+    mode. A built file decided at build time (`decided`), when the model's file name was known."""
+    from llmpack.runtime.base_model import is_base_model
+    from llmpack.runtime.gguf_check import validate_gguf
+
+    return decided if isinstance(decided, bool) else is_base_model(validate_gguf(path).kv, [path.stem])
+
+
 def _engine_kwargs(cfg_cls: type, **wanted: Any) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(cfg_cls)}
     return {k: v for k, v in wanted.items() if k in names and v is not None}
@@ -93,7 +102,8 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
             fingerprint=_fingerprint(path, info.name), backend=engine.backend,
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, path.stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
-                  "chat_format": chat.source if chat else None, "display_name": name})
+                  "chat_format": chat.source if chat else None, "display_name": name,
+                  "base_model": _is_base_model(path, getattr(args, "base_model", None))})
     except BaseException:
         engine.shutdown()
         raise

@@ -207,7 +207,8 @@ def tiny_exe(tiny_gguf, stub, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def demo_exe(demo_model, stub, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("built-demo") / "gemma-chat"
-    llmpack_cli("build", str(demo_model), "-o", str(out), "--stub", str(stub))
+    proc = llmpack_cli("build", str(demo_model), "-o", str(out), "--stub", str(stub))
+    assert "base model no chat template and no instruct/chat tag: it continues text" in proc.stdout
     return out
 
 
@@ -472,11 +473,11 @@ def test_sidecar_build_runs(tiny_gguf, stub, tmp_path):
 @pytest.mark.demo
 def test_demo_executable_chats_and_starts_again_without_extracting(demo_exe, demo_model, tmp_path):
     m = packfile.read_manifest(demo_exe)
-    assert m.recipe["name"] == "gemma" and m.defaults["name"]
+    assert m.recipe["name"] == "gemma" and m.defaults["name"] and m.extra["base_model"] is True
     app = launch(demo_exe, tmp_path)
     try:
         app.wait_listening()
-        app.wait_healthy()
+        assert app.wait_healthy()["base_model"] is True   # the chat page shows its notice
         reply = app.chat([{"role": "user", "content": "What is the capital of France? One word."}], max_tokens=24)
         text = reply["choices"][0]["message"]["content"]
         assert text.strip() and "<end_of_turn>" not in text

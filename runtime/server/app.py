@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from flask import Flask, Response, abort, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
-from llmpack.runtime.server import openai_routes, security
+from llmpack.runtime.server import chat_routes, openai_routes, security
 from llmpack.runtime.server.metrics import Metrics
 from llmpack.runtime.server.protocol import ApiError
 from llmpack.runtime.server.state import ServerState
@@ -36,6 +36,7 @@ class ServerOptions:
     max_body: int = MAX_BODY
     webui_dir: Path | None = None      # default: the installed llmpack.webui package
     extra_hosts: tuple[str, ...] = ()  # more Host names to accept
+    chat_token: str | None = None      # this launch's secret for saved chats (chat_routes); None: off
 
 
 def webui_dir() -> Path:
@@ -63,6 +64,7 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
     app.extensions["llmpack"] = SimpleNamespace(state=state, metrics=metrics, options=options)
     security.install(app, options, error_response)
     app.register_blueprint(openai_routes.bp)
+    app.register_blueprint(chat_routes.bp)
 
     @app.get("/")
     def index():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import secrets
 import socket
 import sys
 import threading
@@ -99,7 +100,7 @@ class Server:
         self.sock = bind_socket(host, int(getattr(args, "port", 8080)))
         self.port = self.sock.getsockname()[1]
         self.options = ServerOptions(host=host, port=self.port, api_key=getattr(args, "api_key", None) or None,
-                                     cors=bool(getattr(args, "cors", False)))
+                                     cors=bool(getattr(args, "cors", False)), chat_token=secrets.token_urlsafe(24))
         self.app = create_app(self.state, self.options)
         try:
             with warnings.catch_warnings():   # send_bytes is deprecated, but it is what flushes each chunk
@@ -110,6 +111,7 @@ class Server:
             self.sock.close()
             raise
         self.url = url_for(host, self.port)
+        self.page_url = f"{self.url}/?token={self.options.chat_token}"   # unlocks saved chats (chat_routes)
         self.display_name = display_name
         self._stop = threading.Event()
         self._closed = False
@@ -152,7 +154,7 @@ class Server:
 
     # -- serving
     def announce(self) -> None:
-        print(f"llmpack: chat page at {self.url}/  (Ctrl+C to stop)", flush=True)
+        print(f"llmpack: chat page at {self.page_url}  (Ctrl+C to stop)", flush=True)
         print(f"llmpack: OpenAI-compatible API at {self.url}/v1", flush=True)
         print(f"LLMPACK_LISTENING {self.url}", flush=True)
         host = self.options.host
@@ -208,7 +210,7 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *
         server.announce()
         server.start_preparing()
         if not getattr(args, "no_browser", False):
-            threading.Thread(target=_open_browser, args=(server.url + "/",), daemon=True).start()
+            threading.Thread(target=_open_browser, args=(server.page_url,), daemon=True).start()
         server.run()
     except KeyboardInterrupt:
         pass

@@ -87,6 +87,7 @@ class ServerState:
                 return {"status": "error", "message": f"The engine stopped ({failure}); restart llmpack."}, 500
             body = {"status": "ok", "model": model.model_id, "display_name": model.display_name,
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
+                    "base_model": bool(model.meta.get("base_model")),
                     "backend": model.backend}
             if not authorized:
                 del body["system_prompt"]

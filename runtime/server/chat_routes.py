@@ -1,0 +1,175 @@
+"""/api/chats and /api/settings: the chat page's saved conversations and settings (chats.ChatStore),
+behind a per-launch secret.
+
+Like Jupyter's token: each launch makes a random secret and opens the browser at
+`/?token=SECRET`. That visit sets an HttpOnly, SameSite=Strict cookie named after the port and
+redirects to `/`, so the secret leaves the address bar. /api/* answers only requests that
+carry the secret (the cookie, or an `X-Llmpack-Token` header for scripts) *and* the
+`X-Llmpack-Chat` header, which another web page cannot add without a CORS preflight that this
+server never grants. Other local processes and other web pages therefore cannot read or change
+the chats; the OpenAI API (/v1) keeps its own rules (--api-key).
+
+    GET    /api/chats                       summaries of this model's chats, newest first
+    GET    /api/chats/ID                    one chat
+    PUT    /api/chats/ID                    save (create or replace) a chat
+    DELETE /api/chats/ID
+    GET    /api/chats/ID/export?format=json|markdown
+    POST   /api/chats/import                an exported JSON chat, stored under a new id
+    GET    /api/settings, PUT /api/settings the page's settings for this model (system prompt, sampling)
+"""
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, redirect, request
+
+from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, clean_settings, export_name, model_key,
+                                          to_json, to_markdown, valid_id)
+from llmpack.runtime.server.openai_routes import json_body, ready_model
+from llmpack.runtime.server.protocol import ApiError
+
+bp = Blueprint("chats", __name__, url_prefix="/api")
+TOKEN_HEADER = "X-Llmpack-Token"
+MARK_HEADER = "X-Llmpack-Chat"
+
+
+def cookie_name(port: int) -> str:
+    """One cookie per port: cookies ignore ports, and two apps may run side by side."""
+    return f"llmpack-chat-{port}"
+
+
+def _ctx() -> Any:
+    return current_app.extensions["llmpack"]
+
+
+def _store() -> ChatStore:
+    ctx = _ctx()
+    if getattr(ctx, "chats", None) is None:
+        ctx.chats = ChatStore()
+    return ctx.chats
+
+
+def _matches(given: str | None, token: str) -> bool:
+    return bool(given) and hmac.compare_digest(given.encode("utf-8", "replace"), token.encode())
+
+
+@bp.before_app_request
+def _token_visit():
+    """`GET /?token=SECRET`: remember the secret in a cookie and drop it from the URL."""
+    opts = _ctx().options
+    given = request.args.get("token")
+    if request.method != "GET" or request.path != "/" or given is None or not opts.chat_token:
+        return None
+    resp = redirect("/", code=303)
+    if _matches(given, opts.chat_token):
+        resp.set_cookie(cookie_name(opts.port), opts.chat_token, httponly=True, samesite="Strict", path="/")
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+@bp.before_request
+def _guard():
+    opts = _ctx().options
+    if not opts.chat_token:
+        raise ApiError(404, "Saved chats are off for this server.", code="chats_disabled")
+    if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
+        raise ApiError(403, "Saved chats are only for the chat page itself.", type="permission_error",
+                       code="cross_site")
+    given = request.headers.get(TOKEN_HEADER) or request.cookies.get(cookie_name(opts.port))
+    if not request.headers.get(MARK_HEADER) or not _matches(given, opts.chat_token):
+        raise ApiError(401, "Saved chats need this launch's secret: open the link the app printed when it "
+                       "started (it ends in ?token=...).", type="permission_error", code="chat_token_required")
+
+
+def _key() -> tuple[str, str]:
+    model = ready_model(_ctx().state)
+    return model_key(model.fingerprint), model.display_name
+
+
+def _chat_or_404(key: str, chat_id: str) -> dict:
+    chat = _store().get(key, chat_id) if valid_id(chat_id) else None
+    if chat is None:
+        raise ApiError(404, f"No saved chat {chat_id!r} for this model.", code="chat_not_found")
+    return chat
+
+
+def _no_store(resp: Response) -> Response:
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+@bp.get("/chats")
+def list_chats():
+    key, _ = _key()
+    return _no_store(jsonify({"object": "list", "data": _store().list(key)}))
+
+
+@bp.get("/chats/<chat_id>")
+def get_chat(chat_id: str):
+    key, _ = _key()
+    return _no_store(jsonify(_chat_or_404(key, chat_id)))
+
+
+@bp.put("/chats/<chat_id>")
+def put_chat(chat_id: str):
+    key, _ = _key()
+    if not valid_id(chat_id):
+        raise ApiError(400, "A chat id is 1-64 letters, digits, '-' or '_'.", code="invalid_chat_id")
+    try:
+        chat = _store().put(key, clean_chat(json_body(), chat_id=chat_id))
+    except ChatError as exc:
+        raise ApiError(400, f"Cannot save this chat: {exc}.", code="invalid_chat") from None
+    return _no_store(jsonify({"id": chat["id"], "updated": chat["updated"]}))
+
+
+@bp.delete("/chats/<chat_id>")
+def delete_chat(chat_id: str):
+    key, _ = _key()
+    if not (valid_id(chat_id) and _store().delete(key, chat_id)):
+        raise ApiError(404, f"No saved chat {chat_id!r} for this model.", code="chat_not_found")
+    return _no_store(jsonify({"id": chat_id, "deleted": True}))
+
+
+@bp.get("/chats/<chat_id>/export")
+def export_chat(chat_id: str):
+    key, name = _key()
+    chat = _chat_or_404(key, chat_id)
+    fmt = request.args.get("format", "json")
+    if fmt == "json":
+        body, mime, ext = json.dumps(to_json(chat, name), ensure_ascii=False, indent=2), "application/json", "json"
+    elif fmt == "markdown":
+        body, mime, ext = to_markdown(chat, name), "text/markdown; charset=utf-8", "md"
+    else:
+        raise ApiError(400, "format must be 'json' or 'markdown'.", param="format", code="invalid_format")
+    resp = Response(body, content_type=mime)
+    resp.headers["Content-Disposition"] = f'attachment; filename="{export_name(chat, ext)}"'
+    return _no_store(resp)
+
+
+@bp.post("/chats/import")
+def import_chat():
+    key, _ = _key()
+    try:
+        chat = _store().import_chat(key, json_body())
+    except ChatError as exc:
+        raise ApiError(400, f"Cannot import this file: {exc}.", code="invalid_chat") from None
+    return _no_store(jsonify({k: chat[k] for k in ("id", "title", "mode", "created", "updated")}))
+
+
+
+@bp.get("/settings")
+def get_settings():
+    key, _ = _key()
+    return _no_store(jsonify({"data": _store().get_settings(key)}))
+
+
+@bp.put("/settings")
+def put_settings():
+    key, _ = _key()
+    try:
+        saved = _store().put_settings(key, clean_settings(json_body()))
+    except ChatError as exc:
+        raise ApiError(400, f"Cannot save these settings: {exc}.", code="invalid_settings") from None
+    return _no_store(jsonify({"data": saved}))

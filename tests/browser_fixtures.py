@@ -1,0 +1,117 @@
+"""Headless Chromium for the chat-page tests (`from browser_fixtures import *`).
+
+Chromium is looked up on PATH (Debian's `chromium`, or `chromium-browser`, `google-chrome`...).
+Without one the browser tests skip on a developer machine, but with CI=true they fail: CI must
+prove the page works, not report a green run that never opened it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import requests
+from playwright import sync_api
+
+__all__ = ["ARTIFACTS", "CHROMIUM_ARGS", "chromium_path", "browser", "page", "chat_data", "new_page",
+           "set_settings", "last_reply", "assert_inert", "put_chat", "get_chats", "get_settings"]
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def chromium_path() -> str:
+    """Chromium on PATH (LLMPACK_CHROMIUM names another); skip, or fail when CI=true."""
+    found = os.environ.get("LLMPACK_CHROMIUM") or next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
+    if found:
+        return found
+    why = f"the browser tests need Chromium on PATH (one of {', '.join(CHROMIUM_NAMES)}; apt-get install chromium)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true: {why}", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    exe = chromium_path()
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def new_page(ctx: Any) -> Any:
+    """A page that records dialogs and script errors in `page.problems`."""
+    pg = ctx.new_page()
+    pg.problems = []   # type: ignore[attr-defined]
+    pg.on("dialog", lambda d: (pg.problems.append(f"dialog: {d.message}"), d.dismiss()))
+    pg.on("pageerror", lambda e: pg.problems.append(f"page error: {e}"))
+    pg.set_default_timeout(60_000)
+    return pg
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 860})
+    ctx.grant_permissions(["clipboard-read", "clipboard-write"])
+    yield new_page(ctx)
+    ctx.close()
+
+
+@pytest.fixture(autouse=True)
+def chat_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Saved chats go to a temporary data folder, never the user's."""
+    folder = tmp_path / "data"
+    monkeypatch.setenv("LLMPACK_DATA_DIR", str(folder))
+    return folder
+
+
+def set_settings(page, model_id: str, **values) -> None:
+    """Per-model settings as the page stores them, in place before its script runs."""
+    data = json.dumps({"models": {model_id: values}, "api_key": ""})
+    page.add_init_script(f"window.localStorage.setItem('llmpack.settings.v1', {json.dumps(data)});")
+
+
+def last_reply(page):
+    return page.locator("[data-testid=message-assistant]").last
+
+
+def _chat_headers(srv) -> dict:
+    return {"X-Llmpack-Chat": "1", "X-Llmpack-Token": srv.server.options.chat_token}
+
+
+def put_chat(srv, chat_id: str, chat: dict) -> None:
+    """Save a chat through the API, as the page would."""
+    resp = requests.put(f"{srv.url}/api/chats/{chat_id}", json=chat, headers=_chat_headers(srv), timeout=10)
+    assert resp.status_code == 200, resp.text
+
+
+def get_chats(srv) -> list[dict]:
+    resp = requests.get(f"{srv.url}/api/chats", headers=_chat_headers(srv), timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["data"]
+
+
+def get_settings(srv) -> dict:
+    resp = requests.get(f"{srv.url}/api/settings", headers=_chat_headers(srv), timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["data"]
+
+
+def assert_inert(page) -> None:
+    """No element, handler or script came from model text."""
+    found = page.evaluate("""() => ({
+        img: document.querySelectorAll('#messages img').length,
+        script: document.querySelectorAll('#messages script, #messages iframe, #messages object').length,
+        handlers: [...document.querySelectorAll('#messages *')].filter(
+            el => [...el.attributes].some(a => a.name.startsWith('on'))).length,
+        jsLinks: document.querySelectorAll('#messages a[href^="javascript"]').length,
+        xss: window.__xss === undefined ? null : window.__xss,
+    })""")
+    assert found == {"img": 0, "script": 0, "handlers": 0, "jsLinks": 0, "xss": None}, found
+    assert page.problems == []

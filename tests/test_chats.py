@@ -1,0 +1,97 @@
+"""Saved chats: the SQLite store, and /api/chats behind the per-launch secret on a live server."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import requests
+
+from llmpack.runtime.server.chats import ChatError, ChatStore, clean_chat, to_json, to_markdown
+from server_fixtures import *  # noqa: F401,F403
+from server_fixtures import live_server
+
+CHAT = {"title": "Soup", "created": 1000, "updated": 2000,
+        "messages": [{"role": "user", "content": "A soup?"},
+                     {"role": "assistant", "content": "Try **leek**.", "stats": {"tokens": 3}}]}
+
+
+def test_store_keeps_each_models_chats_apart(tmp_path: Path):
+    store = ChatStore(tmp_path / "chats.sqlite3")
+    store.put("model-a", clean_chat(CHAT, chat_id="c1"))
+    store.put("model-a", clean_chat({**CHAT, "title": "Newer", "updated": 3000}, chat_id="c2"))
+    store.put("model-b", clean_chat(CHAT, chat_id="c1"))
+    assert [c["id"] for c in store.list("model-a")] == ["c2", "c1"]        # newest first
+    assert store.list("model-a")[1] == {"id": "c1", "title": "Soup", "mode": "chat", "created": 1000,
+                                        "updated": 2000, "n_messages": 2}
+    assert store.get("model-a", "c1")["messages"] == CHAT["messages"]
+    assert store.delete("model-a", "c1") and not store.delete("model-a", "c1")
+    assert [c["id"] for c in store.list("model-b")] == ["c1"]
+    assert ChatStore(tmp_path / "chats.sqlite3").get("model-b", "c1")["title"] == "Soup"   # on disk
+
+
+def test_import_reads_what_export_writes(tmp_path: Path):
+    store = ChatStore(tmp_path / "chats.sqlite3")
+    chat = store.put("m", clean_chat(CHAT, chat_id="c1"))
+    copy = store.import_chat("m", json.loads(json.dumps(to_json(chat, "Model"))))
+    assert copy["id"] != "c1" and store.get("m", copy["id"])["messages"] == CHAT["messages"]
+    with pytest.raises(ChatError, match="not an exported chat"):
+        store.import_chat("m", {"messages": []})
+    with pytest.raises(ChatError, match=r"messages\[0\]"):
+        clean_chat({"messages": [{"role": "robot", "content": "x"}]})
+    md = to_markdown(chat, "Model")
+    assert md.startswith("# Soup\n") and "## You\n\nA soup?\n" in md and "## Model\n\nTry **leek**.\n" in md
+
+
+def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data_dir: Path):
+    with live_server(tiny_chat_model) as srv:
+        token = srv.server.options.chat_token
+        url = srv.url + "/api/chats"
+        ok = {"X-Llmpack-Chat": "1", "X-Llmpack-Token": token}
+        assert requests.get(url, timeout=10).status_code == 401
+        assert requests.get(url, headers={"X-Llmpack-Token": token}, timeout=10).status_code == 401  # no mark
+        assert requests.get(url, headers={**ok, "X-Llmpack-Token": "guess"}, timeout=10).status_code == 401
+        cross = requests.get(url, headers={**ok, "Sec-Fetch-Site": "same-site"}, timeout=10)
+        assert cross.status_code == 403 and cross.json()["error"]["code"] == "cross_site"
+        assert not chat_data_dir.exists()   # nothing written until the page saves a chat
+
+        # the link the app opens: the secret becomes a cookie for this port and leaves the URL
+        visit = requests.get(srv.server.page_url, allow_redirects=False, timeout=10)
+        assert visit.status_code == 303 and visit.headers["Location"] == "/"
+        cookie = visit.headers["Set-Cookie"]
+        assert f"llmpack-chat-{srv.port}={token}" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        wrong = requests.get(srv.url + "/?token=nope", allow_redirects=False, timeout=10)
+        assert wrong.status_code == 303 and "Set-Cookie" not in wrong.headers
+        jar = {f"llmpack-chat-{srv.port}": token}
+
+        assert requests.put(url + "/c1", json=CHAT, headers={"X-Llmpack-Chat": "1"}, cookies=jar,
+                            timeout=10).status_code == 200
+        assert requests.put(url + "/bad id!", json=CHAT, headers=ok, timeout=10).status_code in (400, 404)
+        bad = requests.put(url + "/c2", json={"messages": "no"}, headers=ok, timeout=10)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_chat"
+        listed = requests.get(url, headers=ok, timeout=10).json()["data"]
+        assert [(c["id"], c["n_messages"]) for c in listed] == [("c1", 2)]
+        md = requests.get(url + "/c1/export?format=markdown", headers=ok, timeout=10)
+        assert md.headers["Content-Disposition"] == 'attachment; filename="Soup.md"' and "## You" in md.text
+        exported = requests.get(url + "/c1/export", headers=ok, timeout=10).json()
+        imported = requests.post(url + "/import", json=exported, headers=ok, timeout=10).json()
+        assert requests.get(f"{url}/{imported['id']}", headers=ok, timeout=10).json()["messages"] == CHAT["messages"]
+        assert requests.delete(url + "/c1", headers=ok, timeout=10).status_code == 200
+        assert requests.get(url + "/c1", headers=ok, timeout=10).status_code == 404
+        assert (chat_data_dir / "chats.sqlite3").is_file()
+
+        settings = srv.url + "/api/settings"
+        assert requests.get(settings, timeout=10).status_code == 401
+        assert requests.get(settings, headers=ok, timeout=10).json() == {"data": {}}
+        saved = {"system_prompt": "Be brief.", "temperature": 0.2, "max_tokens": None}
+        assert requests.put(settings, json={**saved, "junk": 1}, headers=ok, timeout=10).json() == {"data": saved}
+        assert requests.get(settings, headers=ok, timeout=10).json() == {"data": saved}
+        bad = requests.put(settings, json={"temperature": "hot"}, headers=ok, timeout=10)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_settings"
+
+
+@pytest.fixture
+def chat_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "data"
+    monkeypatch.setenv("LLMPACK_DATA_DIR", str(folder))
+    return folder

@@ -1,0 +1,233 @@
+// The conversation on screen: chat messages (model replies as Markdown), or, in text-completion
+// mode, one document where the model's continuations follow the user's text.
+import { renderMarkdown } from "./markdown.js";
+import { state, ui } from "./state.js";
+import { copyWithFeedback, el, fmtInt } from "./util.js";
+
+export function isNearBottom() {
+  const m = ui.messages;
+  return m.scrollHeight - m.scrollTop - m.clientHeight < 80;
+}
+
+export function scrollToBottom() {
+  ui.messages.scrollTop = ui.messages.scrollHeight;
+}
+
+export function clearNotices() {
+  for (const n of ui.messages.querySelectorAll(".notice")) n.remove();
+}
+
+export function addNotice(text, kind) {
+  const n = el("div", "notice " + (kind || "error"), text);
+  n.setAttribute("role", "alert");
+  n.setAttribute("data-testid", "notice");
+  ui.messages.appendChild(n);
+  scrollToBottom();
+  return n;
+}
+
+function isComplete(chat) {
+  return !!chat && chat.mode === "complete";
+}
+
+/** Redraw the whole conversation (after switching chats or finishing a reply). */
+export function renderCurrent() {
+  const box = ui.messages;
+  for (const child of [...box.children]) {
+    if (child !== ui.emptyState) child.remove();
+  }
+  const chat = state.current;
+  const msgs = chat && chat.messages ? chat.messages : [];
+  ui.emptyState.hidden = msgs.length > 0;
+  updateModeUi();
+  if (isComplete(chat) && msgs.length) {
+    box.appendChild(buildDocument(chat));
+  } else {
+    for (const m of msgs) {
+      const node = buildMessage(m);
+      box.appendChild(node);
+      if (state.gen && state.gen.msg === m) {
+        state.gen.node = node;
+        node.classList.add("streaming");
+      }
+    }
+  }
+  refreshLastActions();
+  updateStatusbar();
+  scrollToBottom();
+}
+
+/** Where a new reply's node goes: a message of its own, or the next part of the document. */
+export function placeReply(chat, msg) {
+  if (isComplete(chat)) {
+    let doc = ui.messages.querySelector(".document");
+    if (!doc) {
+      renderCurrent();
+      doc = ui.messages.querySelector(".document");
+    }
+    const node = buildPart(msg);
+    doc.querySelector(".document-text").appendChild(node);
+    return node;
+  }
+  const node = buildMessage(msg);
+  ui.messages.appendChild(node);
+  return node;
+}
+
+export function showUserMessage(chat, msg) {
+  ui.emptyState.hidden = true;
+  if (isComplete(chat)) renderCurrent();
+  else ui.messages.appendChild(buildMessage(msg));
+}
+
+function buildDocument(chat) {
+  const doc = el("div", "document message");
+  doc.setAttribute("data-testid", "document");
+  const text = el("div", "document-text");
+  for (const m of chat.messages) {
+    const node = buildPart(m);
+    text.appendChild(node);
+    if (state.gen && state.gen.msg === m) {
+      state.gen.node = node;
+      node.classList.add("streaming");
+    }
+  }
+  doc.appendChild(text);
+  doc.appendChild(buildFooter(true));
+  const last = [...chat.messages].reverse().find((m) => m.role === "assistant");
+  doc.querySelector(".stats").textContent = last ? statsText(last.stats) : "";
+  return doc;
+}
+
+function buildPart(m) {
+  const node = el("span", "doc-part " + (m.role === "user" ? "doc-prompt" : "doc-completion"));
+  node.setAttribute("data-testid", m.role === "user" ? "prompt-text" : "completion");
+  node._msg = m;
+  fillMessage(node, m);
+  return node;
+}
+
+function buildFooter(withRegenerate) {
+  const footer = el("div", "message-footer");
+  footer.appendChild(el("span", "stats"));
+  const copy = el("button", "msg-action copy-message", "Copy");
+  copy.type = "button";
+  copy.setAttribute("data-testid", "copy-message");
+  copy.title = "Copy this message";
+  footer.appendChild(copy);
+  if (withRegenerate) {
+    const regen = el("button", "msg-action regenerate-message", "Regenerate");
+    regen.type = "button";
+    regen.setAttribute("data-testid", "regenerate");
+    regen.title = "Write this reply again";
+    regen.hidden = true;
+    footer.appendChild(regen);
+  }
+  return footer;
+}
+
+function buildMessage(m) {
+  const node = el("div", "message " + m.role);
+  node.setAttribute("data-testid", "message-" + m.role);
+  node._msg = m;
+  node.appendChild(el("div", "content"));
+  node.appendChild(buildFooter(m.role === "assistant"));
+  fillMessage(node, m);
+  return node;
+}
+
+function typingDots() {
+  const dots = el("span", "typing");
+  dots.setAttribute("aria-label", "Thinking");
+  for (let i = 0; i < 3; i++) dots.appendChild(el("i"));
+  return dots;
+}
+
+/** (Re)draw one message's text; called on every streamed chunk, so it stays cheap. */
+export function fillMessage(node, m) {
+  const waiting = !m.content && state.gen && state.gen.msg === m;
+  if (node.classList.contains("doc-part")) {
+    node.replaceChildren(waiting ? typingDots() : document.createTextNode(m.content));
+    const doc = node.closest(".document");
+    if (doc && m.role === "assistant") doc.querySelector(".stats").textContent = statsText(m.stats);
+    return;
+  }
+  const content = node.querySelector(".content");
+  if (m.role === "assistant") {
+    content.classList.add("markdown");
+    content.replaceChildren(m.content ? renderMarkdown(m.content) : waiting ? typingDots() : "");
+  } else {
+    content.textContent = m.content;
+  }
+  node.querySelector(".stats").textContent = statsText(m.stats);
+}
+
+export function statsText(st) {
+  if (!st) return "";
+  const parts = [];
+  if (st.tokens) parts.push((st.estimated ? "~" : "") + fmtInt(st.tokens) + " tokens");
+  if (st.tps) parts.push(st.tps.toFixed(1) + " tok/s");
+  if (st.seconds) parts.push(st.seconds.toFixed(1) + " s");
+  if (st.finish === "stopped") parts.push("stopped");
+  else if (st.finish === "length") parts.push("cut off at the length limit");
+  else if (st.finish === "error") parts.push("interrupted");
+  return parts.join(" · ");
+}
+
+/** Only the last reply can be regenerated, and not while one is being written. */
+export function refreshLastActions() {
+  const msgs = state.current && state.current.messages ? state.current.messages : [];
+  ui.app.classList.toggle("has-chat", msgs.length > 0 && !state.locked);
+  const last = msgs[msgs.length - 1];
+  const canRegen = !state.gen && !!last && last.role === "assistant";
+  const buttons = ui.messages.querySelectorAll(".regenerate-message");
+  buttons.forEach((btn, i) => {
+    const owner = btn.closest(".message");
+    const isLast = i === buttons.length - 1 && (owner._msg === last || owner.classList.contains("document"));
+    btn.hidden = !(canRegen && isLast);
+  });
+}
+
+export function updateModeUi() {
+  const complete = isComplete(state.current) || (!state.current && state.newMode === "complete");
+  ui.app.classList.toggle("completion-mode", complete);
+  ui.modeChat.setAttribute("aria-pressed", complete ? "false" : "true");
+  ui.modeComplete.setAttribute("aria-pressed", complete ? "true" : "false");
+  ui.prompt.placeholder = complete ? "Write the start of a text; the model continues it…" : "Message…";
+  ui.emptyHint.textContent = complete
+    ? "Text completion: write the beginning of a text and the model carries on from there."
+    : "Type a message below. Your conversation stays on this computer.";
+}
+
+export function updateStatusbar() {
+  if (state.gen) return;
+  const msgs = state.current && state.current.messages ? state.current.messages : [];
+  const last = [...msgs].reverse().find((m) => m.role === "assistant" && m.stats);
+  ui.tps.textContent = last && last.stats.tps ? last.stats.tps.toFixed(1) + " tok/s" : "";
+  const used = last && last.stats.ctx_used;
+  if (used && state.nCtx) {
+    const full = used / state.nCtx > 0.85;
+    ui.ctxUsed.textContent = fmtInt(used) + " / " + fmtInt(state.nCtx) + " tokens used" + (full ? " · nearly full, consider a New chat" : "");
+    ui.ctxUsed.classList.toggle("warn", full);
+    ui.ctxUsed.title = full ? "This chat is nearly as long as the model can handle. Start a New chat for best results." : "How much of the model's context this chat uses.";
+  } else {
+    ui.ctxUsed.textContent = "";
+    ui.ctxUsed.classList.remove("warn");
+  }
+}
+
+/** Copy buttons (code blocks, messages, the document); regenerate is the caller's. */
+export function onCopyClick(btn) {
+  if (btn.classList.contains("copy-code")) {
+    const code = btn.closest(".code-block").querySelector("pre code");
+    if (code) copyWithFeedback(btn, code.textContent);
+    return true;
+  }
+  if (btn.classList.contains("copy-message")) {
+    const node = btn.closest(".message");
+    if (node.classList.contains("document")) copyWithFeedback(btn, state.current.messages.map((m) => m.content).join(""));
+    else if (node._msg) copyWithFeedback(btn, node._msg.content);
+    return true;
+  }
+  return false;
+}

@@ -1,0 +1,180 @@
+// Settings: per-model system prompt and sampling overrides, saved by the app beside the chats
+// (/api/settings, so they survive a restart on another port) and in this browser; the API key
+// stays in this browser only.
+import { api } from "./api.js";
+import { NARROW, state, ui } from "./state.js";
+import { toast } from "./util.js";
+
+const SETTINGS_KEY = "llmpack.settings.v1";
+const store = { models: {}, api_key: "" };
+
+const FIELDS = [
+  { key: "temperature", input: "temperature", kind: "float", ok: (v) => v >= 0 && v <= 100, msg: "Temperature must be between 0 and 100." },
+  { key: "top_p", input: "topP", kind: "float", ok: (v) => v > 0 && v <= 1, msg: "Top P must be more than 0 and at most 1." },
+  { key: "top_k", input: "topK", kind: "int", ok: (v) => v >= -1, msg: "Top K must be a whole number, 0 or more." },
+  { key: "min_p", input: "minP", kind: "float", ok: (v) => v >= 0 && v <= 1, msg: "Min P must be between 0 and 1." },
+  { key: "max_tokens", input: "maxTokens", kind: "int", ok: (v) => v >= 1, msg: "Max tokens must be a whole number of at least 1 (or empty for no limit)." },
+];
+
+export function loadJSON(key, fallback) {
+  try {
+    const raw = window.localStorage.getItem(key);
+    return raw == null ? fallback : JSON.parse(raw);
+  } catch (e) {
+    return fallback;
+  }
+}
+
+export function saveJSON(key, value) {
+  try {
+    window.localStorage.setItem(key, JSON.stringify(value));
+    return true;
+  } catch (e) {
+    return false;
+  }
+}
+
+export function apiKey() {
+  return store.api_key;
+}
+
+function overrides() {
+  let m = store.models[state.model];
+  if (!m || typeof m !== "object") m = store.models[state.model] = {};
+  return m;
+}
+
+/** The sampling values and system prompt a request uses: the user's, else the model's. */
+export function effective() {
+  const o = overrides();
+  const out = {
+    system_prompt: typeof o.system_prompt === "string" ? o.system_prompt : state.defaults.system_prompt || "",
+  };
+  for (const f of FIELDS) out[f.key] = o[f.key] !== undefined ? o[f.key] : state.defaults[f.key];
+  return out;
+}
+
+export function loadSettings() {
+  const s = loadJSON(SETTINGS_KEY, null);
+  if (s && typeof s === "object") {
+    store.models = s.models && typeof s.models === "object" ? s.models : {};
+    store.api_key = typeof s.api_key === "string" ? s.api_key : "";
+  }
+}
+
+let pushTimer = 0;
+function saveSettings() {
+  saveJSON(SETTINGS_KEY, store);
+  if (state.locked) return;
+  clearTimeout(pushTimer);
+  const model = state.model;
+  pushTimer = setTimeout(() => {
+    api("PUT", "/api/settings", store.models[model] || {}).catch((err) => toast("Settings were not saved: " + err.message));
+  }, 300);
+}
+
+/** Once the saved chats are reachable: the app's copy of this model's settings wins; settings
+ * made in this browser before (when they lived only here) move over to the app. */
+export async function syncSettings() {
+  if (state.locked) return;
+  try {
+    const saved = (await api("GET", "/api/settings")).data || {};
+    if (Object.keys(saved).length) {
+      store.models[state.model] = saved;
+      saveJSON(SETTINGS_KEY, store);
+      fillSettings();
+    } else if (Object.keys(overrides()).length) {
+      saveSettings();
+    }
+  } catch (err) {
+    toast("Saved settings could not be read: " + err.message);
+  }
+}
+
+export function fillSettings() {
+  const e = effective();
+  ui.systemPrompt.value = e.system_prompt;
+  for (const f of FIELDS) {
+    const input = ui[f.input];
+    input.value = e[f.key] === undefined || e[f.key] === null ? "" : String(e[f.key]);
+    const d = state.defaults[f.key];
+    input.placeholder = d === undefined ? (f.key === "max_tokens" ? "no limit" : "server default") : String(d);
+    input.removeAttribute("aria-invalid");
+  }
+  ui.apiKey.value = store.api_key || "";
+  ui.settingsError.textContent = "";
+}
+
+function onSettingInput(ev) {
+  const target = ev.target;
+  const o = overrides();
+  if (target === ui.systemPrompt) {
+    if (target.value === (state.defaults.system_prompt || "")) delete o.system_prompt;
+    else o.system_prompt = target.value;
+    saveSettings();
+    return;
+  }
+  if (target === ui.apiKey) {
+    store.api_key = target.value.trim();
+    saveSettings();
+    return;
+  }
+  const errors = [];
+  for (const f of FIELDS) {
+    const input = ui[f.input];
+    if (input !== target) {
+      if (input.getAttribute("aria-invalid") === "true") errors.push(f.msg);
+      continue;
+    }
+    const raw = input.value.trim();
+    if (raw === "") {
+      delete o[f.key];   // back to the model's default ("no limit" for max tokens)
+      if (f.key === "max_tokens" && state.defaults.max_tokens !== undefined) o[f.key] = null;
+      input.removeAttribute("aria-invalid");
+      continue;
+    }
+    const v = f.kind === "int" ? Number(raw) : parseFloat(raw);
+    if (!isFinite(v) || (f.kind === "int" && Math.floor(v) !== v) || !f.ok(v)) {
+      input.setAttribute("aria-invalid", "true");
+      errors.push(f.msg);
+      continue;
+    }
+    input.removeAttribute("aria-invalid");
+    if (v === state.defaults[f.key]) delete o[f.key];
+    else o[f.key] = v;
+  }
+  ui.settingsError.textContent = errors.join(" ");
+  saveSettings();
+}
+
+export function openSettings() {
+  fillSettings();
+  ui.settings.hidden = false;
+  ui.settingsBackdrop.hidden = false;
+  ui.settingsButton.setAttribute("aria-expanded", "true");
+  ui.systemPrompt.focus();
+}
+
+export function closeSettings() {
+  if (ui.settings.hidden) return;
+  ui.settings.hidden = true;
+  ui.settingsBackdrop.hidden = true;
+  ui.settingsButton.setAttribute("aria-expanded", "false");
+  fillSettings();   // drop any invalid, unsaved input
+  if (!NARROW.matches) ui.prompt.focus();
+}
+
+export function wireSettings() {
+  ui.settingsButton.addEventListener("click", () => (ui.settings.hidden ? openSettings() : closeSettings()));
+  ui.settingsClose.addEventListener("click", closeSettings);
+  ui.settingsDone.addEventListener("click", closeSettings);
+  ui.settingsBackdrop.addEventListener("click", closeSettings);
+  ui.settingsForm.addEventListener("submit", (ev) => ev.preventDefault());
+  ui.settingsForm.addEventListener("input", onSettingInput);
+  ui.settingsReset.addEventListener("click", () => {
+    store.models[state.model] = {};
+    saveSettings();
+    fillSettings();
+    toast("Settings reset to the model's defaults.");
+  });
+}

@@ -1,0 +1,25 @@
+// Shared page state and element lookups for the chat page's modules.
+
+export const NARROW = window.matchMedia("(max-width: 800px)");
+
+export const $ = (id) => document.getElementById(id);
+
+/** Every element with an id, by camelCase name: ui.chatList is #chat-list. */
+export const ui = {};
+for (const el of document.querySelectorAll("[id]")) {
+  ui[el.id.replace(/-([a-z])/g, (_, c) => c.toUpperCase())] = el;
+}
+
+export const state = {
+  ready: false,
+  model: "",          // the model id requests name
+  displayName: "",
+  nCtx: 0,
+  baseModel: false,   // no chat template and no instruct tag (/health base_model)
+  defaults: {},       // from /health: system_prompt, temperature, top_p, top_k, min_p, max_tokens
+  chats: [],          // summaries from /api/chats; .messages is null until the chat is opened
+  locked: false,      // /api/chats refused: this page was not opened with the launch's token
+  current: null,      // the chat on screen (may be an unsaved empty draft)
+  gen: null,          // the reply being generated
+  newMode: "chat",    // the mode a new chat starts in ("chat" or "complete")
+};

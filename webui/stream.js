@@ -1,0 +1,260 @@
+// The streaming client: one request to the OpenAI-compatible API per reply, read as
+// Server-Sent Events and drawn as it arrives. Chat mode uses /v1/chat/completions; text
+// completion mode sends the whole document to /v1/completions and appends what comes back.
+import { renderChatList, saveChat, saveNowAndThen } from "./chats.js";
+import { addNotice, fillMessage, isNearBottom, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
+  updateStatusbar } from "./render.js";
+import { apiKey, effective, openSettings } from "./settings.js";
+import { state, ui } from "./state.js";
+import { fmtInt, toast } from "./util.js";
+
+const COMPLETION_MAX_TOKENS = 256;   // a base model rarely stops by itself
+const SEP = /\r\n\r\n|\n\n|\r\r/;
+let onComposerChange = () => {};
+
+/** The app's "update the send/stop buttons" hook. */
+export function setComposerHook(fn) {
+  onComposerChange = fn;
+}
+
+class ApiError extends Error {
+  constructor(message, status) {
+    super(message);
+    this.status = status;
+  }
+}
+
+function buildRequest(chat) {
+  const e = effective();
+  const body = { model: state.model, stream: true, stream_options: { include_usage: true } };
+  for (const k of ["temperature", "top_p", "top_k", "min_p", "max_tokens"]) {
+    if (typeof e[k] === "number" && isFinite(e[k])) body[k] = e[k];
+  }
+  const done = chat.messages.filter((m) => m.content);
+  if (chat.mode === "complete") {
+    body.prompt = done.map((m) => m.content).join("");
+    if (body.max_tokens === undefined) body.max_tokens = COMPLETION_MAX_TOKENS;
+    return ["/v1/completions", body];
+  }
+  body.messages = [];
+  if (e.system_prompt && e.system_prompt.trim()) body.messages.push({ role: "system", content: e.system_prompt });
+  for (const m of done) body.messages.push({ role: m.role, content: m.content });
+  return ["/v1/chat/completions", body];
+}
+
+function describeHttpError(status, body) {
+  const msg = body && body.error && typeof body.error.message === "string" ? body.error.message
+    : body && typeof body.message === "string" ? body.message
+      : "The server answered HTTP " + status + ".";
+  if (status === 401 || status === 403) return "This app needs an API key. Open Settings and enter it. (" + msg + ")";
+  if (status === 400 && /context|too long|too many tokens|prompt_too_long|exceed/i.test(msg)) {
+    return msg + " Tip: start a New chat; this conversation no longer fits in the model's memory.";
+  }
+  if (status === 503 || status === 429) return msg + " The model is busy; please try again in a moment.";
+  return msg;
+}
+
+/** Ask for the next reply of `chat`; opts.userMsg (a new message) or opts.previous (regenerate). */
+export async function generate(chat, opts) {
+  const msg = { role: "assistant", content: "", stats: null };
+  chat.messages.push(msg);
+  const gen = {
+    chat, msg, node: null, controller: new AbortController(),
+    t0: performance.now(), tFirst: 0, tLast: 0, deltas: 0, usage: null, finish: null, stopped: false,
+    error: null, raf: 0, pending: 0, lastSave: Date.now(), lastRender: 0, renderCost: 0,
+  };
+  state.gen = gen;
+  if (state.current === chat) {
+    gen.node = placeReply(chat, msg);
+    gen.node.classList.add("streaming");
+    scrollToBottom();
+  }
+  onComposerChange();
+  refreshLastActions();
+  ui.tps.textContent = "";
+  ui.ctxUsed.textContent = "";
+
+  const headers = { "Content-Type": "application/json", Accept: "text/event-stream" };
+  if (apiKey()) headers.Authorization = "Bearer " + apiKey();
+  const [path, body] = buildRequest(chat);
+  try {
+    const resp = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: gen.controller.signal, cache: "no-store" });
+    if (!resp.ok) {
+      const text = await resp.text();
+      let j = null;
+      try { j = JSON.parse(text); } catch (e) { j = null; }
+      throw new ApiError(describeHttpError(resp.status, j), resp.status);
+    }
+    await readStream(gen, resp.body.getReader());
+  } catch (err) {
+    if (err && err.name === "AbortError") {
+      gen.stopped = true;
+    } else if (err instanceof ApiError) {
+      gen.error = err.message;
+      if (err.status === 401 || err.status === 403) setTimeout(openSettings, 0);
+    } else if (err && err.name === "TypeError") {
+      gen.error = "Can't reach the llmpack app. Is it still running? (" + err.message + ")";
+    } else {
+      gen.error = (err && err.message) || String(err);
+    }
+  }
+  finishGeneration(gen, opts);
+}
+
+async function readStream(gen, reader) {
+  const decoder = new TextDecoder("utf-8");
+  let buf = "";
+  for (;;) {
+    const r = await reader.read();
+    if (r.done) {
+      buf += decoder.decode();
+      if (buf.trim()) handleEvent(gen, buf);
+      return;
+    }
+    buf += decoder.decode(r.value, { stream: true });
+    let m;
+    while ((m = SEP.exec(buf))) {
+      const block = buf.slice(0, m.index);
+      buf = buf.slice(m.index + m[0].length);
+      if (handleEvent(gen, block) === "done") {
+        reader.cancel().catch(() => {});
+        return;
+      }
+    }
+  }
+}
+
+// One SSE event. Returns "done" at [DONE]; throws ApiError for an in-stream error.
+function handleEvent(gen, block) {
+  const data = [];
+  for (const l of block.split(/\r\n|\r|\n/)) {
+    if (l.startsWith("data:")) data.push(l.charAt(5) === " " ? l.slice(6) : l.slice(5));
+  }
+  if (!data.length) return undefined;
+  const payload = data.join("\n");
+  if (payload.trim() === "[DONE]") return "done";
+  let obj;
+  try {
+    obj = JSON.parse(payload);
+  } catch (e) {
+    return undefined;   // ignore a malformed event rather than losing the reply
+  }
+  if (!obj || typeof obj !== "object") return undefined;
+  if (obj.error) throw new ApiError(typeof obj.error === "string" ? obj.error : obj.error.message || "The server reported an error.", 500);
+  if (obj.usage && typeof obj.usage === "object") gen.usage = obj.usage;
+  for (const ch of Array.isArray(obj.choices) ? obj.choices : []) {
+    if (!ch || (ch.index !== undefined && ch.index !== 0)) continue;
+    const piece = ch.delta && typeof ch.delta.content === "string" ? ch.delta.content : typeof ch.text === "string" ? ch.text : "";
+    if (piece) {
+      const now = performance.now();
+      if (!gen.tFirst) gen.tFirst = now;
+      gen.tLast = now;
+      gen.deltas += 1;
+      gen.msg.content += piece;
+      scheduleRender(gen);
+    }
+    if (ch.finish_reason) gen.finish = ch.finish_reason;
+  }
+  return undefined;
+}
+
+function liveTps(gen) {
+  if (gen.deltas < 2 || !gen.tFirst) return 0;
+  const secs = (gen.tLast - gen.tFirst) / 1000;
+  return secs > 0.2 ? (gen.deltas - 1) / secs : 0;
+}
+
+function scheduleRender(gen) {
+  if (gen.raf || gen.pending) return;
+  gen.raf = requestAnimationFrame(() => {
+    gen.raf = 0;
+    if (state.gen !== gen) return;
+    // Long replies take longer to re-render: then render less often (at most ~25% of the time).
+    const now = performance.now();
+    if (gen.renderCost > 4 && now - gen.lastRender < gen.renderCost * 4) {
+      gen.pending = setTimeout(() => { gen.pending = 0; scheduleRender(gen); }, gen.renderCost * 4 - (now - gen.lastRender));
+      return;
+    }
+    if (state.current === gen.chat && gen.node && gen.node.isConnected) {
+      const stick = isNearBottom();
+      fillMessage(gen.node, gen.msg);
+      gen.lastRender = performance.now();
+      gen.renderCost = gen.lastRender - now;
+      const tps = liveTps(gen);
+      const stats = gen.node.closest(".message").querySelector(".stats");
+      stats.textContent = fmtInt(gen.deltas) + " tokens" + (tps ? " · " + tps.toFixed(1) + " tok/s" : "");
+      ui.tps.textContent = tps ? tps.toFixed(1) + " tok/s" : "…";
+      if (stick) scrollToBottom();
+    }
+    saveNowAndThen(gen);   // closing the tab mid-reply keeps most of it
+  });
+}
+
+function finishGeneration(gen, opts) {
+  if (gen.raf) cancelAnimationFrame(gen.raf);
+  if (gen.pending) clearTimeout(gen.pending);
+  const { chat, msg } = gen;
+  const end = performance.now();
+  state.gen = null;
+
+  if (!msg.content) {
+    // Nothing came back: take the empty reply out again.
+    chat.messages.splice(chat.messages.indexOf(msg), 1);
+    if (opts.previous) {
+      chat.messages.push(opts.previous);   // a failed regenerate keeps the old reply
+    } else if (opts.userMsg && chat.messages[chat.messages.length - 1] === opts.userMsg) {
+      chat.messages.pop();   // the unanswered message goes back into the box
+      if (!ui.prompt.value.trim() && state.current === chat) {
+        ui.prompt.value = opts.userMsg.content;
+        ui.prompt.dispatchEvent(new Event("input"));
+      }
+    }
+    saveChat(chat);
+    renderChatList();
+    if (state.current === chat) {
+      renderCurrent();
+      if (gen.error) addNotice("Couldn't get a reply: " + gen.error + (opts.userMsg ? " Your message is back in the box below." : ""));
+      else if (gen.stopped && opts.userMsg) addNotice("Stopped before the reply started. Your message is back in the box below.", "info");
+    } else if (gen.error) {
+      toast("A reply failed: " + gen.error);
+    }
+    onComposerChange();
+    return;
+  }
+
+  const u = gen.usage || {};
+  const tokens = typeof u.completion_tokens === "number" ? u.completion_tokens : gen.deltas;
+  const genSecs = ((gen.tLast || end) - gen.tFirst) / 1000;
+  let tps = 0;
+  if (tokens >= 2 && genSecs > 0.05) tps = (tokens - 1) / genSecs;
+  else if (tokens >= 1) tps = tokens / Math.max(0.001, (end - gen.t0) / 1000);
+  msg.stats = {
+    tokens,
+    estimated: typeof u.completion_tokens !== "number" || undefined,
+    tps: Math.round(tps * 10) / 10,
+    seconds: Math.round(((end - gen.t0) / 1000) * 10) / 10,
+    ttft: gen.tFirst ? Math.round(gen.tFirst - gen.t0) : undefined,
+    prompt_tokens: typeof u.prompt_tokens === "number" ? u.prompt_tokens : undefined,
+    ctx_used: typeof u.prompt_tokens === "number" && typeof u.completion_tokens === "number" ? u.prompt_tokens + u.completion_tokens : undefined,
+    finish: gen.stopped ? "stopped" : gen.error ? "error" : gen.finish || undefined,
+  };
+  chat.updated = Date.now();
+  saveChat(chat);
+  renderChatList();
+  if (state.current === chat && gen.node) {
+    gen.node.classList.remove("streaming");
+    fillMessage(gen.node, msg);
+    if (gen.node.isConnected && isNearBottom()) scrollToBottom();
+    if (gen.error) addNotice("The reply was interrupted: " + gen.error);
+  }
+  onComposerChange();
+  updateStatusbar();
+  refreshLastActions();
+}
+
+export function stopGeneration() {
+  if (state.gen) {
+    state.gen.stopped = true;
+    state.gen.controller.abort();
+  }
+}
