@@ -201,12 +201,15 @@ def selftest() -> int:
         from llmpack.runtime.server import launch  # noqa: F401
         from llmpack.runtime.server.app import webui_dir
 
+        from llmpack.runtime.backends import load_backends
+
+        backends = load_backends()   # from the bundle folder: fails here if a backend is missing
         llama_cpp.llama_backend_init()
         web = webui_dir()
         out.update(llmpack=__version__, llama_cpp=llama_cpp.__version__, zstd_backend=zstandard.backend,
                    system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
                    recipes=sorted(load_recipes()), webui=sorted(p.name for p in web.iterdir()),
-                   frozen=_frozen())
+                   frozen=_frozen(), cpu_variant=backends.cpu_variant, gpu_notes=backends.notes)
         out["ok"] = (web / "index.html").is_file() and (web / "vendor" / "markdown-it.js").is_file() and bool(out["recipes"])
     except Exception as exc:  # noqa: BLE001 - reported to the builder
         out["error"] = f"{type(exc).__name__}: {exc}"

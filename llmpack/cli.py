@@ -15,7 +15,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", help="recipe name (see `llmpack recipes`) or path to a recipe .toml")
     p.add_argument("--ctx", type=int, default=None, help="context size in tokens shared by all requests (default: recipe's, capped by the model)")
     p.add_argument("--parallel", type=int, default=None, help="max sequences decoded together (default 32)")
-    p.add_argument("--gpu-layers", default=None, help="layers to offload to the GPU: N, all, or auto (default auto)")
+    p.add_argument("--gpu-layers", default=None, help="layers to offload to the GPU: N, all, auto (fit free GPU memory; default) or 0 (CPU only)")
     p.add_argument("--system", default=None, help="default system prompt for the chat page")
 
 
@@ -29,6 +29,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-waiting", type=int, default=256, help="queued requests beyond which new ones get 503")
     p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto",
                    help="llama.cpp flash attention (default auto: on wherever the backend supports it)")
+    p.add_argument("--device", default=None, help="GPU to offload to: an id such as Vulkan1 (listed in /health), "
+                   "cpu for none, or auto (default: the discrete GPU with the most free memory)")
 
 
 def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int | None]:

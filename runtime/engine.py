@@ -18,6 +18,7 @@ from typing import Callable
 
 from llmpack.runtime.block_manager import BlockManager
 from llmpack.runtime.detokenizer import Detokenizer
+from llmpack.runtime.placement import backend_report, plan_offload
 from llmpack.runtime.model_runner import DecodeError, ModelRunner, RunnerConfig
 from llmpack.runtime.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
@@ -38,6 +39,7 @@ class EngineConfig:
     n_batch: int = 512
     block_size: int = 16
     gpu_layers: int | str = "auto"
+    device: str | None = None          # --device: a GPU id such as "Vulkan1", "cpu", or None = auto
     enable_prefix_cache: bool = True
     max_waiting: int = 256
     n_threads: int | None = None
@@ -60,15 +62,14 @@ class EngineStats:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, progress: Callable[[float], None] | None = None) -> None:
-        from llmpack.runtime.gpu_fit import resolve_gpu_layers
-
         self.config = config
-        n_gpu = resolve_gpu_layers(config.gpu_layers, config.model_path, config.n_ctx)
+        plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device)
         self.runner = ModelRunner(RunnerConfig(
             model_path=str(config.model_path), n_ctx=config.n_ctx, n_batch=config.n_batch,
-            max_num_seqs=config.max_num_seqs, n_gpu_layers=n_gpu, n_threads=config.n_threads,
+            max_num_seqs=config.max_num_seqs, n_gpu_layers=plan.n_gpu_layers,
+            gpu_device=plan.device.handle if plan.device else 0, n_threads=config.n_threads,
             flash_attn=config.flash_attn), progress)
-        self.n_gpu_layers = n_gpu
+        self.backend = backend_report(plan, self.runner)   # what /health and the start-up line say
         self.n_ctx = self.runner.n_ctx
         self.n_vocab = self.runner.n_vocab
         self.model_name = self.runner.meta("general.name") or str(config.model_path)

@@ -278,5 +278,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise LlmpackError(f"{path}: no such file")
     offset, length = locate_model(path)
     info = read_model_info(path, ctx=args.ctx, offset=offset, length=length)
-    print(json.dumps(info.to_dict()) if args.json else format_report(info))
+    from llmpack.runtime.gpu_fit import fit_report
+
+    gpu = fit_report(info)   # loads llama.cpp's backends to see this machine's GPUs
+    print(json.dumps({**info.to_dict(), "gpu": gpu}) if args.json else format_report(info) + "\n" + format_gpu(gpu))
     return 0
+
+
+def format_gpu(gpu: dict) -> str:
+    """The "gpu" part of `llmpack inspect`: how many layers fit on each GPU of this machine."""
+    lines = [f"GPU (layers that fit at {gpu['ctx']} tokens)"]
+    for d in gpu["devices"]:
+        whole = " + output layer" if d["output_fits"] else ""
+        lines.append(f"  {d['id']:<14} {d['name']}: {d['layers_fit']}/{gpu['n_layers']} layers{whole} fit in "
+                     f"{human_bytes(d['memory_free'])} free of {human_bytes(d['memory_total'])}")
+    if not gpu["devices"]:
+        lines.append(f"  none usable: {gpu['note']}; the model runs on the CPU")
+    return "\n".join(lines)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -57,34 +58,49 @@ class RunnerConfig:
     max_num_seqs: int = 32       # sequences decoded together
     n_seq_max: int = 0           # llama.cpp sequence ids (running + those holding cached prefixes); 0 = auto
     n_gpu_layers: int = 0
+    gpu_device: int = 0          # ggml_backend_dev_t the layers go to (0 = llama.cpp's default: all GPUs)
     n_threads: int | None = None
     flash_attn: str = "auto"     # "auto" (llama.cpp decides: on where supported), "on" or "off"
     verbose: bool = False
 
 
-def _silence_llama_log() -> None:
-    """llama.cpp logs every load step to stderr; the product prints its own progress."""
+# llama.cpp's own account of the offload, e.g. "load_tensors: offloaded 3/3 layers to GPU"
+_OFFLOADED = re.compile(rb"offloaded (\d+)/(\d+) layers to GPU")
+_last_offload: list[int] = []
+
+
+def _route_llama_log(verbose: bool) -> None:
+    """llama.cpp logs every load step to stderr; the product prints its own progress. The log is
+    still read for the number of layers llama.cpp really offloaded (reported in /health)."""
 
     @lc.llama_log_callback
-    def _quiet(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover
-        if level == 2 and os.environ.get("LLMPACK_DEBUG"):  # GGML_LOG_LEVEL_ERROR
+    def _route(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover
+        found = _OFFLOADED.search(text or b"")
+        if found:
+            _last_offload[:] = [int(found.group(1)), int(found.group(2))]
+        if verbose or (level == 4 and os.environ.get("LLMPACK_DEBUG")):  # GGML_LOG_LEVEL_ERROR
             os.write(2, text)
 
-    _silence_llama_log.callback = _quiet  # type: ignore[attr-defined]  # keep it alive
-    lc.llama_log_set(_quiet, ctypes.c_void_p(0))
+    _route_llama_log.callback = _route  # type: ignore[attr-defined]  # keep it alive
+    lc.llama_log_set(_route, ctypes.c_void_p(0))
 
 
 class ModelRunner:
     def __init__(self, cfg: RunnerConfig, progress: Callable[[float], None] | None = None) -> None:
         global _backend_ready
         if not _backend_ready:
-            if not cfg.verbose:
-                _silence_llama_log()
+            from llmpack.runtime.backends import load_backends
+
+            load_backends()           # GGML_BACKEND_DL: CPU variant + GPU backends, before any model
+            _route_llama_log(cfg.verbose)
             lc.llama_backend_init()
             _backend_ready = True
         self.cfg = cfg
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = cfg.n_gpu_layers
+        if cfg.gpu_device and cfg.n_gpu_layers != 0:
+            self._devices = (ctypes.c_void_p * 2)(cfg.gpu_device, None)   # NULL-terminated; kept alive
+            mparams.devices = ctypes.addressof(self._devices)
         if progress is not None:
             def _on_progress(frac: float, _user: ctypes.c_void_p) -> bool:
                 progress(float(frac))
@@ -92,9 +108,13 @@ class ModelRunner:
 
             self._progress_cb = lc.llama_progress_callback(_on_progress)
             mparams.progress_callback = self._progress_cb
+        _last_offload.clear()
         self.model = lc.llama_model_load_from_file(str(cfg.model_path).encode(), mparams)
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {cfg.model_path}; run `llmpack inspect` on it for details")
+        self.n_layer = lc.llama_model_n_layer(self.model)
+        # llama.cpp counts the output layer as one more layer; report repeating layers only
+        self.gpu_layers = min(_last_offload[0], self.n_layer) if _last_offload else 0
         self.vocab = lc.llama_model_get_vocab(self.model)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)

@@ -87,7 +87,8 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
     cfg = EngineConfig(str(path), **_engine_kwargs(
         EngineConfig, n_ctx=n_ctx, max_num_seqs=getattr(args, "parallel", None) or 32,
         gpu_layers=_gpu_layers(getattr(args, "gpu_layers", None)), max_waiting=getattr(args, "max_waiting", None),
-        flash_attn=getattr(args, "flash_attn", None)))
+        flash_attn=getattr(args, "flash_attn", None),
+        device=getattr(args, "device", None)))
     engine = LLMEngine(cfg, progress=(lambda f: progress("loading", f)) if progress else None)
     try:
         name = display_name or path.stem
@@ -99,7 +100,7 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
             system_prompt=system if system is not None else (chat.system if chat else None),
             sampling=dict(chat.sampling) if chat else {}, stop=stop,
             stop_token_ids=_special_stop_ids(engine, [*stop, *(chat.eot_tokens if chat else ())]),
-            fingerprint=_fingerprint(path, info.name),
+            fingerprint=_fingerprint(path, info.name), backend=engine.backend,
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, path.stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
                   "chat_format": chat.source if chat else None, "display_name": name,

@@ -230,7 +230,7 @@ def test_stub_is_cached_under_its_key(stub, monkeypatch):
     names = set(CArchiveReader(str(stub)).toc)
     libs = {n for n in names if n.startswith("llama_cpp/lib/")}
     assert {"llama_cpp/lib/libllama.so", "llama_cpp/lib/libggml.so", "llama_cpp/lib/libmtmd.so"} <= libs
-    assert stub.stat().st_size < 100e6   # libraries are stored uncompressed (faster launches)
+    assert stub.stat().st_size < 150e6   # libraries stored uncompressed (faster launches); 14 CPU variants + Vulkan: ~123 MB
 
 
 def test_llmpack_stub_prints_and_copies(stub, tmp_path):

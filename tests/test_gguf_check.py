@@ -236,7 +236,8 @@ def test_llama_cpp_refuses_these_files_too(maker, tiny_model, tmp_path):
     """The checks are not stricter than llama.cpp for no reason: it cannot load these either
     (run in a child process, since a bad file may crash it)."""
     path, _ = maker(tiny_model, tmp_path)
-    code = f"import llama_cpp; llama_cpp.Llama(model_path={str(path)!r}, n_ctx=64, verbose=False)"
+    code = ("import llama_cpp; from llmpack.runtime.backends import load_backends; load_backends(); "
+            f"llama_cpp.Llama(model_path={str(path)!r}, n_ctx=64, verbose=False)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
 

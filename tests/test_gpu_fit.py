@@ -1,10 +1,13 @@
-"""--gpu-layers: N, all, auto. `auto` fits layers into the GPU's free memory."""
+"""--gpu-layers: N, all, auto, 0. `auto` fits layers into the GPU's free memory; with no GPU
+every value keeps the model on the CPU with a reason."""
 from __future__ import annotations
 
 import pytest
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.gpu_fit import COMPUTE_RESERVE, SAFETY_MARGIN, fit_gpu_layers, gpu_devices, resolve_gpu_layers
+from llmpack.runtime.backends import gpu_devices
+from llmpack.runtime.gpu_fit import COMPUTE_RESERVE, SAFETY_MARGIN, fit_gpu_layers, parse_gpu_layers
+from llmpack.runtime.placement import plan_offload
 
 MiB = 1024 * 1024
 OVERHEAD = COMPUTE_RESERVE + SAFETY_MARGIN
@@ -29,14 +32,31 @@ def test_no_room_for_even_one_layer():
     assert fit_gpu_layers(OVERHEAD, [100 * MiB] * 4, 10 * MiB, [0] * 4, 4096) == 0
 
 
-def test_explicit_values_pass_through(tiny_model):
-    assert resolve_gpu_layers("12", tiny_model, 512) == 12
-    assert resolve_gpu_layers(0, tiny_model, 512) == 0
+def test_gpu_layers_values_are_parsed():
+    assert parse_gpu_layers("12") == 12
+    assert parse_gpu_layers(0) == 0
+    assert parse_gpu_layers("-1") == -1
+    assert parse_gpu_layers(None) == "auto"
+    assert parse_gpu_layers("all") == "all"
     with pytest.raises(LlmpackError):
-        resolve_gpu_layers("most", tiny_model, 512)
+        parse_gpu_layers("most")
+
+
+def test_zero_keeps_the_model_on_the_cpu_and_says_so(tiny_model):
+    plan = plan_offload(0, tiny_model, 512)
+    assert (plan.n_gpu_layers, plan.device) == (0, None)
+    assert "--gpu-layers 0" in plan.note
+
+
+def test_device_cpu_keeps_the_model_on_the_cpu(tiny_model):
+    plan = plan_offload("all", tiny_model, 512, device="cpu")
+    assert (plan.n_gpu_layers, plan.device) == (0, None)
+    assert "--device cpu" in plan.note
 
 
 @pytest.mark.skipif(bool(gpu_devices()), reason="this machine has a GPU")
-def test_auto_and_all_are_zero_on_a_cpu_only_build(tiny_model):
-    assert resolve_gpu_layers("auto", tiny_model, 512) == 0
-    assert resolve_gpu_layers("all", tiny_model, 512) == 0
+def test_every_value_is_zero_without_a_gpu_and_the_plan_says_why(tiny_model):
+    for spec in ("auto", "all", "12"):
+        plan = plan_offload(spec, tiny_model, 512)
+        assert plan.n_gpu_layers == 0 and plan.device is None
+        assert plan.note

@@ -26,6 +26,8 @@ def llama_cpp_report(path: Path, n_ctx: int) -> tuple[dict, str]:
     load log (stderr). A child process keeps the log capturable and this process clean."""
     code = f"""
 import json, llama_cpp
+from llmpack.runtime.backends import load_backends
+load_backends(quiet=False)   # llama-cpp-python never loads ggml's run-time backends itself
 llm = llama_cpp.Llama(model_path={str(path)!r}, n_ctx={n_ctx}, verbose=True)
 m, v = llm._model.model, llama_cpp.llama_model_get_vocab(llm._model.model)
 print(json.dumps(dict(

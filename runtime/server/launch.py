@@ -18,6 +18,7 @@ from typing import Any, Callable
 from llmpack import signals
 from llmpack.errors import LlmpackError
 from llmpack.progress import PhaseBars
+from llmpack.runtime.placement import startup_line
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
 from llmpack.runtime.server.state import MESSAGES, ServerState
@@ -143,6 +144,8 @@ class Server:
             return
         self.state.set_ready(model)
         self._console.close()
+        if model.backend:
+            self._say(startup_line(model.backend))
         self._say(f"llmpack: model ready ({model.display_name}, context {model.n_ctx} tokens)")
 
     def _say(self, text: str) -> None:

@@ -36,6 +36,7 @@ class ServedModel:
     aliases: frozenset[str] = frozenset()  # names a request's "model" may use (lowercase)
     meta: dict = field(default_factory=dict)
     embedder: Any = None              # runtime.embeddings.Embedder, made by the first /v1/embeddings
+    backend: dict | None = None       # where the model runs (CPU variant, GPU, layers): /health's "backend"
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -87,7 +88,8 @@ class ServerState:
                 return {"status": "error", "message": f"The engine stopped ({failure}); restart llmpack."}, 500
             body = {"status": "ok", "model": model.model_id, "display_name": model.display_name,
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
-                    "base_model": bool(model.meta.get("base_model"))}
+                    "base_model": bool(model.meta.get("base_model")),
+                    "backend": model.backend}
             if not authorized:
                 del body["system_prompt"]
             return body, 200

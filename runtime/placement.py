@@ -1,0 +1,74 @@
+"""Where the model runs: the offload plan (`--gpu-layers N | all | auto | 0`, `--device`) and
+the report of what happened, for the start-up line and /health's `backend` object.
+
+With no usable GPU (no GPU backend, no Vulkan loader or driver, no device, `--device cpu`,
+`--gpu-layers 0`) the plan offloads nothing and carries the one line that says why. The report
+counts the layers llama.cpp itself says it offloaded, not the ones asked for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llmpack.runtime.backends import Device, gpu_devices, load_backends, pick_device
+from llmpack.runtime.gpu_fit import fit_on, parse_gpu_layers
+
+
+@dataclass(slots=True)
+class OffloadPlan:
+    n_gpu_layers: int             # llama.cpp's n_gpu_layers: -1 all, 0 none
+    device: Device | None         # the one GPU the layers go to
+    note: str | None = None       # why the GPU is not used, when it is not
+
+
+def no_gpu_reason() -> str:
+    found = load_backends()
+    if found.notes:
+        return found.notes[0]
+    if not found.dynamic:
+        return "this llama.cpp build has no GPU backend"
+    return "no GPU backend library was found beside the CPU backends"
+
+
+def plan_offload(spec: int | str | None, model_path, n_ctx: int, device: str | None = None) -> OffloadPlan:
+    """Resolve `--gpu-layers` and `--device` against this machine's GPUs."""
+    layers = parse_gpu_layers(spec)
+    if layers == 0:
+        return OffloadPlan(0, None, "--gpu-layers 0 keeps the model on the CPU")
+    chosen = pick_device(gpu_devices(), device)
+    if chosen is None:
+        reason = "--device cpu keeps the model on the CPU" if (device or "").lower() == "cpu" else no_gpu_reason()
+        return OffloadPlan(0, None, reason)
+    if layers == "all":
+        return OffloadPlan(-1, chosen)
+    if isinstance(layers, int):
+        return OffloadPlan(layers, chosen)
+    n = fit_on(chosen, model_path, n_ctx)
+    if n == 0:
+        return OffloadPlan(0, None, f"not one layer fits in the {chosen.memory_free >> 20} MiB free on "
+                                    f"{chosen.id} ({chosen.name}); pass --gpu-layers N to try anyway")
+    return OffloadPlan(n, chosen)
+
+
+def backend_report(plan: OffloadPlan, runner: Any) -> dict:
+    """/health's `backend` object (docs: HEALTH_BACKEND shape) for a loaded ModelRunner."""
+    found = load_backends()
+    offloaded = runner.gpu_layers if plan.device is not None else 0
+    note = plan.note
+    if plan.device is not None and offloaded == 0 and plan.n_gpu_layers != 0:
+        note = f"llama.cpp offloaded no layers to {plan.device.id}"
+    return {"cpu_variant": found.cpu_variant,
+            "devices": [d.to_dict() for d in gpu_devices()],
+            "gpu_device": plan.device.id if plan.device is not None and offloaded else None,
+            "gpu_layers": offloaded, "n_layers": runner.n_layer, "note": note}
+
+
+def startup_line(report: dict) -> str:
+    """One line saying where the model runs, e.g.
+    `llmpack: GPU Vulkan0 (NVIDIA GeForce RTX 3060): 18/18 layers; CPU backend haswell`."""
+    cpu = f"CPU backend {report['cpu_variant']}" if report.get("cpu_variant") else "CPU backend built in"
+    if report.get("gpu_layers"):
+        dev = next((d for d in report["devices"] if d["id"] == report["gpu_device"]), {"name": "?"})
+        return (f"llmpack: GPU {report['gpu_device']} ({dev['name']}): "
+                f"{report['gpu_layers']}/{report['n_layers']} layers; {cpu}")
+    return f"llmpack: running on the CPU ({cpu}); GPU not used: {report.get('note') or 'unknown reason'}"

@@ -1,0 +1,68 @@
+"""Choosing where the model runs: which GPU `--device` picks, the one line shown when a GPU
+backend cannot load, /health's `backend` object and the start-up line. The real loading of
+backends on emulated CPUs and lavapipe is tests/test_portability.py's."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from llmpack.runtime.backends import BackendError, Device, _explain, load_backends, pick_device
+from llmpack.runtime.placement import OffloadPlan, backend_report, startup_line
+
+GiB = 1024 ** 3
+IGPU = Device("Vulkan0", "Intel(R) UHD Graphics 770", 16 * GiB, 15 * GiB, integrated=True)
+SMALL = Device("Vulkan1", "NVIDIA GeForce GTX 1650", 4 * GiB, 3 * GiB)
+BIG = Device("Vulkan2", "AMD Radeon RX 7900 XTX", 24 * GiB, 20 * GiB)
+HEALTH_KEYS = {"cpu_variant", "devices", "gpu_device", "gpu_layers", "n_layers", "note"}
+
+
+def test_auto_prefers_a_discrete_gpu_then_the_most_free_memory():
+    assert pick_device([IGPU, SMALL, BIG], None) is BIG
+    assert pick_device([IGPU, SMALL], "auto") is SMALL
+    assert pick_device([IGPU], None) is IGPU
+    assert pick_device([], None) is None
+
+
+def test_device_by_id_or_index_and_cpu_for_none():
+    assert pick_device([IGPU, SMALL, BIG], "vulkan1") is SMALL
+    assert pick_device([IGPU, SMALL, BIG], "0") is IGPU
+    assert pick_device([IGPU, SMALL, BIG], "cpu") is None
+
+
+def test_an_unknown_device_lists_the_ones_there_are():
+    with pytest.raises(BackendError, match=r"--device Vulkan7: no such GPU; devices found: Vulkan0 \(Intel"):
+        pick_device([IGPU, SMALL], "Vulkan7")
+
+
+@pytest.mark.parametrize("error, line", [
+    ("libvulkan.so.1: cannot open shared object file: No such file or directory",
+     "no usable Vulkan loader (libvulkan.so.1: not found); install your GPU driver's Vulkan support"),
+    ("/lib/x86_64-linux-gnu/libvulkan.so.1: file too short",
+     "no usable Vulkan loader (libvulkan.so.1: file too short); install your GPU driver's Vulkan support"),
+    ("libcublas.so.12: cannot open shared object file: No such file or directory",
+     "CUDA needs libcublas.so.12, which is not installed"),
+    ("/opt/app/libggml-vulkan.so: invalid ELF header", "Vulkan backend could not be loaded: "
+                                                      "/opt/app/libggml-vulkan.so: invalid ELF header"),
+])
+def test_a_backend_that_cannot_load_is_one_line_saying_why(error, line):
+    backend = "CUDA" if "cublas" in error else "Vulkan"
+    assert _explain(backend, error) == line
+
+
+def test_health_backend_object_has_exactly_the_agreed_keys_on_the_cpu():
+    runner = SimpleNamespace(gpu_layers=0, n_layer=18)
+    report = backend_report(OffloadPlan(0, None, "--gpu-layers 0 keeps the model on the CPU"), runner)
+    assert set(report) == HEALTH_KEYS
+    assert (report["gpu_device"], report["gpu_layers"], report["n_layers"]) == (None, 0, 18)
+    assert report["note"] == "--gpu-layers 0 keeps the model on the CPU"
+    assert report["cpu_variant"] == load_backends().cpu_variant
+    assert startup_line(report).startswith("llmpack: running on the CPU (CPU backend ")
+    assert startup_line(report).endswith("GPU not used: --gpu-layers 0 keeps the model on the CPU")
+
+
+def test_startup_line_names_the_gpu_and_the_layers_on_it():
+    report = {"cpu_variant": "zen4", "devices": [SMALL.to_dict(), BIG.to_dict()], "gpu_device": "Vulkan2",
+              "gpu_layers": 18, "n_layers": 18, "note": None}
+    assert startup_line(report) == ("llmpack: GPU Vulkan2 (AMD Radeon RX 7900 XTX): 18/18 layers; "
+                                    "CPU backend zen4")
