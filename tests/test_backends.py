@@ -24,6 +24,15 @@ def test_auto_prefers_a_discrete_gpu_then_the_most_free_memory():
     assert pick_device([], None) is None
 
 
+def test_auto_prefers_cuda_over_vulkan_for_the_same_card():
+    # The CUDA flavour loads both backends; each reports the card, with slightly different free memory.
+    as_vulkan = Device("Vulkan0", "NVIDIA GeForce RTX 4090", 24 * GiB, 23 * GiB)
+    as_cuda = Device("CUDA0", "NVIDIA GeForce RTX 4090", 24 * GiB, 22 * GiB)
+    assert pick_device([as_vulkan, as_cuda], None) is as_cuda
+    assert pick_device([IGPU, as_cuda], None) is as_cuda
+    assert pick_device([as_vulkan, as_cuda], "vulkan0") is as_vulkan
+
+
 def test_device_by_id_or_index_and_cpu_for_none():
     assert pick_device([IGPU, SMALL, BIG], "vulkan1") is SMALL
     assert pick_device([IGPU, SMALL, BIG], "0") is IGPU
