@@ -186,9 +186,20 @@ def _load_gpu(g: ctypes.CDLL, path: Path, found: Backends) -> None:
         return
     found.gpu_backends.append(backend)
     if g.ggml_backend_reg_dev_count(reg) == 0:
-        hint = " (software renderers such as lavapipe are only used when GGML_VK_VISIBLE_DEVICES names them)" \
-            if backend == "Vulkan" else ""
-        found.notes.append(f"{backend} found no GPU{hint}")
+        found.notes.append(_no_gpu_note(backend))
+
+
+def _no_gpu_note(backend: str) -> str:
+    """The line for a backend that loaded but lists no device, with the likely reason."""
+    if backend == "Vulkan":
+        return "Vulkan found no GPU (software renderers such as lavapipe are only used when " \
+               "GGML_VK_VISIBLE_DEVICES names them)"
+    if backend == "CUDA":   # cudart opens the driver's library itself, so the backend loads without it
+        driver = "nvcuda.dll" if os.name == "nt" else "libcuda.so.1"
+        if _dlopen_error(Path(driver)) is not None:
+            return f"CUDA found no GPU: no NVIDIA driver ({driver} is not installed)"
+        return "CUDA found no GPU: the NVIDIA driver lists none, or is older than the 580 series CUDA 13 needs"
+    return f"{backend} found no GPU"
 
 
 _loaded: Backends | None = None

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmpack.runtime.backends import BackendError, Device, _explain, load_backends, pick_device
+from llmpack.runtime import backends
+from llmpack.runtime.backends import BackendError, Device, _explain, _no_gpu_note, load_backends, pick_device
 from llmpack.runtime.placement import OffloadPlan, backend_report, startup_line
 
 GiB = 1024 ** 3
@@ -42,6 +43,16 @@ def test_device_by_id_or_index_and_cpu_for_none():
 def test_an_unknown_device_lists_the_ones_there_are():
     with pytest.raises(BackendError, match=r"--device Vulkan7: no such GPU; devices found: Vulkan0 \(Intel"):
         pick_device([IGPU, SMALL], "Vulkan7")
+
+
+def test_a_cuda_backend_with_no_device_says_whether_the_driver_is_there(monkeypatch):
+    # The CUDA flavour's backend loads on any PC (cudart opens libcuda itself), then lists no device.
+    monkeypatch.setattr(backends, "_dlopen_error", lambda path: f"{path}: cannot open shared object file")
+    assert _no_gpu_note("CUDA") == "CUDA found no GPU: no NVIDIA driver (libcuda.so.1 is not installed)"
+    monkeypatch.setattr(backends, "_dlopen_error", lambda path: None)
+    assert _no_gpu_note("CUDA") == ("CUDA found no GPU: the NVIDIA driver lists none, "
+                                    "or is older than the 580 series CUDA 13 needs")
+    assert "GGML_VK_VISIBLE_DEVICES names them" in _no_gpu_note("Vulkan")
 
 
 @pytest.mark.parametrize("error, line", [
