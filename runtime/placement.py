@@ -22,9 +22,10 @@ class OffloadPlan:
 
 
 def no_gpu_reason() -> str:
+    """Why no GPU is used: every GPU backend's line, in load order (the CUDA flavour has two)."""
     found = load_backends()
     if found.notes:
-        return found.notes[0]
+        return "; ".join(found.notes)
     if not found.dynamic:
         return "this llama.cpp build has no GPU backend"
     return "no GPU backend library was found beside the CPU backends"

@@ -9,7 +9,8 @@ import pytest
 
 from llmpack.runtime import backends
 from llmpack.runtime.backends import BackendError, Device, _explain, _no_gpu_note, load_backends, pick_device
-from llmpack.runtime.placement import OffloadPlan, backend_report, startup_line
+from llmpack.runtime import placement
+from llmpack.runtime.placement import OffloadPlan, backend_report, no_gpu_reason, startup_line
 
 GiB = 1024 ** 3
 IGPU = Device("Vulkan0", "Intel(R) UHD Graphics 770", 16 * GiB, 15 * GiB, integrated=True)
@@ -53,6 +54,15 @@ def test_a_cuda_backend_with_no_device_says_whether_the_driver_is_there(monkeypa
     assert _no_gpu_note("CUDA") == ("CUDA found no GPU: the NVIDIA driver lists none, "
                                     "or is older than the 580 series CUDA 13 needs")
     assert "GGML_VK_VISIBLE_DEVICES names them" in _no_gpu_note("Vulkan")
+
+
+def test_the_reason_no_gpu_is_used_names_every_gpu_backend(monkeypatch):
+    # CUDA flavour on a PC with neither an NVIDIA driver nor a Vulkan loader: both lines, in load order.
+    notes = ["CUDA found no GPU: no NVIDIA driver (libcuda.so.1 is not installed)",
+             "no usable Vulkan loader (libvulkan.so.1: not found); install your GPU driver's Vulkan support"]
+    monkeypatch.setattr(placement, "load_backends",
+                        lambda: backends.Backends("/lib", True, "haswell", ["CUDA"], notes))
+    assert no_gpu_reason() == "; ".join(notes)
 
 
 @pytest.mark.parametrize("error, line", [
