@@ -268,11 +268,14 @@ def gpu_devices() -> list[Device]:
 
 def pick_device(devices: list[Device], wanted: str | None) -> Device | None:
     """`--device`: a device id ("Vulkan1"), its index among GPUs ("1"), "cpu" for none, or
-    auto (None/"auto"): a discrete GPU before an integrated one, then the vendor's own backend
-    (CUDA, ROCm) before Vulkan, since in the CUDA flavour one NVIDIA card shows up as both CUDA0
-    and Vulkan0 and CUDA is the faster path; then the most free memory."""
+    auto (None/"auto"): a discrete GPU before an integrated one, then the most free memory.
+    In the CUDA flavour one NVIDIA card is listed twice, as CUDA0 and as Vulkan0; auto leaves
+    out the Vulkan entry of a card that the vendor's own backend (CUDA, ROCm) also lists, so
+    NVIDIA's own kernels and cuBLAS are used, whichever entry reports more free memory."""
     if wanted is None or wanted.lower() == "auto":
-        ranked = sorted(devices, key=lambda d: (d.integrated, d.id.startswith("Vulkan"), -d.memory_free))
+        vendor = {d.name for d in devices if not d.id.startswith("Vulkan")}
+        candidates = [d for d in devices if not (d.id.startswith("Vulkan") and d.name in vendor)]
+        ranked = sorted(candidates, key=lambda d: (d.integrated, -d.memory_free))
         return ranked[0] if ranked else None
     if wanted.lower() == "cpu":
         return None

@@ -33,6 +33,11 @@ def test_auto_prefers_cuda_over_vulkan_for_the_same_card():
     assert pick_device([as_vulkan, as_cuda], None) is as_cuda
     assert pick_device([IGPU, as_cuda], None) is as_cuda
     assert pick_device([as_vulkan, as_cuda], "vulkan0") is as_vulkan
+    # ... but a different, roomier card that only Vulkan drives still wins on free memory
+    twin = Device("Vulkan3", "NVIDIA GeForce RTX 3050", 8 * GiB, 7 * GiB)
+    small_cuda = Device("CUDA0", "NVIDIA GeForce RTX 3050", 8 * GiB, 7 * GiB)
+    assert pick_device([BIG, twin, small_cuda], None) is BIG
+    assert pick_device([SMALL, twin, small_cuda], None) is small_cuda
 
 
 def test_device_by_id_or_index_and_cpu_for_none():
