@@ -28,14 +28,15 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from llmpack.paths import cache_dir
+
 HERE = Path(__file__).resolve().parent
 BUILD_HINT = {"avx2": "LLMPACK_LLAMA_FLAVOUR=avx2 ./dev wheel", "multi": "./dev wheel"}
 
 
 def find_wheels() -> dict[str, Path]:
     """{"avx2": wheel, "multi": wheel} from the wheelhouse, told apart by their CMAKE_ARGS."""
-    root = Path(os.environ.get("LLMPACK_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-                / "llmpack") / "wheelhouse"
+    root = cache_dir() / "wheelhouse"     # where ./dev puts them (both honour LLMPACK_CACHE)
     found: dict[str, Path] = {}
     for args_file in root.glob("llama_cpp_python-*/CMAKE_ARGS"):
         args = args_file.read_text()
