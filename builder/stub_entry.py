@@ -161,13 +161,15 @@ def run(argv: list[str]) -> int:
         return 0
 
     from llmpack.runtime.server.launch import serve
+    from llmpack.runtime.serving import Stopping
 
     recipe, display_name = apply_defaults(args, manifest)
     failed: list[BaseException] = []
 
     def prepare_model(progress) -> Path:
         def report(done: int, total: int) -> None:
-            progress("extracting", done / total if total else 1.0)
+            if progress("extracting", done / total if total else 1.0) is False:
+                raise Stopping("stopped while unpacking")   # the partial file is removed on the way out
 
         try:
             return extract.extract_model(exe, manifest, progress=report)

@@ -61,7 +61,7 @@ class EngineStats:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, progress: Callable[[float], None] | None = None) -> None:
+    def __init__(self, config: EngineConfig, progress: Callable[[float], bool | None] | None = None) -> None:
         self.config = config
         plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device)
         self.runner = ModelRunner(RunnerConfig(

@@ -86,7 +86,7 @@ def _route_llama_log(verbose: bool) -> None:
 
 
 class ModelRunner:
-    def __init__(self, cfg: RunnerConfig, progress: Callable[[float], None] | None = None) -> None:
+    def __init__(self, cfg: RunnerConfig, progress: Callable[[float], bool | None] | None = None) -> None:
         global _backend_ready
         if not _backend_ready:
             from llmpack.runtime.backends import load_backends
@@ -103,8 +103,7 @@ class ModelRunner:
             mparams.devices = ctypes.addressof(self._devices)
         if progress is not None:
             def _on_progress(frac: float, _user: ctypes.c_void_p) -> bool:
-                progress(float(frac))
-                return True
+                return progress(float(frac)) is not False   # False: llama.cpp abandons the load
 
             self._progress_cb = lc.llama_progress_callback(_on_progress)
             mparams.progress_callback = self._progress_cb

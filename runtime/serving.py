@@ -16,7 +16,13 @@ from llmpack import __version__
 from llmpack.errors import LlmpackError
 from llmpack.runtime.server.state import ServedModel
 
-Progress = Callable[[str, float], None]
+# progress(phase, fraction) returns False once the server is stopping: the work gives up
+Progress = Callable[[str, float], "bool | None"]
+
+
+class Stopping(Exception):
+    """Raised by a preparation step (unpacking the model) whose progress() said the server is
+    stopping: the step is abandoned instead of finished."""
 
 
 def _fingerprint(path: Path, name: str | None) -> str:

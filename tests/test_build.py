@@ -116,6 +116,27 @@ class App:
             time.sleep(0.1)
         raise AssertionError(f"/health never became 200 (last: {last}):\n{self.stderr}")
 
+    def wait_phase(self, phase: str, timeout: float = 120) -> None:
+        """Until /health says the server is in `phase` (extracting, loading) and has made some
+        progress in it (so llama.cpp is loading, not Python still reading the header): polled every
+        few ms, since the demo model takes about a second in each."""
+        deadline = time.monotonic() + timeout
+        seen = []
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"exited ({self.proc.returncode}):\n{self.stderr}"
+            try:
+                health = requests.get(self.url + "/health", timeout=5).json()
+                now = health.get("phase", "ready")
+            except requests.RequestException:
+                now, health = "down", {}
+            if now == phase and health.get("progress", 0) > 0:
+                return
+            if not seen or seen[-1] != now:
+                seen.append(now)
+            assert now not in ("ready", "error"), f"never saw phase {phase!r}, only {seen}:\n{self.stderr}"
+            time.sleep(0.005)
+        raise AssertionError(f"never saw phase {phase!r} in {timeout} s, only {seen}:\n{self.stderr}")
+
     def chat(self, messages=CHAT, max_tokens: int = 16) -> dict:
         r = requests.post(self.url + "/v1/chat/completions", timeout=120,
                           json={"messages": messages, "max_tokens": max_tokens, "temperature": 0})
@@ -501,6 +522,28 @@ def test_demo_executable_chats_and_starts_again_without_extracting(demo_exe, dem
 
 
 @pytest.mark.demo
+@pytest.mark.parametrize("phase", ["extracting", "loading"])
+def test_ctrl_c_while_the_model_unpacks_or_loads_stops_cleanly(demo_exe, phase, tmp_path):
+    """A Ctrl+C during the first seconds is a normal thing to do. The load runs in a thread inside
+    llama.cpp: exiting under it once aborted the program ("FATAL: exception not rethrown", exit 134).
+    The unpacking and the load are abandoned, not finished first, and no partial model is left."""
+    for attempt in range(3):
+        tmp = tmp_path / str(attempt)
+        app = launch(demo_exe, tmp)
+        try:
+            app.wait_listening()
+            app.wait_phase(phase)
+        finally:
+            rc = app.stop(group=True)
+        assert_clean_exit(app, rc)
+        assert "could not load" not in app.stderr and "model ready" not in app.stdout, app.stdout + app.stderr
+        models = tmp / "cache" / "models"
+        left = sorted(p.name for p in models.iterdir()) if models.exists() else []
+        if phase == "extracting":
+            assert not [n for n in left if n.endswith(".gguf") or ".tmp" in n], left
+
+
+@pytest.mark.demo
 def test_llmpack_demo_builds_launches_and_forwards_ctrl_c(demo_model, stub, tmp_path):
     """`llmpack demo` (the README's first command) with the real stub and model linked into a
     private cache, so nothing is rebuilt and the extraction lands in the temporary folder."""
@@ -532,4 +575,5 @@ def test_llmpack_demo_builds_launches_and_forwards_ctrl_c(demo_model, stub, tmp_
         app.wait_answering()
     finally:
         rc = app.stop(group=True)
-    assert rc == 0 and "up to date" in app.stderr and out.stat().st_mtime_ns == mtime
+    assert_clean_exit(app, rc)
+    assert "up to date" in app.stderr and out.stat().st_mtime_ns == mtime

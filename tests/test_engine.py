@@ -231,3 +231,24 @@ def test_multibyte_characters_split_across_byte_tokens_stream_whole(tiny_model):
         assert_consistent(eng)
     finally:
         eng.shutdown()
+
+
+def test_a_progress_callback_that_says_stop_abandons_the_load(tiny_model):
+    """Ctrl+C during a load: the server's progress() returns False and llama.cpp gives up at its
+    next callback instead of loading the rest of the model (tests/test_server_errors.py has the
+    server's side)."""
+    from llmpack.runtime.model_runner import ModelLoadError
+
+    seen: list[float] = []
+    with pytest.raises(ModelLoadError):
+        LLMEngine(EngineConfig(model_path=str(tiny_model), n_ctx=256, max_num_seqs=4, gpu_layers=0),
+                  progress=lambda f: seen.append(f) or False)
+    assert len(seen) == 1 and seen[0] < 1.0
+
+    seen.clear()   # a progress that returns None (a plain reporter) does not stop it
+    eng = LLMEngine(EngineConfig(model_path=str(tiny_model), n_ctx=256, max_num_seqs=4, gpu_layers=0),
+                    progress=seen.append)
+    try:
+        assert seen and seen[-1] == 1.0
+    finally:
+        eng.shutdown()

@@ -26,6 +26,7 @@ from ggufs import CHATML_TEMPLATE
 from llmpack.errors import LlmpackError
 from llmpack.runtime.server import protocol, security
 from llmpack.runtime.server.launch import ServerError, bind_socket
+from llmpack.runtime.serving import Stopping
 
 HELLO = [{"role": "user", "content": "hello there"}]
 REPO = Path(__file__).resolve().parents[1]
@@ -347,6 +348,44 @@ def test_failed_preparation_is_reported(tiny_chat_model: Path):
         assert r.status_code == 500 and "damaged" in error_of(r.content)["message"]
     finally:
         s.stop()
+
+
+def test_stopping_abandons_the_preparation_and_waits_for_it(tiny_chat_model: Path):
+    """Ctrl+C while the model unpacks or loads: progress() turns False, the work gives up, and the
+    server does not finish closing while the preparing thread still runs. (Python exiting under a
+    thread that was inside llama.cpp aborted the program: tests/test_build.py runs that for real.)"""
+    steps: list[str] = []
+    inside = threading.Event()
+
+    def prepare(progress):
+        inside.set()
+        while progress("extracting", 0.5):   # an unpack that checks in after every chunk
+            time.sleep(0.01)
+        time.sleep(0.3)                      # its last chunk: the server must wait for it
+        steps.append("gave up")
+        raise Stopping("stopped while unpacking")
+
+    s = LiveServer(tiny_chat_model, prepare=prepare).start(wait=False)
+    assert inside.wait(30)
+    s.stop()
+    assert steps == ["gave up"] and not s.server.still_preparing()
+    assert s.state.phase == "extracting" and s.state.model is None   # abandoned: not an error, not loaded
+
+
+def test_stopping_during_the_load_leaves_no_engine_running(tiny_chat_model: Path):
+    """Stopped after the model is unpacked but before it is loaded: it is never loaded."""
+    stopping = threading.Event()
+
+    def prepare(progress):
+        stopping.wait(30)
+        return tiny_chat_model
+
+    s = LiveServer(tiny_chat_model, prepare=prepare).start(wait=False)
+    s.server.stop()
+    stopping.set()
+    s._thread.join(30)
+    assert not s._thread.is_alive() and not s.server.still_preparing()
+    assert s.state.model is None and s.state.phase != "error"
 
 
 # ---- fuzzing --------------------------------------------------------------------------------------

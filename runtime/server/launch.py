@@ -25,6 +25,9 @@ from llmpack.runtime.server.state import MESSAGES, ServerState
 from llmpack.runtime.serving import Progress, build_model
 
 PORT_TRIES = 20
+# How long Ctrl+C waits for the preparing thread. The model load gives up at its next progress
+# callback; only context creation and backend loading cannot be interrupted (seconds at most).
+PREPARE_WAIT_S = 30.0
 
 
 class ServerError(LlmpackError):
@@ -115,25 +118,40 @@ class Server:
         self.display_name = display_name
         self._stop = threading.Event()
         self._closed = False
+        self._preparing: threading.Thread | None = None
         self._console = PhaseBars(MESSAGES, enabled=not quiet)   # extracting, loading
 
     # -- model
-    def progress(self, phase: str, fraction: float) -> None:
+    def progress(self, phase: str, fraction: float) -> bool:
+        """Show progress on the page and the console. False once the server is stopping: the
+        work then gives up (llama.cpp's load callback returns it, unpacking raises Stopping)."""
+        if self._stop.is_set():
+            return False
         self.state.set_progress(phase, fraction)
         self._console(phase, fraction)
+        return True
 
     def start_preparing(self) -> threading.Thread:
         t = threading.Thread(target=self._prepare, name="llmpack-prepare", daemon=True)
+        self._preparing = t
         t.start()
         return t
+
+    def still_preparing(self) -> bool:
+        return self._preparing is not None and self._preparing.is_alive()
 
     def _prepare(self) -> None:
         try:
             path = Path(self.prepare_model(self.progress))
-            self.progress("loading", 0.0)
+            if not self.progress("loading", 0.0):
+                self._console.close()
+                return
             model = build_model(path, self.args, recipe=self.recipe, display_name=self.display_name,
                                 progress=self.progress, warn=self._say)
         except Exception as exc:  # noqa: BLE001 - shown on the page and the console
+            if self._stop.is_set():   # abandoned because we are stopping: not an error
+                self._console.close()
+                return
             message = str(exc) if isinstance(exc, LlmpackError) else f"{type(exc).__name__}: {exc}"
             self._console.close()
             print(f"llmpack: error: could not load the model: {message}", file=sys.stderr, flush=True)
@@ -193,6 +211,7 @@ class Server:
         while len(self.state.active) and time.monotonic() < deadline:
             wasyncore.loop(timeout=0.05, map=self.server._map, use_poll=True, count=1)
         self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=2)
+        self._wait_for_preparation()
         model = self.state.model
         if model is not None:
             try:
@@ -202,6 +221,17 @@ class Server:
             except Exception:  # noqa: BLE001
                 pass
         wasyncore.close_all(self.server._map)
+
+    def _wait_for_preparation(self) -> None:
+        """Python must not exit while the preparing thread is inside llama.cpp. At interpreter
+        shutdown a daemon thread that calls back into Python (a log line, a progress report) is
+        ended with pthread_exit; unwinding that through llama.cpp's C++ frames aborts the process
+        ("FATAL: exception not rethrown", exit 134) instead of the clean exit Ctrl+C deserves."""
+        if self.still_preparing():
+            try:
+                self._preparing.join(PREPARE_WAIT_S)  # type: ignore[union-attr]
+            except KeyboardInterrupt:   # another Ctrl+C: stop waiting
+                pass
 
 
 def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *, recipe: Any = None,
@@ -220,7 +250,12 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *
         server.close()
         signals.restore(previous)
     print("llmpack: stopped", flush=True)
-    return 1 if server.state.phase == "error" else 0
+    rc = 1 if server.state.phase == "error" else 0
+    if server.still_preparing():   # inside llama.cpp past PREPARE_WAIT_S: skip the shutdown that would abort
+        print("llmpack: the model was still loading; exiting without waiting for it", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(rc)
+    return rc
 
 
 def _open_browser(url: str) -> None:
