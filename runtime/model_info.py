@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime.base_model import is_base_model
 from llmpack.runtime.gguf_check import ArrayInfo, GGUFHeader, validate_gguf
 
 # llama_ftype_name() in llama.cpp's src/llama-model-loader.cpp, by general.file_type
@@ -64,6 +65,7 @@ class ModelInfo:
     special_tokens: dict[str, dict[str, Any] | None]  # bos/eos/eot/pad/unk -> {"id", "text"}
     chat_template: str | None = field(repr=False)
     recipe: str | None
+    base_model: bool                 # no chat template and no instruct/chat tag (runtime.base_model)
     weight_bytes: int                # sum of tensor bytes (llama.cpp's "file size")
     weight_bytes_per_layer: list[int]  # tensors named blk.N.*
     non_layer_weight_bytes: int      # token_embd, output, output_norm, ...
@@ -83,6 +85,7 @@ class ModelInfo:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         template = d.pop("chat_template")
+        d.pop("base_model")
         d["has_chat_template"] = template is not None
         d["bits_per_weight"] = round(self.bits_per_weight, 3)
         return d
@@ -140,6 +143,7 @@ def read_model_info(path: str | Path, ctx: int | None = None, offset: int = 0,
         head_dim_k=dim_k, head_dim_v=dim_v, sliding_window=window, swa_layers=swa,
         vocab_size=_vocab_size(h), special_tokens=_special_tokens(h), chat_template=template,
         recipe=_match_recipe(arch, [kv.get("general.name"), kv.get("general.basename")], template),
+        base_model=is_base_model(kv, [Path(path).stem]),
         weight_bytes=sum(t.nbytes for t in h.tensors), weight_bytes_per_layer=per_layer,
         non_layer_weight_bytes=other, kv_bytes_per_token_per_layer=kv_layer,
         kv_bytes_per_token=kv_token, ctx=use_ctx, kv_bytes_total=kv_token * use_ctx,

@@ -25,23 +25,14 @@ class Stopping(Exception):
     stopping: the step is abandoned instead of finished."""
 
 
-def _fingerprint(path: Path, name: str | None) -> str:
+def _model_key(path: Path, name: str | None) -> str:
+    """The model file's sha256 prefix for built executables, else a hash of its name and size:
+    the same on every launch, whatever the llmpack version or port (saved chats are kept by it)."""
     stem = path.stem.lower()
     if re.fullmatch(r"[0-9a-f]{64}", stem):   # built executables extract to <sha256>.gguf
-        short = stem[:10]
-    else:
-        size = path.stat().st_size if path.exists() else 0
-        short = hashlib.sha256(f"{name}|{path.name}|{size}".encode()).hexdigest()[:10]
-    return f"fp_llmpack-{__version__}-{short}"
-
-
-def _is_base_model(path: Path, decided: bool | None) -> bool:
-    """No chat template and no instruct/chat tag: the chat page shows a notice and a completion
-    mode. A built file decided at build time (`decided`), when the model's file name was known."""
-    from llmpack.runtime.base_model import is_base_model
-    from llmpack.runtime.gguf_check import validate_gguf
-
-    return decided if isinstance(decided, bool) else is_base_model(validate_gguf(path).kv, [path.stem])
+        return stem[:10]
+    size = path.stat().st_size if path.exists() else 0
+    return hashlib.sha256(f"{name}|{path.name}|{size}".encode()).hexdigest()[:10]
 
 
 def _engine_kwargs(cfg_cls: type, **wanted: Any) -> dict[str, Any]:
@@ -89,6 +80,7 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
         chat = None
         (warn or print)(f"llmpack: warning: {exc}; /v1/chat/completions is disabled, /v1/completions works")
     trained = info.context_length or 4096
+    decided = getattr(args, "base_model", None)   # a built file decided at build time, from the model's file name
     n_ctx = getattr(args, "ctx", None) or min((chat.context if chat else None) or 4096, trained)
     cfg = EngineConfig(str(path), **_engine_kwargs(
         EngineConfig, n_ctx=n_ctx, max_num_seqs=getattr(args, "parallel", None) or 32,
@@ -98,6 +90,7 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
     engine = LLMEngine(cfg, progress=(lambda f: progress("loading", f)) if progress else None)
     try:
         name = display_name or path.stem
+        key = _model_key(path, info.name)
         stop = list(chat.stop) if chat else []
         system = getattr(args, "system", None)
         model_id = display_name or path.stem
@@ -106,11 +99,11 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
             system_prompt=system if system is not None else (chat.system if chat else None),
             sampling=dict(chat.sampling) if chat else {}, stop=stop,
             stop_token_ids=_special_stop_ids(engine, [*stop, *(chat.eot_tokens if chat else ())]),
-            fingerprint=_fingerprint(path, info.name), backend=engine.backend,
+            fingerprint=f"fp_llmpack-{__version__}-{key}", model_key=key, backend=engine.backend,
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, path.stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
                   "chat_format": chat.source if chat else None, "display_name": name,
-                  "base_model": _is_base_model(path, getattr(args, "base_model", None))})
+                  "base_model": decided if isinstance(decided, bool) else info.base_model})
     except BaseException:
         engine.shutdown()
         raise
