@@ -13,7 +13,6 @@ MAX_SEQS inputs into the same llama_decode calls.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 
@@ -22,6 +21,7 @@ import numpy as np
 import llama_cpp as lc
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime.model_runner import model_meta
 
 MAX_SEQS = 16         # inputs decoded together
 CHUNK = 64            # tokens per llama_decode when we pool (see _open)
@@ -45,14 +45,9 @@ class Embedder:
 
     def _model_pooling(self) -> int | None:
         """The pooling the GGUF declares (embedding models do; chat models don't)."""
-        buf = ctypes.create_string_buffer(256)
-        if lc.llama_model_meta_val_str(self.model, b"general.architecture", buf, len(buf)) < 0:
-            return None
-        key = buf.value + b".pooling_type"
-        if lc.llama_model_meta_val_str(self.model, key, buf, len(buf)) < 0:
-            return None
+        arch = model_meta(self.model, "general.architecture")
         try:
-            value = int(buf.value)
+            value = int(model_meta(self.model, f"{arch}.pooling_type") or "") if arch else None
         except ValueError:
             return None
         return value if value in POOLING_NAMES else None

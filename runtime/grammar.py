@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime.grammar_ranges import BOUNDS
 
 # Strings: no raw control characters (json.loads refuses them). Whitespace: at most one space
 # between tokens, so output is compact JSON and a model cannot loop on newlines.
@@ -94,8 +95,7 @@ def _converter_class():
 
 
 _TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
-_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-_UNENFORCED = (*_BOUNDS, "multipleOf",
+_UNENFORCED = (*BOUNDS, "multipleOf",
                "minProperties", "maxProperties", "uniqueItems", "not", "if", "patternProperties",
                "contains", "dependentRequired", "dependentSchemas")
 
@@ -150,9 +150,9 @@ def _harmless_bound(node: dict, key: str) -> bool:
     """Bounds the grammar cannot enforce are refused, except those that every value the
     grammar allows already meets (e.g. `uniqueItems: false`, or bounds on an enum)."""
     value = node[key]
-    if key in ("uniqueItems",) and value is False:
+    if key == "uniqueItems" and value is False:
         return True
-    if key in _BOUNDS and node.get("type") in ("integer", "number"):
+    if key in BOUNDS and node.get("type") in ("integer", "number"):
         return True   # enforced: integers in range (for "number" too: a range of integers is valid)
     return "enum" in node or "const" in node
 
@@ -214,9 +214,12 @@ def check_gbnf(text: Any) -> str:
     return text
 
 
+@lru_cache(maxsize=64)
 def min_length(text: str) -> int:
     """How many characters the shortest text the grammar allows has (a bound on the tokens a
-    sequence needs to finish it); grammar_sampler reserves that much of max_tokens for closing."""
+    sequence needs to finish it); grammar_sampler reserves that much of max_tokens for closing.
+    Cached: a large schema's grammar takes a quarter of a second, and each of a request's n
+    sequences asks on the engine thread (check_with_llama asks first, on the request's)."""
     toks = [(m.lastgroup, m.group()) for m in _TOKEN.finditer(text) if m.lastgroup not in ("ws", "comment", "nl")]
     starts = [i for i in range(len(toks) - 1) if toks[i][0] == "name" and toks[i + 1][0] == "define"]
     bodies = {toks[i][1]: toks[i + 2:j] for i, j in zip(starts, [*starts[1:], len(toks)])}

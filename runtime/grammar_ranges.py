@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 MAX_DIGITS = 16        # the converter's own integers have at most 16 digits
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")   # the schema keys enforced here
 
 
 def _same_length(lo: str, hi: str) -> str:
@@ -44,10 +45,9 @@ def _non_negative(lo: int, hi: int | None) -> str:
 def integer_range(schema: dict) -> str | None:
     """GBNF (without trailing space) for the integers the schema's bounds allow; None if it has
     no bounds. Raises ValueError for an empty range."""
-    keys = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-    if not any(k in schema for k in keys):
+    if not any(k in schema for k in BOUNDS):
         return None
-    for k in keys:
+    for k in BOUNDS:
         if k in schema and (isinstance(schema[k], bool) or not isinstance(schema[k], (int, float))
                             or not math.isfinite(schema[k])):
             raise ValueError(f"'{k}' must be a number")

@@ -35,13 +35,12 @@ import numpy as np
 import llama_cpp as lc
 
 from llmpack.runtime.grammar import GrammarError, min_length
+from llmpack.runtime.sampler import _TAIL, _TOKEN_DATA
 
 if TYPE_CHECKING:
     from llmpack.runtime.sampler import SequenceSampler
 
-_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 _SLICES = (64, 4096, 32768)
-_TAIL = 1e-6
 _CLOSERS = frozenset('"]}')            # tokens made only of these end strings, arrays, objects
 _SEPARATORS = _CLOSERS | frozenset(",:")  # then these move on to the next required part
 _BANNED_ATTRS = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN | lc.LLAMA_TOKEN_ATTR_UNUSED
@@ -117,19 +116,20 @@ class VocabTables:
 
 def check_with_llama(gbnf: str, vocab) -> None:
     """Let llama.cpp parse the grammar once (it refuses e.g. left recursion); also warms the
-    vocabulary tables on the caller's thread instead of the engine's."""
+    vocabulary tables and the grammar's min_length on the caller's thread instead of the engine's."""
     smpl = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
     if not smpl:
         raise GrammarError("llama.cpp could not parse the grammar: check its GBNF syntax "
                            "(and that no rule is left-recursive)")
     lc.llama_sampler_free(smpl)
     VocabTables.get(vocab)
+    min_length(gbnf)
 
 
 class GrammarConstraint:
     """The grammar state of one sequence."""
 
-    def __init__(self, gbnf: str, vocab, stop_token_ids: list[int], max_tokens: int | None) -> None:
+    def __init__(self, gbnf: str, vocab, stop_token_ids: list[int]) -> None:
         self.tables = VocabTables.get(vocab)
         self.smpl = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
         if not self.smpl:

@@ -85,6 +85,13 @@ def _route_llama_log(verbose: bool) -> None:
     lc.llama_log_set(_route, ctypes.c_void_p(0))
 
 
+def model_meta(model, key: str) -> str | None:
+    """A GGUF metadata value of a loaded llama_model, as text; None when it has no such key."""
+    buf = ctypes.create_string_buffer(4096)
+    n = lc.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+
 class ModelRunner:
     def __init__(self, cfg: RunnerConfig, progress: Callable[[float], bool | None] | None = None) -> None:
         global _backend_ready
@@ -172,9 +179,7 @@ class ModelRunner:
         return bool(lc.llama_vocab_is_eog(self.vocab, token))
 
     def meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(4096)
-        n = lc.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+        return model_meta(self.model, key)
 
     # ---- decoding -----------------------------------------------------------------------
     def decode(self, tokens: list[int], positions: list[int], seq_ids: list[int], want_logits: list[bool]) -> None:

@@ -49,7 +49,7 @@ class SequenceSampler:
         if params.grammar is not None:
             from llmpack.runtime.grammar_sampler import GrammarConstraint
 
-            self.grammar = GrammarConstraint(params.grammar, vocab, params.stop_token_ids, params.max_tokens)
+            self.grammar = GrammarConstraint(params.grammar, vocab, params.stop_token_ids)
         self.chain = None
         if not params.greedy:
             chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())

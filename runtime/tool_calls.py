@@ -24,9 +24,6 @@ from dataclasses import dataclass
 
 from llmpack.runtime.grammar import GrammarError, schema_to_gbnf
 
-FORMATS = ("hermes", "llama3", "mistral")
-
-
 @dataclass(frozen=True, slots=True)
 class Tool:
     name: str
@@ -115,6 +112,7 @@ def forced_grammar(tools: list[Tool], fmt: str, parallel: bool) -> str:
 # ---------------------------------------------------------------- reading
 _DECODER = json.JSONDecoder()
 _STARTS = ("<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "```json")
+_LONGEST_START = max(map(len, _STARTS))
 
 
 def _as_call(obj, names: set[str]) -> ToolCall | None:
@@ -207,7 +205,7 @@ def may_become_call(text: str) -> int:
         at = text.find(marker)
         if at >= 0:
             return at
-    for k in range(min(len(text), max(map(len, _STARTS))), 0, -1):   # a marker may be arriving
+    for k in range(min(len(text), _LONGEST_START), 0, -1):   # a marker may be arriving
         if any(m.startswith(text[-k:]) for m in _STARTS):
             return len(text) - k
     nl = text.rfind("\n")

@@ -20,10 +20,10 @@ class ChoiceText:
 
     def feed(self, delta: str) -> str:
         """Content that can be sent now."""
-        self.text += delta
         if self.plan is None or not self.plan.reads_calls:
-            cut = len(self.text)
-        elif self.plan.forced:
+            return delta   # no calls to look for: nothing is held, so nothing is kept
+        self.text += delta
+        if self.plan.forced:
             cut = 0
         else:
             cut = T.may_become_call(self.text)
