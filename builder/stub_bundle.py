@@ -42,7 +42,7 @@ DATA_PACKAGES = ("llmpack.webui", "llmpack.recipes")
 DRIVER_LIBS = ("libvulkan.so", "vulkan-1.dll", "libcuda.so", "nvcuda.dll")
 # Modules only `llmpack build` / `llmpack stub` need; the runtime never imports them.
 BUILD_TIME_MODULES = {"llmpack.builder.build", "llmpack.builder.splice", "llmpack.builder.stub",
-                      "llmpack.builder.stub_bundle", "llmpack.builder.wheel_libs"}
+                      "llmpack.builder.stub_bundle", "llmpack.builder.wheel_libs", "llmpack.webui.vendor"}
 
 # Never needed at run time; most are test/dev tools that happen to share the venv.
 EXCLUDES = [

@@ -16,14 +16,12 @@ TUNED_WORDS = frozenset({
     "instruct", "instruction", "it", "chat", "sft", "dpo", "rlhf", "orpo", "kto", "assistant", "inst",
     "hermes", "vicuna", "zephyr", "openchat", "tulu", "orca", "alpaca", "thinking", "reasoning", "r1",
 })
-BASE_NOTICE = ("This is a base model: it continues your text rather than answering. "
-               "Text completion mode suits it best.")
 
 
 def _words(text: str) -> set[str]:
     parts = re.split(r"[^a-z0-9]+", text.lower())
     # "Llama-3.2-1B-Instruct" -> instruct; "gemma-3-270m-it" -> it; "Qwen2.5-7B-Chat" -> chat
-    return {p for p in parts if p} | {p for p in parts if p.endswith("instruct")}
+    return {p for p in parts if p}
 
 
 def is_tuned_name(names: Iterable[Any]) -> bool:

@@ -16,6 +16,7 @@ from flask import Flask, Response, abort, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
 from llmpack.runtime.server import chat_routes, embeddings_routes, openai_routes, security
+from llmpack.runtime.server.chats import ChatStore
 from llmpack.runtime.server.metrics import Metrics
 from llmpack.runtime.server.protocol import ApiError
 from llmpack.runtime.server.state import ServerState
@@ -61,7 +62,8 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.merge_slashes = False   # "//x" is a 404, not a redirect
     metrics = Metrics(state)
-    app.extensions["llmpack"] = SimpleNamespace(state=state, metrics=metrics, options=options)
+    app.extensions["llmpack"] = SimpleNamespace(state=state, metrics=metrics, options=options,
+                                                chats=ChatStore())   # opens its file on first use
     security.install(app, options, error_response)
     app.register_blueprint(openai_routes.bp)
     app.register_blueprint(embeddings_routes.bp)

@@ -25,7 +25,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, redirect, request
 
-from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, clean_settings, export_name, model_key,
+from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, clean_settings, export_name,
                                           to_json, to_markdown, valid_id)
 from llmpack.runtime.server.openai_routes import json_body, ready_model
 from llmpack.runtime.server.protocol import ApiError
@@ -45,10 +45,7 @@ def _ctx() -> Any:
 
 
 def _store() -> ChatStore:
-    ctx = _ctx()
-    if getattr(ctx, "chats", None) is None:
-        ctx.chats = ChatStore()
-    return ctx.chats
+    return _ctx().chats
 
 
 def _matches(given: str | None, token: str) -> bool:
@@ -85,7 +82,7 @@ def _guard():
 
 def _key() -> tuple[str, str]:
     model = ready_model(_ctx().state)
-    return model_key(model.fingerprint), model.display_name
+    return model.model_key, model.display_name
 
 
 def _chat_or_404(key: str, chat_id: str) -> dict:

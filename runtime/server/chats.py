@@ -2,7 +2,7 @@
 
 Why on the server: the browser keeps localStorage per origin (127.0.0.1:PORT), so chats kept
 there vanish whenever the app lands on another port, and every app that ever used a port shares
-one list. Here each chat belongs to one model (`model_key`), and every launch of that model, on
+one list. Here each chat belongs to one model (ServedModel.model_key), and every launch of that model, on
 any port, sees the same list. One file serves every llmpack app of this user; WAL mode lets
 two running apps write it at once.
 
@@ -58,17 +58,10 @@ class ChatError(ValueError):
 
 
 def data_dir() -> Path:
-    """Per-user data folder (~/.local/share/llmpack, %APPDATA%\\llmpack, ~/Library/Application
+    """Per-user data folder (~/.local/share/llmpack, %LOCALAPPDATA%\\llmpack, ~/Library/Application
     Support/llmpack); LLMPACK_DATA_DIR overrides it (tests point it at a temporary folder)."""
     override = os.environ.get("LLMPACK_DATA_DIR")
     return Path(override) if override else Path(platformdirs.user_data_dir("llmpack", appauthor=False))
-
-
-def model_key(fingerprint: str) -> str:
-    """The model part of a ServedModel's fingerprint ("fp_llmpack-<version>-<model>"): the
-    model file's sha256 prefix for built executables, else a hash of its name and size. It does
-    not change with the llmpack version or the port, so each model keeps its own chats."""
-    return fingerprint.rsplit("-", 1)[-1]
 
 
 def valid_id(chat_id: Any) -> bool:
@@ -121,15 +114,16 @@ class ChatStore:
                     con.execute("PRAGMA journal_mode=WAL")
                     con.executescript(SCHEMA)
                 self._ready = True
-        return sqlite3.connect(path, timeout=10)
+        con = sqlite3.connect(path, timeout=10)
+        con.row_factory = sqlite3.Row   # rows read as dicts, by column name
+        return con
 
     def list(self, model: str) -> list[dict]:
         """Summaries, newest first."""
         with closing(self._connect()) as con:
             rows = con.execute("SELECT id, title, mode, created, updated, n_messages "
                                "FROM chats WHERE model = ? ORDER BY updated DESC", (model,)).fetchall()
-        return [{"id": r[0], "title": r[1], "mode": r[2], "created": r[3], "updated": r[4], "n_messages": r[5]}
-                for r in rows]
+        return [dict(r) for r in rows]
 
     def get(self, model: str, chat_id: str) -> dict | None:
         with closing(self._connect()) as con:
@@ -137,8 +131,7 @@ class ChatStore:
                               "WHERE model = ? AND id = ?", (model, chat_id)).fetchone()
         if row is None:
             return None
-        return {"id": row[0], "title": row[1], "mode": row[2], "created": row[3], "updated": row[4],
-                "messages": json.loads(row[5])}
+        return {**dict(row), "messages": json.loads(row["messages"])}
 
     def put(self, model: str, chat: dict) -> dict:
         """Insert or replace; `chat` comes from clean_chat()."""
@@ -156,7 +149,7 @@ class ChatStore:
     def get_settings(self, model: str) -> dict:
         with closing(self._connect()) as con:
             row = con.execute("SELECT data FROM settings WHERE model = ?", (model,)).fetchone()
-        return json.loads(row[0]) if row else {}
+        return json.loads(row["data"]) if row else {}
 
     def put_settings(self, model: str, settings: dict) -> dict:
         """`settings` comes from clean_settings()."""

@@ -33,6 +33,7 @@ class ServedModel:
     stop: list[str] = field(default_factory=list)  # stop strings every chat request gets
     stop_token_ids: list[int] = field(default_factory=list)  # the same, as single special tokens
     fingerprint: str = "fp_llmpack"
+    model_key: str = "llmpack"        # saved chats and settings belong to it (serving._model_key)
     aliases: frozenset[str] = frozenset()  # names a request's "model" may use (lowercase)
     meta: dict = field(default_factory=dict)
     embedder: Any = None              # runtime.embeddings.Embedder, made by the first /v1/embeddings
