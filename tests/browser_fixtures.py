@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import pytest
 import requests
 from playwright import sync_api
+from needs import skip_or_fail
 
 __all__ = ["ARTIFACTS", "CHROMIUM_ARGS", "chromium_path", "browser", "page", "chat_data", "new_page",
            "set_settings", "last_reply", "assert_inert", "put_chat", "get_chats", "get_settings"]
@@ -30,10 +31,8 @@ def chromium_path() -> str:
     found = os.environ.get("LLMPACK_CHROMIUM") or next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
     if found:
         return found
-    why = f"the browser tests need Chromium on PATH (one of {', '.join(CHROMIUM_NAMES)}; apt-get install chromium)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true: {why}", pytrace=False)
-    pytest.skip(why)
+    skip_or_fail(f"the browser tests need Chromium on PATH (one of {', '.join(CHROMIUM_NAMES)}; "
+                 "apt-get install chromium)")
 
 
 @pytest.fixture(scope="module")

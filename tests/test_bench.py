@@ -3,12 +3,11 @@ benchmarks/peers.py has built it)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
-import pytest
 from server_fixtures import live_server
+from needs import skip_or_fail
 
 from llmpack.bench.runner import percentile
 from llmpack.cli import main
@@ -78,10 +77,8 @@ def test_bench_against_llama_server(tiny_chat_model: Path, capsys):
 
     binary = find_llama_server()
     if binary is None:
-        message = "llama-server is not built: `./dev bench peers --build-only` builds it (~10 min)"
-        if os.environ.get("CI"):
-            pytest.fail(message + "; .ci/run does this before the tests")
-        pytest.skip(message)
+        skip_or_fail("llama-server is not built: `./dev bench peers --build-only` builds it (~10 min; "
+                     ".ci/run does this before the tests)")
     proc, url = start_llama_server(binary, tiny_chat_model, ctx=2048, parallel=4)
     try:
         rc, doc = bench_json(capsys, url)

@@ -237,7 +237,7 @@ def test_base_model_notice_and_text_completion(tiny_model: Path, page):
     (None, None),
 ])
 def test_header_shows_the_backend_from_health(scripted_model: Path, page, backend, shown):
-    """/health's `backend` object (docs: HEALTH_BACKEND shape) as the header shows it; absent: nothing."""
+    """/health's `backend` object (its shape: docs/PORTABILITY.md, "GPU offload") as the header shows it; absent: nothing."""
     with live_server(scripted_model) as srv:
         def health(route):
             resp = route.fetch()

@@ -527,8 +527,8 @@ def test_ctrl_c_while_the_model_unpacks_or_loads_stops_cleanly(demo_exe, phase, 
     """A Ctrl+C during the first seconds is a normal thing to do. The load runs in a thread inside
     llama.cpp: exiting under it once aborted the program ("FATAL: exception not rethrown", exit 134).
     The unpacking and the load are abandoned, not finished first, and no partial model is left."""
-    for attempt in range(3):
-        tmp = tmp_path / str(attempt)
+    for run in range(3):   # not retries: every run must pass (the abort came only now and then)
+        tmp = tmp_path / str(run)
         app = launch(demo_exe, tmp)
         try:
             app.wait_listening()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -61,8 +62,6 @@ def test_embeddings_are_counted_and_bad_input_is_400(chat_server: LiveServer):
 
 def test_embedding_while_chatting(chat_server: LiveServer):
     """The embeddings context runs beside the engine; both answer correctly at the same time."""
-    import threading
-
     alone = embed(chat_server, TEXTS)
     results = []
 

@@ -38,6 +38,7 @@ from llmpack.builder.packfile import PackError
 from PyInstaller.archive.readers import CArchiveReader
 from PyInstaller.archive.writers import CArchiveWriter
 from tmpfs import on_small_tmpfs
+from needs import skip_or_fail
 
 REPO = Path(__file__).resolve().parents[1]
 COOKIE_MAGIC = b"MEI\014\013\012\013\016"
@@ -363,10 +364,7 @@ def wine() -> tuple[str, dict[str, str]]:
     ~15 s), no debug chatter, no display."""
     exe = shutil.which("wine") or shutil.which("wine64")
     if exe is None:
-        why = "the PE launch test needs Wine: apt-get install wine64 (.ci/run installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(why)   # CI must run it
-        pytest.skip(why)       # listed by -ra at the end of the run
+        skip_or_fail("the PE launch test needs Wine: apt-get install wine64 (.ci/run installs it)")
     env = {**os.environ, "WINEPREFIX": str(_assets() / "wine-prefix"), "WINEDEBUG": "-all", "DISPLAY": ""}
     return exe, env
 

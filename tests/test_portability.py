@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from needs import skip_or_fail
 
 from llmpack.runtime import backends
 
@@ -31,9 +32,7 @@ LAVAPIPE = {"GGML_VK_VISIBLE_DEVICES": "0", "VK_ICD_FILENAMES": str(LAVAPIPE_ICD
 
 def need(ok: bool, why: str) -> None:
     if not ok:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run this test: {why}")
-        pytest.skip(why)
+        skip_or_fail(why)
 
 
 @pytest.fixture(scope="module", autouse=True)

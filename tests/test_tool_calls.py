@@ -162,9 +162,7 @@ def test_native_template_renders_tools_and_history(tiny_model_factory):
                        {"id": "c1", "type": "function", "function": {"name": "get_weather",
                                                                      "arguments": '{"city": "Paris"}'}}]},
                    {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
-        plan = OutputPlan(tools=[], native=True)
-        from llmpack.runtime.tool_calls import Tool
-        plan.tools, plan.tool_choice = [Tool("get_weather", "", {})], "auto"
+        plan = OutputPlan(tools=[Tool("get_weather", "", {})], tool_choice="auto", native=True)
         text = render_messages(model, history, plan)
         assert "Tools: get_weather" in text
         assert '<tool_call>get_weather {"city": "Paris"}</tool_call>' in text   # arguments as an object
