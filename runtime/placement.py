@@ -52,7 +52,7 @@ def plan_offload(spec: int | str | None, model_path, n_ctx: int, device: str | N
 
 
 def backend_report(plan: OffloadPlan, runner: Any) -> dict:
-    """/health's `backend` object (docs: HEALTH_BACKEND shape) for a loaded ModelRunner."""
+    """/health's `backend` object (its shape: docs/PORTABILITY.md, "GPU offload") for a loaded ModelRunner."""
     found = load_backends()
     offloaded = runner.gpu_layers if plan.device is not None else 0
     note = plan.note
