@@ -12,7 +12,7 @@
 import { closeSidebar, ensureChat, exportChat, importChatFile, loadChatList, newChat, onChatListClick,
   renderChatList, saveChat, syncSidebarToggle } from "./chats.js";
 import { markdownReady } from "./markdown.js";
-import { clearNotices, onCopyClick, renderCurrent, showUserMessage, updateModeUi } from "./render.js";
+import { clearNotices, onCopyClick, renderCurrent, showUserMessage } from "./render.js";
 import { closeSettings, fillSettings, loadJSON, loadSettings, saveJSON, syncSettings, wireSettings } from "./settings.js";
 import { NARROW, state, ui } from "./state.js";
 import { generate, setComposerHook, stopGeneration } from "./stream.js";
