@@ -89,7 +89,7 @@ async function pollHealth() {
 const num = (v) => (typeof v === "number" && isFinite(v) ? v : undefined);
 
 /** "GPU: <name> · 18/18 layers" or "CPU (haswell)", from /health's backend (absent: nothing). */
-export function backendText(b) {
+function backendText(b) {
   if (!b || typeof b !== "object") return "";
   if (num(b.gpu_layers) > 0) {
     const dev = (Array.isArray(b.devices) ? b.devices : []).find((d) => d && d.id === b.gpu_device);

@@ -176,10 +176,6 @@ export function ensureChat() {
   return state.current;
 }
 
-export function currentMode() {
-  return state.current ? state.current.mode || "chat" : state.newMode;
-}
-
 // ------------------------------------------------------------------ export / import
 
 export async function exportChat(format) {
@@ -218,7 +214,7 @@ export async function importChatFile(file) {
 
 // ------------------------------------------------------------------ the sidebar
 
-export function sidebarOpen() {
+function sidebarOpen() {
   return NARROW.matches ? ui.app.classList.contains("sidebar-open") : !ui.app.classList.contains("sidebar-collapsed");
 }
 

@@ -162,7 +162,7 @@ export function fillMessage(node, m) {
   node.querySelector(".stats").textContent = statsText(m.stats);
 }
 
-export function statsText(st) {
+function statsText(st) {
   if (!st) return "";
   const parts = [];
   if (st.tokens) parts.push((st.estimated ? "~" : "") + fmtInt(st.tokens) + " tokens");

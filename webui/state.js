@@ -2,8 +2,6 @@
 
 export const NARROW = window.matchMedia("(max-width: 800px)");
 
-export const $ = (id) => document.getElementById(id);
-
 /** Every element with an id, by camelCase name: ui.chatList is #chat-list. */
 export const ui = {};
 for (const el of document.querySelectorAll("[id]")) {
