@@ -1,6 +1,7 @@
 // The streaming client: one request to the OpenAI-compatible API per reply, read as
 // Server-Sent Events and drawn as it arrives. Chat mode uses /v1/chat/completions; text
 // completion mode sends the whole document to /v1/completions and appends what comes back.
+import { ApiError, readBody } from "./api.js";
 import { renderChatList, saveChat, saveNowAndThen } from "./chats.js";
 import { addNotice, fillMessage, isNearBottom, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
   updateStatusbar } from "./render.js";
@@ -15,13 +16,6 @@ let onComposerChange = () => {};
 /** The app's "update the send/stop buttons" hook. */
 export function setComposerHook(fn) {
   onComposerChange = fn;
-}
-
-class ApiError extends Error {
-  constructor(message, status) {
-    super(message);
-    this.status = status;
-  }
 }
 
 function buildRequest(chat) {
@@ -80,10 +74,7 @@ export async function generate(chat, opts) {
   try {
     const resp = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: gen.controller.signal, cache: "no-store" });
     if (!resp.ok) {
-      const text = await resp.text();
-      let j = null;
-      try { j = JSON.parse(text); } catch (e) { j = null; }
-      throw new ApiError(describeHttpError(resp.status, j), resp.status);
+      throw new ApiError(describeHttpError(resp.status, await readBody(resp)), resp.status);
     }
     await readStream(gen, resp.body.getReader());
   } catch (err) {
