@@ -13,7 +13,7 @@ import { closeSidebar, ensureChat, exportChat, importChatFile, loadChatList, new
   renderChatList, saveChat, syncSidebarToggle } from "./chats.js";
 import { markdownReady } from "./markdown.js";
 import { clearNotices, onCopyClick, renderCurrent, showUserMessage } from "./render.js";
-import { closeSettings, fillSettings, loadJSON, loadSettings, saveJSON, syncSettings, wireSettings } from "./settings.js";
+import { closeSettings, fillSettings, loadJSON, loadSettings, SAMPLING_KEYS, saveJSON, syncSettings, wireSettings } from "./settings.js";
 import { NARROW, state, ui } from "./state.js";
 import { generate, setComposerHook, stopGeneration } from "./stream.js";
 import { fmtInt, titleFrom } from "./util.js";
@@ -107,11 +107,8 @@ async function onReady(h) {
   state.baseModel = h.base_model === true;
   state.newMode = state.baseModel ? "complete" : "chat";
   const s = h.sampling && typeof h.sampling === "object" ? h.sampling : {};
-  state.defaults = {
-    system_prompt: typeof h.system_prompt === "string" ? h.system_prompt : "",
-    temperature: num(s.temperature), top_p: num(s.top_p), top_k: num(s.top_k), min_p: num(s.min_p),
-    max_tokens: num(s.max_tokens),
-  };
+  state.defaults = { system_prompt: typeof h.system_prompt === "string" ? h.system_prompt : "" };
+  for (const k of SAMPLING_KEYS) state.defaults[k] = num(s[k]);
 
   ui.modelName.textContent = state.displayName;
   ui.modelName.title = state.model && state.model !== state.displayName ? state.model : "";

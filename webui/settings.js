@@ -16,6 +16,9 @@ const FIELDS = [
   { key: "max_tokens", input: "maxTokens", kind: "int", ok: (v) => v >= 1, msg: "Max tokens must be a whole number of at least 1 (or empty for no limit)." },
 ];
 
+/** The sampling values a request may carry, in the order it sends them. */
+export const SAMPLING_KEYS = FIELDS.map((f) => f.key);
+
 export function loadJSON(key, fallback) {
   try {
     const raw = window.localStorage.getItem(key);

@@ -14,7 +14,7 @@ export const state = {
   displayName: "",
   nCtx: 0,
   baseModel: false,   // no chat template and no instruct tag (/health base_model)
-  defaults: {},       // from /health: system_prompt, temperature, top_p, top_k, min_p, max_tokens
+  defaults: {},       // from /health: system_prompt and the SAMPLING_KEYS of settings.js
   chats: [],          // summaries from /api/chats; .messages is null until the chat is opened
   locked: false,      // /api/chats refused: this page was not opened with the launch's token
   current: null,      // the chat on screen (may be an unsaved empty draft)

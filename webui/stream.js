@@ -5,7 +5,7 @@ import { ApiError, readBody } from "./api.js";
 import { renderChatList, saveChat, saveNowAndThen } from "./chats.js";
 import { addNotice, fillMessage, isNearBottom, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
   updateStatusbar } from "./render.js";
-import { apiKey, effective, openSettings } from "./settings.js";
+import { apiKey, effective, openSettings, SAMPLING_KEYS } from "./settings.js";
 import { state, ui } from "./state.js";
 import { fmtInt, toast } from "./util.js";
 
@@ -21,7 +21,7 @@ export function setComposerHook(fn) {
 function buildRequest(chat) {
   const e = effective();
   const body = { model: state.model, stream: true, stream_options: { include_usage: true } };
-  for (const k of ["temperature", "top_p", "top_k", "min_p", "max_tokens"]) {
+  for (const k of SAMPLING_KEYS) {
     if (typeof e[k] === "number" && isFinite(e[k])) body[k] = e[k];
   }
   const done = chat.messages.filter((m) => m.content);
