@@ -13,10 +13,10 @@ import { closeSidebar, ensureChat, exportChat, importChatFile, loadChatList, new
   renderChatList, saveChat, syncSidebarToggle } from "./chats.js";
 import { markdownReady } from "./markdown.js";
 import { clearNotices, onCopyClick, renderCurrent, showUserMessage } from "./render.js";
-import { closeSettings, fillSettings, loadJSON, loadSettings, SAMPLING_KEYS, saveJSON, syncSettings, wireSettings } from "./settings.js";
+import { closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncSettings, wireSettings } from "./settings.js";
 import { NARROW, state, ui } from "./state.js";
 import { generate, setComposerHook, stopGeneration } from "./stream.js";
-import { fmtInt, titleFrom } from "./util.js";
+import { fmtInt, loadJSON, saveJSON, titleFrom } from "./util.js";
 
 const HEALTH_POLL_MS = 300;
 const SIDEBAR_KEY = "llmpack.sidebar.v1";
