@@ -12,11 +12,11 @@
 import { closeSidebar, ensureChat, exportChat, importChatFile, loadChatList, newChat, onChatListClick,
   renderChatList, saveChat, syncSidebarToggle } from "./chats.js";
 import { markdownReady } from "./markdown.js";
-import { clearNotices, onCopyClick, renderCurrent, showUserMessage, updateModeUi } from "./render.js";
-import { closeSettings, fillSettings, loadJSON, loadSettings, saveJSON, syncSettings, wireSettings } from "./settings.js";
+import { clearNotices, onCopyClick, renderCurrent, showUserMessage } from "./render.js";
+import { closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncSettings, wireSettings } from "./settings.js";
 import { NARROW, state, ui } from "./state.js";
 import { generate, setComposerHook, stopGeneration } from "./stream.js";
-import { fmtInt, titleFrom } from "./util.js";
+import { fmtInt, loadJSON, saveJSON, titleFrom } from "./util.js";
 
 const HEALTH_POLL_MS = 300;
 const SIDEBAR_KEY = "llmpack.sidebar.v1";
@@ -89,7 +89,7 @@ async function pollHealth() {
 const num = (v) => (typeof v === "number" && isFinite(v) ? v : undefined);
 
 /** "GPU: <name> · 18/18 layers" or "CPU (haswell)", from /health's backend (absent: nothing). */
-export function backendText(b) {
+function backendText(b) {
   if (!b || typeof b !== "object") return "";
   if (num(b.gpu_layers) > 0) {
     const dev = (Array.isArray(b.devices) ? b.devices : []).find((d) => d && d.id === b.gpu_device);
@@ -107,11 +107,8 @@ async function onReady(h) {
   state.baseModel = h.base_model === true;
   state.newMode = state.baseModel ? "complete" : "chat";
   const s = h.sampling && typeof h.sampling === "object" ? h.sampling : {};
-  state.defaults = {
-    system_prompt: typeof h.system_prompt === "string" ? h.system_prompt : "",
-    temperature: num(s.temperature), top_p: num(s.top_p), top_k: num(s.top_k), min_p: num(s.min_p),
-    max_tokens: num(s.max_tokens),
-  };
+  state.defaults = { system_prompt: typeof h.system_prompt === "string" ? h.system_prompt : "" };
+  for (const k of SAMPLING_KEYS) state.defaults[k] = num(s[k]);
 
   ui.modelName.textContent = state.displayName;
   ui.modelName.title = state.model && state.model !== state.displayName ? state.model : "";

@@ -1,7 +1,7 @@
 // Saved chats: kept by the app in the per-user data folder (/api/chats, one list per model), so
 // they survive a restart on another port. The API needs this launch's secret, which the page got
 // as a cookie when the app opened it (/?token=...); without it chats live only in this tab.
-import { api, ChatApiError } from "./api.js";
+import { api, ApiError } from "./api.js";
 import { NARROW, state, ui } from "./state.js";
 import { renderCurrent } from "./render.js";
 import { stopGeneration } from "./stream.js";
@@ -176,10 +176,6 @@ export function ensureChat() {
   return state.current;
 }
 
-export function currentMode() {
-  return state.current ? state.current.mode || "chat" : state.newMode;
-}
-
 // ------------------------------------------------------------------ export / import
 
 export async function exportChat(format) {
@@ -189,7 +185,7 @@ export async function exportChat(format) {
   const path = `/api/chats/${chat.id}/export?format=${format}`;
   try {
     const resp = await fetch(path, { headers: { "X-Llmpack-Chat": "1" }, credentials: "same-origin" });
-    if (!resp.ok) throw new ChatApiError(`HTTP ${resp.status}`, resp.status);
+    if (!resp.ok) throw new ApiError(`HTTP ${resp.status}`, resp.status);
     const name = /filename="([^"]+)"/.exec(resp.headers.get("Content-Disposition") || "");
     download(name ? name[1] : "chat." + (format === "json" ? "json" : "md"), await resp.text(),
       format === "json" ? "application/json" : "text/markdown");
@@ -218,7 +214,7 @@ export async function importChatFile(file) {
 
 // ------------------------------------------------------------------ the sidebar
 
-export function sidebarOpen() {
+function sidebarOpen() {
   return NARROW.matches ? ui.app.classList.contains("sidebar-open") : !ui.app.classList.contains("sidebar-collapsed");
 }
 

@@ -46,15 +46,20 @@ export function renderCurrent() {
     for (const m of msgs) {
       const node = buildMessage(m);
       box.appendChild(node);
-      if (state.gen && state.gen.msg === m) {
-        state.gen.node = node;
-        node.classList.add("streaming");
-      }
+      markIfStreaming(node, m);
     }
   }
   refreshLastActions();
   updateStatusbar();
   scrollToBottom();
+}
+
+/** A redraw made a new node for the reply being streamed: the stream writes into it from now on. */
+function markIfStreaming(node, m) {
+  if (state.gen && state.gen.msg === m) {
+    state.gen.node = node;
+    node.classList.add("streaming");
+  }
 }
 
 /** Where a new reply's node goes: a message of its own, or the next part of the document. */
@@ -87,10 +92,7 @@ function buildDocument(chat) {
   for (const m of chat.messages) {
     const node = buildPart(m);
     text.appendChild(node);
-    if (state.gen && state.gen.msg === m) {
-      state.gen.node = node;
-      node.classList.add("streaming");
-    }
+    markIfStreaming(node, m);
   }
   doc.appendChild(text);
   doc.appendChild(buildFooter(true));
@@ -162,7 +164,7 @@ export function fillMessage(node, m) {
   node.querySelector(".stats").textContent = statsText(m.stats);
 }
 
-export function statsText(st) {
+function statsText(st) {
   if (!st) return "";
   const parts = [];
   if (st.tokens) parts.push((st.estimated ? "~" : "") + fmtInt(st.tokens) + " tokens");

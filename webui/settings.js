@@ -3,7 +3,7 @@
 // stays in this browser only.
 import { api } from "./api.js";
 import { NARROW, state, ui } from "./state.js";
-import { toast } from "./util.js";
+import { loadJSON, saveJSON, toast } from "./util.js";
 
 const SETTINGS_KEY = "llmpack.settings.v1";
 const store = { models: {}, api_key: "" };
@@ -16,23 +16,8 @@ const FIELDS = [
   { key: "max_tokens", input: "maxTokens", kind: "int", ok: (v) => v >= 1, msg: "Max tokens must be a whole number of at least 1 (or empty for no limit)." },
 ];
 
-export function loadJSON(key, fallback) {
-  try {
-    const raw = window.localStorage.getItem(key);
-    return raw == null ? fallback : JSON.parse(raw);
-  } catch (e) {
-    return fallback;
-  }
-}
-
-export function saveJSON(key, value) {
-  try {
-    window.localStorage.setItem(key, JSON.stringify(value));
-    return true;
-  } catch (e) {
-    return false;
-  }
-}
+/** The sampling values a request may carry, in the order it sends them. */
+export const SAMPLING_KEYS = FIELDS.map((f) => f.key);
 
 export function apiKey() {
   return store.api_key;

@@ -2,8 +2,6 @@
 
 export const NARROW = window.matchMedia("(max-width: 800px)");
 
-export const $ = (id) => document.getElementById(id);
-
 /** Every element with an id, by camelCase name: ui.chatList is #chat-list. */
 export const ui = {};
 for (const el of document.querySelectorAll("[id]")) {
@@ -16,7 +14,7 @@ export const state = {
   displayName: "",
   nCtx: 0,
   baseModel: false,   // no chat template and no instruct tag (/health base_model)
-  defaults: {},       // from /health: system_prompt, temperature, top_p, top_k, min_p, max_tokens
+  defaults: {},       // from /health: system_prompt and the SAMPLING_KEYS of settings.js
   chats: [],          // summaries from /api/chats; .messages is null until the chat is opened
   locked: false,      // /api/chats refused: this page was not opened with the launch's token
   current: null,      // the chat on screen (may be an unsaved empty draft)

@@ -1,10 +1,11 @@
 // The streaming client: one request to the OpenAI-compatible API per reply, read as
 // Server-Sent Events and drawn as it arrives. Chat mode uses /v1/chat/completions; text
 // completion mode sends the whole document to /v1/completions and appends what comes back.
+import { ApiError, readBody } from "./api.js";
 import { renderChatList, saveChat, saveNowAndThen } from "./chats.js";
 import { addNotice, fillMessage, isNearBottom, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
   updateStatusbar } from "./render.js";
-import { apiKey, effective, openSettings } from "./settings.js";
+import { apiKey, effective, openSettings, SAMPLING_KEYS } from "./settings.js";
 import { state, ui } from "./state.js";
 import { fmtInt, toast } from "./util.js";
 
@@ -17,17 +18,10 @@ export function setComposerHook(fn) {
   onComposerChange = fn;
 }
 
-class ApiError extends Error {
-  constructor(message, status) {
-    super(message);
-    this.status = status;
-  }
-}
-
 function buildRequest(chat) {
   const e = effective();
   const body = { model: state.model, stream: true, stream_options: { include_usage: true } };
-  for (const k of ["temperature", "top_p", "top_k", "min_p", "max_tokens"]) {
+  for (const k of SAMPLING_KEYS) {
     if (typeof e[k] === "number" && isFinite(e[k])) body[k] = e[k];
   }
   const done = chat.messages.filter((m) => m.content);
@@ -80,10 +74,7 @@ export async function generate(chat, opts) {
   try {
     const resp = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: gen.controller.signal, cache: "no-store" });
     if (!resp.ok) {
-      const text = await resp.text();
-      let j = null;
-      try { j = JSON.parse(text); } catch (e) { j = null; }
-      throw new ApiError(describeHttpError(resp.status, j), resp.status);
+      throw new ApiError(describeHttpError(resp.status, await readBody(resp)), resp.status);
     }
     await readStream(gen, resp.body.getReader());
   } catch (err) {

@@ -1,4 +1,4 @@
-// Small helpers: ids, formatting, the toast, the clipboard.
+// Small helpers: ids, formatting, localStorage, the toast, the clipboard.
 import { ui } from "./state.js";
 
 export function newId() {
@@ -35,6 +35,25 @@ export function el(tag, className, text) {
   if (className) node.className = className;
   if (text !== undefined) node.textContent = text;
   return node;
+}
+
+/** A value kept in this browser's localStorage (fallback when it is missing, unreadable or blocked). */
+export function loadJSON(key, fallback) {
+  try {
+    const raw = window.localStorage.getItem(key);
+    return raw == null ? fallback : JSON.parse(raw);
+  } catch (e) {
+    return fallback;
+  }
+}
+
+export function saveJSON(key, value) {
+  try {
+    window.localStorage.setItem(key, JSON.stringify(value));
+    return true;
+  } catch (e) {
+    return false;
+  }
 }
 
 let toastTimer = null;
