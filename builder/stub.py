@@ -12,6 +12,12 @@ with anything that changes the bundle::
   and ``stub_bundle.py``, which writes the spec) and the PyInstaller version, so editing
   llmpack rebuilds the stub.
 
+Targets: the stub for this computer (:class:`NativeTarget`) is frozen by this Python with the
+installed llama-cpp-python; the Windows x64 stub is made on Linux (:mod:`llmpack.builder.windows`:
+llama.cpp cross-compiled with mingw, PyInstaller run by python.org's Windows CPython under Wine).
+Both go through :func:`build_stub`; a target only says which interpreter freezes, which
+libraries go in, how the result is run for its self-test, and what its own inputs hash to.
+
 Build: :mod:`llmpack.builder.stub_bundle` *stages* the runtime packages into a temporary
 ``src/llmpack/...`` tree (the repo's folders are mapped onto ``llmpack.*`` by setuptools, which
 PyInstaller's module finder cannot follow) and writes the spec; PyInstaller runs in a
@@ -25,17 +31,22 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from llmpack import __version__
-from llmpack.builder.stub_bundle import StubError, llama_lib_dir, runtime_sources, shared_libs, write_spec
+from llmpack.builder.stub_bundle import BuildEnv, StubError, llama_lib_dir, runtime_sources, shared_libs, write_spec
+from llmpack.builder.stub_wheel import installed_stub, write_stub_wheel
+from llmpack.builder.windows.target import WindowsTarget
 from llmpack.progress import Bar
 
 STUB_NAME = "llmpack-stub"
@@ -99,10 +110,10 @@ def _pyinstaller_version() -> str:
         raise StubError("PyInstaller is not installed; pip install pyinstaller (it builds the runtime stub)") from None
 
 
-def _source_hash() -> str:
-    h = hashlib.sha256(f"pyinstaller {_pyinstaller_version()}\n".encode())
-    # runtime_sources() covers builder/*.py: this module, stub_bundle.py (it writes the spec) and
-    # stub_entry.py, which is also staged under its own name
+def llmpack_sources() -> str:
+    """sha256 over every file llmpack stages into a stub (builder/*.py included, so also this
+    module and stub_bundle.py, which writes the spec, and stub_entry.py under its own name)."""
+    h = hashlib.sha256()
     for rel, path in [*runtime_sources(), ("__entry__/stub_entry.py", entry_script())]:
         data = path.read_bytes()
         h.update(f"{rel}\0{len(data)}\0".encode())
@@ -110,18 +121,62 @@ def _source_hash() -> str:
     return h.hexdigest()
 
 
+def _source_hash(inputs: str) -> str:
+    """The last part of a stub's key: llmpack's sources plus the target's `inputs` text."""
+    return hashlib.sha256(f"{inputs}\n{llmpack_sources()}".encode()).hexdigest()
+
+
 def platform_tag() -> str:
     return sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
-def stub_key() -> str:
-    lib = llama_lib_dir()
-    return (f"{__version__}-{platform_tag()}-py{sys.version_info[0]}.{sys.version_info[1]}"
-            f"-llama{llama_cpp_version() or 'unknown'}-{_libs_hash(lib)[:10]}-{_source_hash()[:12]}")
+class NativeTarget:
+    """A stub for the computer llmpack runs on, frozen by this very Python."""
+    exe_suffix = ".exe" if os.name == "nt" else ""
+
+    def __init__(self) -> None:
+        self.platform = platform_tag()
+        self.python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        os_name = {"win32": "windows", "darwin": "macos"}.get(sys.platform, "linux")
+        arch = {"x86_64": "x64", "amd64": "x64", "arm64": "arm64", "aarch64": "arm64"}.get(
+            platform.machine().lower(), platform.machine().lower())
+        self.name = f"{os_name}-{arch}"     # as published: llmpack-stub-<name>
+
+    def inputs(self) -> str:
+        """llama.cpp's libraries (a CUDA, Vulkan or portable build each get a stub) and PyInstaller."""
+        return (f"llama{llama_cpp_version() or 'unknown'}-{_libs_hash(llama_lib_dir())[:10]}",
+                f"pyinstaller {_pyinstaller_version()}")
+
+    def prepare(self, quiet: bool) -> BuildEnv:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")}
+        return BuildEnv(python_cmd=(sys.executable,), lib_dir=llama_lib_dir(), env=env)
+
+    def info(self) -> dict:
+        return {"llama_cpp_version": llama_cpp_version()}
 
 
-def exe_name() -> str:
-    return STUB_NAME + (".exe" if os.name == "nt" else "")
+StubTarget = Any   # NativeTarget or builder.windows.target.WindowsTarget: the methods above
+TARGETS = ("native", "windows-x64")
+
+
+def resolve_target(name: str | None) -> StubTarget:
+    """`--target` to a target object: native (default) or windows-x64 (made here on Linux)."""
+    native = NativeTarget()
+    if name in (None, "native", native.name):
+        return native
+    if name == "windows-x64":
+        return WindowsTarget()
+    raise StubError(f"a stub for {name} cannot be made on this computer; choose one of {', '.join(TARGETS)}")
+
+
+def stub_key(target: StubTarget | None = None) -> str:
+    target = target or NativeTarget()
+    label, inputs = target.inputs()
+    return f"{__version__}-{target.platform}-py{target.python}-{label}-{_source_hash(inputs)[:12]}"
+
+
+def exe_name(target: StubTarget | None = None) -> str:
+    return STUB_NAME + (target or NativeTarget()).exe_suffix
 
 
 def stubs_dir_safe() -> Path:
@@ -142,23 +197,29 @@ def stub_info(stub: Path) -> dict:
 # --------------------------------------------------------------------------- building
 
 
-def get_stub(path_override=None, *, force: bool = False, quiet: bool = False) -> Path:
-    """The runtime stub: `path_override` if given (checked), else the cached one, built if missing."""
+def get_stub(path_override=None, *, target: StubTarget | None = None, force: bool = False,
+             quiet: bool = False) -> Path:
+    """The runtime stub: `path_override` if given (checked), else the cached one for `target`
+    (default: this computer), built if missing."""
     if path_override:
         path = Path(path_override).expanduser()
         if not path.is_file():
             raise StubError(f"runtime stub {path} does not exist; make one with `llmpack stub -o {path}`")
         return path
+    target = target or NativeTarget()
     _ensure_webui_vendor()   # before the key: the chat page's libraries are part of the bundle
-    key = stub_key()
-    final = stubs_dir_safe() / key / exe_name()
+    published = installed_stub(target.name, llmpack_sources())   # `pip install llmpack-stub-<target>`
+    if published is not None and not force:
+        return published
+    key = stub_key(target)
+    final = stubs_dir_safe() / key / exe_name(target)
     if final.is_file() and not force:
         try:
             os.utime(final.parent)   # most recently used, for pruning
         except OSError:
             pass
         return final
-    return build_stub(key, final, quiet=quiet)
+    return build_stub(key, final, target, quiet=quiet)
 
 
 def _ensure_webui_vendor() -> None:
@@ -171,31 +232,34 @@ def _ensure_webui_vendor() -> None:
         raise StubError(f"the chat page's libraries are missing: {exc}") from None
 
 
-def build_stub(key: str, final: Path, *, quiet: bool = False) -> Path:
+def build_stub(key: str, final: Path, target: StubTarget | None = None, *, quiet: bool = False) -> Path:
+    target = target or NativeTarget()
     root = stubs_dir_safe()
+    started = time.monotonic()
+    build = target.prepare(quiet)   # a cross target's toolchain: minutes, cached, with its own progress
     work = Path(tempfile.mkdtemp(prefix=f".build-{os.getpid()}-", dir=root))
     log_path = work / "pyinstaller.log"
-    started = time.monotonic()
+    host = build.host_path
     try:
         entry = work / "llmpack_stub_entry.py"
         shutil.copyfile(entry_script(), entry)
-        spec = write_spec(work, entry, STUB_NAME)
+        spec = write_spec(work, entry, STUB_NAME, lib_dir=build.lib_dir, host_path=host)
         dist = work / "dist"
-        cmd = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "INFO",
-               "--distpath", str(dist), "--workpath", str(work / "build"), str(spec)]
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        cmd = [*build.python_cmd, "-m", "PyInstaller", "--noconfirm", "--log-level", "INFO",
+               "--distpath", host(dist), "--workpath", host(work / "build"), host(spec)]
+        env = {**build.env, "PYTHONDONTWRITEBYTECODE": "1"}
         rc = _run_with_status(cmd, log_path, env, work, quiet=quiet,
-                              label="building the runtime stub (once per llmpack version; a few minutes)")
+                              label=f"building the {target.name} runtime stub (once per llmpack version; a few minutes)")
         if rc != 0:
             raise StubError(f"PyInstaller failed (exit {rc}); last lines of its log:\n{_tail(log_path)}"
                             f"\nfull log: {_keep_log(log_path, key)}")
-        built = dist / exe_name()
+        built = dist / exe_name(target)
         if not built.is_file():
             raise StubError(f"PyInstaller finished but made no {built.name}; see {_keep_log(log_path, key)}")
-        _selftest(built, log_path, key)
-        info = {"key": key, "llmpack_version": __version__, "llama_cpp_version": llama_cpp_version(),
-                "platform": platform_tag(), "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
+        _selftest(built, build, log_path, key)
+        info = {"key": key, "target": target.name, "llmpack_version": __version__, "sources": llmpack_sources(),
+                **target.info(),
+                "platform": target.platform, "python": target.python,
                 "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
                 "build_seconds": round(time.monotonic() - started, 1), "size": built.stat().st_size}
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -207,7 +271,7 @@ def build_stub(key: str, final: Path, *, quiet: bool = False) -> Path:
         os.replace(str(tmp_final) + INFO_SUFFIX, str(final) + INFO_SUFFIX)
         os.replace(tmp_final, final)
         if not quiet:
-            print(f"llmpack: runtime stub ready in {time.monotonic() - started:.0f} s: {final} "
+            print(f"llmpack: {target.name} runtime stub ready in {time.monotonic() - started:.0f} s: {final} "
                   f"({final.stat().st_size / 1e6:.1f} MB)", file=sys.stderr, flush=True)
         _prune(root, key)
         return final
@@ -233,9 +297,14 @@ def _tail(path: Path, n: int = 25) -> str:
 
 
 def _run_with_status(cmd: list[str], log_path: Path, env: dict, cwd: Path, *, quiet: bool, label: str) -> int:
-    """Run PyInstaller with its log in a file; meanwhile a progress bar shows its latest step."""
+    """Run PyInstaller with its log in a file; meanwhile a progress bar shows its latest step.
+    Its output goes through a pipe, not straight into the file: Windows Python under Wine cannot
+    start with a file as its standard output ("init_sys_streams: Invalid handle")."""
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=cwd)
+        copier = threading.Thread(target=_copy_stream, args=(proc.stdout, log), daemon=True)
+        copier.start()
         bar = Bar(f"{label}; log: {log_path}", enabled=not quiet)
         try:
             while proc.poll() is None:
@@ -247,7 +316,14 @@ def _run_with_status(cmd: list[str], log_path: Path, env: dict, cwd: Path, *, qu
             raise
         finally:
             bar.close()
+        copier.join(timeout=10)   # wineserver may hold the pipe open for a few seconds more
     return proc.returncode
+
+
+def _copy_stream(src: Any, dst: Any) -> None:
+    for chunk in iter(lambda: src.read1(1 << 16), b""):
+        dst.write(chunk)
+        dst.flush()
 
 
 def _last_step(log_path: Path) -> str:
@@ -263,12 +339,13 @@ def _last_step(log_path: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def _selftest(built: Path, log_path: Path, key: str) -> None:
-    """Run the fresh stub once: it must import llama.cpp and the server, and find its data."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")}
+def _selftest(built: Path, build: BuildEnv, log_path: Path, key: str) -> None:
+    """Run the fresh stub once (under Wine for Windows): it must import llama.cpp and the server,
+    load a CPU backend and find its data."""
     try:
-        proc = subprocess.run([str(built), "--llmpack-selftest"], capture_output=True, text=True,
-                              timeout=300, env=env, cwd=tempfile.gettempdir())
+        proc = subprocess.run([*build.run_prefix, str(built), "--llmpack-selftest"], capture_output=True,
+                              stdin=subprocess.DEVNULL, text=True, timeout=300, env=build.env,
+                              cwd=tempfile.gettempdir())
     except subprocess.TimeoutExpired:
         raise StubError("the freshly built runtime stub did not answer its self-test in 5 minutes") from None
     with open(log_path, "a", encoding="utf-8") as log:
@@ -302,18 +379,21 @@ def _prune(root: Path, key: str) -> None:
 
 
 def cmd_stub(args: argparse.Namespace) -> int:
-    """`llmpack stub [--force] [-o PATH]`: build (or show) the cached runtime stub."""
+    """`llmpack stub [--target T] [--force] [-o PATH]`: build (or show) the cached runtime stub."""
     t0 = time.monotonic()
-    stub = get_stub(force=bool(getattr(args, "force", False)))
+    target = resolve_target(getattr(args, "target", None))
+    stub = get_stub(target=target, force=bool(getattr(args, "force", False)))
     took = time.monotonic() - t0
     info = stub_info(stub)
     size = stub.stat().st_size
     print(f"runtime stub  {stub}")
     print(f"size          {size / 1e6:.1f} MB")
     print(f"key           {info.get('key') or stub.parent.name}")
-    print(f"llama.cpp     llama-cpp-python {info.get('llama_cpp_version') or '?'} ({platform_tag()})")
+    print(f"llama.cpp     llama-cpp-python {info.get('llama_cpp_version') or '?'} ({target.platform})")
     if took > 5:
         print(f"built in      {took:.0f} s")
+    if getattr(args, "wheel", None):
+        print(f"wheel         {write_stub_wheel(stub, target.name, info, Path(args.wheel))}")
     output = getattr(args, "output", None)
     if output:
         out = Path(output)

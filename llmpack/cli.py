@@ -68,14 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="executable to write (add .exe for Windows)")
     p.add_argument("--name", default=None, help="display name shown on the chat page")
     add_model_args(p)
+    p.add_argument("--target", choices=["native", "windows-x64"], default=None,
+                   help="the computer the program is for (default: this one; an OUT ending in .exe means windows-x64)")
     p.add_argument("--stub", default=None, help="runtime stub to use (e.g. one made on Windows or with a GPU build)")
+    p.add_argument("--sign-pfx", metavar="FILE", default=None,
+                   help="Windows: sign the finished .exe with this PKCS#12 certificate (osslsigncode); "
+                        "its password is read from LLMPACK_SIGN_PASSWORD")
     p.add_argument("--compress", choices=["auto", "zstd", "none"], default="none", help="compress the model (auto: only if it shrinks below 90%%)")
     p.add_argument("--sidecar", action="store_true", help="write a small executable plus the model file beside it")
     p.set_defaults(func=_lazy("llmpack.builder.build", "cmd_build"))
 
     p = sub.add_parser("stub", help="build (or show) the cached PyInstaller runtime stub")
+    p.add_argument("--target", choices=["native", "windows-x64"], default="native",
+                   help="native (this computer) or windows-x64 (made here on Linux with mingw and Wine)")
     p.add_argument("--force", action="store_true", help="rebuild even if cached")
     p.add_argument("-o", "--output", default=None, help="also copy the stub here")
+    p.add_argument("--wheel", metavar="DIR", default=None,
+                   help="also write it as the platform wheel llmpack-stub-<target> into DIR (for releases)")
     p.set_defaults(func=_lazy("llmpack.builder.stub", "cmd_stub"))
 
     p = sub.add_parser("bench", help="benchmark any OpenAI-compatible server (TTFT, TPOT, ITL, tok/s)")

@@ -23,6 +23,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 from llmpack.errors import LlmpackError
 
@@ -75,17 +76,22 @@ def lib_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "lib"
 
 
-def _ggml() -> ctypes.CDLL:
-    """The libggml that libllama uses, typed. Not llama_cpp._ggml.libggml: the wheel holds copies
-    (libggml.so, libggml.so.0) rather than symlinks, and opening the other copy by path gives a
-    second ggml with its own, empty backend registry ("no backends are loaded"). Symbols looked
-    up through libllama's handle resolve in libllama's own dependencies (dlsym's search order);
-    Windows has one ggml.dll, so llama_cpp._ggml's handle is that one."""
+def _ggml() -> SimpleNamespace:
+    """ggml's backend API as used by the libllama that llama_cpp loaded, typed.
+
+    Linux: looked up through libllama's own handle, not llama_cpp._ggml.libggml: the wheel holds
+    copies (libggml.so, libggml.so.0) rather than symlinks, and opening the other copy by path
+    gives a second ggml with its own, empty backend registry ("no backends are loaded"); dlsym
+    through libllama resolves in libllama's own dependencies. Windows: GetProcAddress does not
+    search a DLL's dependencies, and the API is split between ggml.dll (the registry) and
+    ggml-base.dll (devices), both already loaded by llama.dll, so each function is taken from
+    whichever of the two exports it."""
     from llama_cpp import llama_cpp as llc
 
-    g = llc._lib
-    if not hasattr(g, "ggml_backend_load"):   # Windows: GetProcAddress does not search dependencies
-        from llama_cpp._ggml import libggml as g
+    if os.name == "nt":
+        libs = [ctypes.CDLL(str(lib_dir() / name)) for name in ("ggml.dll", "ggml-base.dll")]
+    else:
+        libs = [llc._lib]
     sigs = {"ggml_backend_load": ([ctypes.c_char_p], ctypes.c_void_p),
             "ggml_backend_reg_count": ([], ctypes.c_size_t),
             "ggml_backend_reg_get": ([ctypes.c_size_t], ctypes.c_void_p),
@@ -98,10 +104,14 @@ def _ggml() -> ctypes.CDLL:
             "ggml_backend_dev_description": ([ctypes.c_void_p], ctypes.c_char_p),
             "ggml_backend_dev_memory": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                          ctypes.POINTER(ctypes.c_size_t)], None)}
+    api = SimpleNamespace()
     for name, (args, res) in sigs.items():
-        fn = getattr(g, name)
+        fn = next((getattr(lib, name) for lib in libs if hasattr(lib, name)), None)
+        if fn is None:
+            raise BackendError(f"llama.cpp's ggml library has no {name}; reinstall llmpack's llama-cpp-python build")
         fn.argtypes, fn.restype = args, res
-    return g
+        setattr(api, name, fn)
+    return api
 
 
 def _variant(path: Path) -> str:

@@ -1,0 +1,113 @@
+"""The Debian tools the Windows target needs, and running Windows programs under Wine.
+
+Wine is used twice: PyInstaller runs in python.org's Windows CPython under it (so the stub is
+frozen by the real Windows interpreter, with the real Windows module finder and PE tools), and
+the finished stub runs its self-test under it. Three things make that work (each measured):
+
+* the prefix says Windows 10 (``HKCU\\Software\\Wine\\Version``), as most recipients run 10 or 11;
+* a Windows program's standard streams are pipes, never files: CPython under Wine 8 cannot
+  start with a file as stdout ("init_sys_streams: Invalid handle");
+* ``WINEDEBUG=-all`` and no ``DISPLAY``: nothing here needs a window, and Wine's own chatter
+  would bury PyInstaller's log.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from llmpack.builder.windows.pins import WindowsBuildError
+
+MINGW = "x86_64-w64-mingw32"
+MINGW_CC = f"{MINGW}-gcc-posix"       # the posix-threads flavour: llama.cpp uses std::thread
+MINGW_CXX = f"{MINGW}-g++-posix"
+WINE_DLLS = Path("/usr/lib/x86_64-linux-gnu/wine/x86_64-windows")
+
+# command -> the Debian package that provides it
+DEBIAN_PACKAGES = {
+    "wine": "wine64", MINGW_CC: "gcc-mingw-w64-x86-64-posix", MINGW_CXX: "g++-mingw-w64-x86-64-posix",
+    f"{MINGW}-dlltool": "binutils-mingw-w64-x86-64", f"{MINGW}-objdump": "binutils-mingw-w64-x86-64",
+    "gendef": "mingw-w64-tools", "glslc": "glslc", "cmake": "cmake", "ninja": "ninja-build",
+}
+
+
+def require(*commands: str) -> None:
+    """Fail with one line naming the Debian packages to install when a command is missing."""
+    missing = sorted({DEBIAN_PACKAGES.get(c, c) for c in commands if shutil.which(c) is None})
+    if missing:
+        raise WindowsBuildError("making a Windows program on Linux needs " + ", ".join(missing)
+                                + f": sudo apt-get install {' '.join(missing)}")
+
+
+def mingw_version() -> str:
+    """The cross compiler's full version, part of every cache key it builds for."""
+    require(MINGW_CC)
+    out = subprocess.run([MINGW_CC, "--version"], capture_output=True, text=True, check=True).stdout
+    return out.splitlines()[0].strip()
+
+
+def dll_imports(path: Path) -> list[str]:
+    """The DLLs a PE file imports, as its import table names them."""
+    require(f"{MINGW}-objdump")
+    out = subprocess.run([f"{MINGW}-objdump", "-p", str(path)], capture_output=True, text=True, check=True).stdout
+    return [line.split(":", 1)[1].strip() for line in out.splitlines() if "DLL Name:" in line]
+
+
+def apply_patches(root: Path, patches: tuple[tuple[str, str, str], ...], owner: str) -> None:
+    """Replace exact text in files under `root`, each (file, old, new) matching exactly once, so a
+    new upstream version that moved the text stops the build instead of building something else."""
+    for rel, old, new in patches:
+        path = root / rel
+        text = path.read_text("utf-8")
+        if text.count(old) != 1:
+            raise WindowsBuildError(f"{path} does not hold the text llmpack patches there; update PATCHES in {owner}")
+        path.write_text(text.replace(old, new), "utf-8")
+
+
+def windows_path(path: Path | str) -> str:
+    """A Linux path as Windows programs under Wine see it: Wine maps / to drive Z:."""
+    return "Z:" + str(Path(path).resolve()).replace("/", "\\")
+
+
+class Wine:
+    """A Wine prefix (a Windows 10 user profile) and how to run programs in it."""
+
+    def __init__(self, prefix: Path):
+        self.prefix = prefix
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ if base is None else base)
+        for var in ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LLMPACK_CACHE", "LLMPACK_DATA_DIR"):
+            env.pop(var, None)   # Wine passes the Linux environment on to Windows programs
+        env.update(WINEPREFIX=str(self.prefix), WINEDEBUG="-all", DISPLAY="", WINEDLLOVERRIDES="mscoree,mshtml=")
+        return env
+
+    def ensure(self) -> "Wine":
+        """Create the prefix once (about 10 s), set to Windows 10."""
+        require("wine")
+        if (self.prefix / "system.reg").is_file() and (self.prefix / ".llmpack-win10").is_file():
+            return self
+        self.prefix.mkdir(parents=True, exist_ok=True)
+        env = self.env()
+        run = dict(env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+        proc = subprocess.run(["wineboot", "-i"], **run)
+        if proc.returncode != 0:
+            raise WindowsBuildError(f"Wine could not create its prefix {self.prefix}: "
+                                    f"{proc.stdout.decode('utf-8', 'replace')[-500:]}")
+        subprocess.run(["wine", "reg", "add", r"HKCU\Software\Wine", "/v", "Version", "/d", "win10", "/f"],
+                       check=True, **run)
+        subprocess.run(["wineserver", "-w"], env=env, timeout=120)   # registry written to disk
+        (self.prefix / ".llmpack-win10").write_text("")
+        return self
+
+    def local_appdata(self) -> Path:
+        """%LOCALAPPDATA% of the prefix's user, as a Linux path."""
+        users = self.prefix / "drive_c" / "users"
+        user = os.environ.get("USER") or ("root" if os.geteuid() == 0 else "")
+        candidates = [users / user] if user else []
+        candidates += sorted(p for p in users.glob("*") if p.name != "Public") if users.is_dir() else []
+        for home in candidates:
+            if (home / "AppData" / "Local").is_dir():
+                return home / "AppData" / "Local"
+        raise WindowsBuildError(f"the Wine prefix {self.prefix} has no user profile; delete it and try again")
