@@ -95,20 +95,42 @@ def _check_output(model: Path, out: Path, stub: Path, sidecar: bool) -> None:
     kind = _stub_kind(stub)
     if out.suffix.lower() == ".exe" and kind != "pe":
         raise BuildError(f"{out.name} is a Windows program name but the runtime stub {stub} is not a Windows "
-                         "executable; build on Windows, or pass --stub with a stub made there "
-                         "(`llmpack stub -o llmpack-stub.exe`)")
+                         "executable; leave out --stub (llmpack makes the Windows one), or pass --target native "
+                         "and a name without .exe")
     if kind == "pe" and out.suffix.lower() != ".exe":
         print(f"llmpack: warning: {out.name} is a Windows program; name it {out.name}.exe so it can be "
               "double-clicked", file=sys.stderr)
 
 
+def _target_name(out: Path, target: str | None) -> str:
+    """--target, or windows-x64 for an OUT ending in .exe when this computer is not Windows."""
+    if target:
+        return target
+    return "windows-x64" if out.suffix.lower() == ".exe" and os.name != "nt" else "native"
+
+
+def _must_go_beside(stub: Path, model: Path, out: Path, compress: str | None) -> bool:
+    """A Windows program of 4 GiB or more does not start: such a model goes beside it, said once."""
+    from llmpack.builder.splice import fits_windows, sidecar_name
+
+    if _stub_kind(stub) != "pe" or compress not in (None, "none"):
+        return False
+    size = model.stat().st_size
+    if fits_windows(stub.stat().st_size, size):
+        return False
+    print(f"llmpack: {out.name} would be {_mb(stub.stat().st_size + size)}, and Windows does not start a program of "
+          f"4 GB or more: the model goes beside it as {sidecar_name(out)}. Send both files, in one folder.",
+          file=sys.stderr, flush=True)
+    return True
+
+
 def build_executable(model, out, *, name: str | None = None, recipe: str | None = None, ctx: int | None = None,
                      parallel: int | None = None, gpu_layers: Any = None, system: str | None = None,
-                     stub=None, compress: str = "none", sidecar: bool = False,
-                     progress: Any = "auto") -> BuildResult:
+                     stub=None, compress: str = "none", sidecar: bool = False, target: str | None = None,
+                     sign_pfx=None, progress: Any = "auto") -> BuildResult:
     """Write `out` (and with sidecar=True, `<out stem>.gguf` beside it); see the module doc."""
     from llmpack.builder import packfile, splice
-    from llmpack.builder.stub import get_stub, llama_cpp_version, stub_info
+    from llmpack.builder.stub import get_stub, llama_cpp_version, resolve_target, stub_info
     from llmpack.runtime.base_model import is_base_model
     from llmpack.runtime.gguf_check import validate_gguf
     from llmpack.runtime.model_info import FILE_TYPE_NAMES
@@ -137,11 +159,12 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     # The file name helps matching a recipe here; the program only sees <sha256>.gguf later.
     chat = resolve_chat(recipe, arch=header.architecture, name=[n for n in (model_name, model.stem) if n],
                         embedded_template=kv.get("tokenizer.chat_template"), bos_token="", eos_token="")
-    if stub is None and os.name != "nt" and out.suffix.lower() == ".exe":   # before building a stub
-        raise BuildError(f"{out.name} is a Windows program name, but this computer makes {sys.platform} "
-                         "programs; build on Windows, or pass --stub with a runtime stub made there "
-                         "(`llmpack stub -o llmpack-stub.exe`)")
-    stub_path = get_stub(stub)
+    if sign_pfx is not None:
+        from llmpack.builder.sign import check_signing
+
+        check_signing(Path(sign_pfx).expanduser())   # before minutes of work, not after
+    stub_path = get_stub(stub, target=None if stub else resolve_target(_target_name(out, target)))
+    sidecar = sidecar or _must_go_beside(stub_path, model, out, compress)
     _check_output(model, out, stub_path, sidecar)
 
     trained = kv.get(f"{header.architecture}.context_length") or 4096
@@ -183,6 +206,10 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     except OSError as exc:   # the partial output is already gone (splice writes a temporary file)
         raise _write_error(exc, out, model.stat().st_size + stub_path.stat().st_size) from None
     os.chmod(out, 0o755)
+    if sign_pfx is not None:
+        from llmpack.builder.sign import sign_exe
+
+        sign_exe(out, Path(sign_pfx).expanduser(), name=display)
     return BuildResult(path=out, manifest=manifest, model_path=model_out, size=size,
                        seconds=time.monotonic() - started, chat_source=chat.source, sidecar=sidecar)
 
@@ -222,7 +249,11 @@ def report(result: BuildResult) -> None:
     print(f"  model      {model_line}, chat format {result.chat_source}, context {d.get('ctx')} tokens")
     if result.sidecar:
         print(f"  model file {result.model_path} (keep it next to the program)")
-    print(f"  run it     {run_hint(result.path)}    (opens the chat page; --help lists the options)")
+    if result.path.suffix.lower() == ".exe" and os.name != "nt":
+        print(f"  run it     on Windows: double-click {result.path.name} (opens the chat page; --help lists the "
+              f"options); here: wine {run_hint(result.path)}")
+    else:
+        print(f"  run it     {run_hint(result.path)}    (opens the chat page; --help lists the options)")
     if (m.extra or {}).get("base_model"):
         print("  base model no chat template and no instruct/chat tag: it continues text rather than answering;\n"
               "             the chat page says so and offers a text-completion mode (an -it/Instruct model chats)")
@@ -233,7 +264,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     result = build_executable(
         args.model, args.output, name=args.name, recipe=args.recipe, ctx=args.ctx, parallel=args.parallel,
         gpu_layers=args.gpu_layers, system=args.system, stub=args.stub, compress=args.compress,
-        sidecar=args.sidecar)
+        sidecar=args.sidecar, target=args.target, sign_pfx=args.sign_pfx)
     report(result)
     return 0
 

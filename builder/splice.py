@@ -38,10 +38,8 @@ def write_packed(stub_path, model_path, out_path, manifest_extra: dict, *, compr
     if size == 0:
         raise PackError(f"{model_path} is empty; pass a GGUF model file")
     mode = choose_compression(model_path, size, compress)
-    if stub.kind == "pe" and mode == "none":
-        projected = _align(stub.archive_offset, MODEL_ALIGN) + size + stub.size - stub.archive_offset + 2 * SHIFT_ALIGN
-        if projected > pe.MAX_FILE_SIZE:
-            raise too_big()
+    if stub.kind == "pe" and mode == "none" and packed_size(stub, size) > pe.MAX_FILE_SIZE:
+        raise too_big()
 
     def write_model(out: _Out) -> ModelBlob:
         bar = ByteProgress(progress, size, f"packing {model_path.name}")
@@ -248,6 +246,17 @@ class _Out:
             self.write(buf)
             if bar is not None:
                 bar(len(buf))
+
+
+def packed_size(stub: Stub, model_size: int) -> int:
+    """The size of the program `write_packed` makes from `stub` and an uncompressed model (at most)."""
+    return _align(stub.archive_offset, MODEL_ALIGN) + model_size + stub.size - stub.archive_offset + 2 * SHIFT_ALIGN
+
+
+def fits_windows(stub_size: int, model_size: int) -> bool:
+    """Whether a Windows program made from a stub and an uncompressed model stays under 4 GiB
+    (an upper bound of :func:`packed_size`, known before the stub is read)."""
+    return stub_size + model_size + MODEL_ALIGN + 2 * SHIFT_ALIGN <= pe.MAX_FILE_SIZE
 
 
 def too_big() -> PackError:
