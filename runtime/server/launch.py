@@ -118,6 +118,7 @@ class Server:
         self.display_name = display_name
         self._stop = threading.Event()
         self._closed = False
+        self.closed = threading.Event()   # set when close() has finished (a closing console window waits on it)
         self._preparing: threading.Thread | None = None
         self._console = PhaseBars(MESSAGES, enabled=not quiet)   # extracting, loading
 
@@ -221,6 +222,7 @@ class Server:
             except Exception:  # noqa: BLE001
                 pass
         wasyncore.close_all(self.server._map)
+        self.closed.set()
 
     def _wait_for_preparation(self) -> None:
         """Python must not exit while the preparing thread is inside llama.cpp. At interpreter
@@ -238,6 +240,8 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *
           display_name: str | None = None) -> int:
     server = Server(args, prepare_model, recipe=recipe, display_name=display_name)
     previous = _install_signals(server)   # before announcing: a Ctrl+C right after must stop cleanly
+    # Windows: the console window's close button stops it the same way (the callback lives as long as the server)
+    server.console_close = signals.on_console_close(server.stop, server.closed.wait)
     try:
         server.announce()
         server.start_preparing()
