@@ -48,9 +48,10 @@ def evict(path: Path) -> None:
 
 
 def launch_to_ready(cmd: list[str], env: dict, cwd: Path, timeout: float = 300,
-                    stops: list[float] | None = None) -> float:
-    """Seconds from starting `cmd` until /health says 200; then stops it with SIGINT and
-    appends the seconds from SIGINT to exit to `stops`."""
+                    stops: list[float] | None = None, kill_group: bool = False) -> float:
+    """Seconds from starting `cmd` until /health says 200; then stops it with SIGINT (to its
+    whole process group with `kill_group`, as a console's Ctrl+C: what Wine needs) and appends
+    the seconds from SIGINT to exit to `stops`."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=cwd,
                             start_new_session=True)
@@ -73,7 +74,10 @@ def launch_to_ready(cmd: list[str], env: dict, cwd: Path, timeout: float = 300,
         raise RuntimeError(f"{cmd[0]} never became ready")
     finally:
         t_stop = time.perf_counter()
-        proc.send_signal(signal.SIGINT)
+        if kill_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
         try:
             proc.wait(30)
             if stops is not None:

@@ -216,9 +216,10 @@ def without_driver_libs(binaries: list[TocEntry]) -> list[TocEntry]:
 def dedupe_shared_libs(binaries: list[TocEntry]) -> list[TocEntry]:
     """Identical copies of a library in one folder (libggml.so, libggml.so.0, libggml.so.0.25.3
     in llama_cpp/lib) become one file plus relative symlinks: a third of the size, and the
-    library is loaded once whichever name asks for it. The longest name keeps the file."""
+    library is loaded once whichever name asks for it. The longest name keeps the file.
+    Windows has no such copies, but copies in two folders (:func:`_without_root_copies`)."""
     if os.name == "nt":
-        return list(binaries)
+        return _without_root_copies(binaries)
     by_key: dict[tuple[str, str], list[TocEntry]] = {}
     out: list[TocEntry] = []
     for dest, src, kind in binaries:
@@ -234,6 +235,16 @@ def dedupe_shared_libs(binaries: list[TocEntry]) -> list[TocEntry]:
         out.append(real)
         out += [(dest, os.path.basename(real[0]), "SYMLINK") for dest, _src, _kind in group[1:]]
     return out
+
+
+def _without_root_copies(binaries: list[TocEntry]) -> list[TocEntry]:
+    """Windows: PyInstaller's dependency analysis also puts libllama.dll's imports (ggml.dll,
+    ggml-base.dll) in the bundle's root, which is on the DLL search path. libllama.dll would then
+    bind to those copies while ggml's backends are loaded by path into the llama_cpp\\lib ones:
+    two ggml registries, and a model with no CPU backend. Only the llama_cpp\\lib copies stay."""
+    lib_names = {os.path.basename(dest).lower() for dest, _src, _kind in binaries
+                 if os.path.dirname(dest).replace("\\", "/") == "llama_cpp/lib"}
+    return [b for b in binaries if os.path.dirname(b[0]) or os.path.basename(b[0]).lower() not in lib_names]
 
 
 def strip_debug_info(binaries: list[TocEntry], folder: str) -> list[TocEntry]:

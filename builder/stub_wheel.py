@@ -25,7 +25,9 @@ from pathlib import Path
 
 from llmpack import __version__
 
-WHEEL_PLATFORMS = {"windows-x64": "win_amd64", "linux-x64": "manylinux_2_28_x86_64", "macos-arm64": "macosx_14_0_arm64"}
+# Published stubs. Each wheel is tagged py3-none-any: it is data to splice into, usable on any OS
+# (a Linux machine builds chat.exe from the Windows stub), so pip must not refuse it by platform.
+TARGETS = ("linux-x64", "windows-x64", "macos-arm64")
 
 
 def package_name(target: str) -> str:
@@ -36,7 +38,7 @@ def write_stub_wheel(stub: Path, target: str, info: dict, out_dir: Path) -> Path
     """`out_dir/llmpack_stub_<target>-<version>-py3-none-<platform>.whl` holding `stub`."""
     pkg = package_name(target)
     dist = f"{pkg}-{__version__}"
-    wheel = out_dir / f"{dist}-py3-none-{WHEEL_PLATFORMS[target]}.whl"
+    wheel = out_dir / f"{dist}-py3-none-any.whl"
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {
         f"{pkg}/__init__.py": f'"""llmpack\'s {target} runtime stub (see llmpack.builder.stub_wheel)."""\n'
@@ -44,8 +46,8 @@ def write_stub_wheel(stub: Path, target: str, info: dict, out_dir: Path) -> Path
         f"{pkg}/{stub.name}.json": json.dumps({**info, "target": target}, indent=1, sort_keys=True).encode(),
         f"{dist}.dist-info/METADATA": (f"Metadata-Version: 2.1\nName: {pkg.replace('_', '-')}\nVersion: {__version__}\n"
                                        f"Summary: llmpack's prebuilt {target} runtime stub\nLicense: MIT\n").encode(),
-        f"{dist}.dist-info/WHEEL": (f"Wheel-Version: 1.0\nGenerator: llmpack {__version__}\nRoot-Is-Purelib: false\n"
-                                    f"Tag: py3-none-{WHEEL_PLATFORMS[target]}\n").encode(),
+        f"{dist}.dist-info/WHEEL": (f"Wheel-Version: 1.0\nGenerator: llmpack {__version__}\nRoot-Is-Purelib: true\n"
+                                    "Tag: py3-none-any\n").encode(),
     }
     record = []
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:

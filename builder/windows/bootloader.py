@@ -12,7 +12,7 @@ and then checks that the name starts with ``_MEI<pid>``. Wine's C runtimes imple
 ``_wtempnam`` with ``GetTempFileNameW``, which keeps only three characters of the prefix, so
 the check fails ("Security validation failure: unexpected name of application's home
 directory"); PyInstaller's prebuilt bootloader escapes this only because MSVC links the CRT in
-statically. The patch builds the same name (``<temp>\_MEI<pid><6 hex digits>``) directly; on
+statically. The patch builds the same name (``%TEMP%\\_MEI<pid><6 hex digits>``) directly; on
 Windows the result is what ``_wtempnam`` gives, and the check itself is untouched.
 
 ``waf configure build_release install_release`` (the console variant is all we use) is

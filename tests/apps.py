@@ -1,0 +1,178 @@
+"""Built programs as child processes, for the tests that run them (tests/test_build.py on this
+computer, tests/test_windows.py under Wine): the CLI, a minimal environment, and :class:`App`,
+which starts a program, reads its console and talks to its server."""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from llmpack.runtime.server.state import MESSAGES
+
+UNPACKING = MESSAGES["extracting"]   # the console line of the extraction phase
+CHAT = [{"role": "user", "content": "hello there"}]
+
+
+def llmpack_cli(*args: str, check: bool = True, env: dict | None = None, timeout: float = 600,
+                cwd: Path | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "llmpack", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd)
+    if check:
+        assert proc.returncode == 0, f"llmpack {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}"
+    return proc
+
+
+def minimal_env(tmp: Path, **extra: str) -> dict[str, str]:
+    home = tmp / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    return {"HOME": str(home), "PATH": "/usr/bin:/bin", "LLMPACK_CACHE": str(tmp / "cache"), **extra}
+
+
+class App:
+    """A built executable (or `llmpack demo`) running as a child process."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env, cwd=cwd, start_new_session=True)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._readers = [threading.Thread(target=self._pump, args=(self.proc.stdout, self.out, True), daemon=True),
+                         threading.Thread(target=self._pump, args=(self.proc.stderr, self.err, False), daemon=True)]
+        for t in self._readers:
+            t.start()
+        self.url = ""
+
+    def _pump(self, stream, sink: list[str], announce: bool) -> None:
+        for line in stream:
+            sink.append(line)
+            if announce:
+                self._lines.put(line)
+
+    def wait_listening(self, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=0.5)
+            except queue.Empty:
+                assert self.proc.poll() is None, f"exited early ({self.proc.returncode}):\n{self.stderr}"
+                continue
+            if line.startswith("LLMPACK_LISTENING "):
+                self.url = line.split()[1].rstrip("/")
+                assert self.url.startswith("http://127.0.0.1:")
+                return self.url
+        raise AssertionError(f"no LLMPACK_LISTENING line in {timeout} s:\n{self.stdout}\n{self.stderr}")
+
+    def wait_answering(self, timeout: float = 60) -> int:
+        """Until /health answers at all (the server loop runs, so Ctrl+C is handled by it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                return requests.get(self.url + "/health", timeout=5).status_code
+            except requests.RequestException:
+                time.sleep(0.05)
+        raise AssertionError(f"/health never answered:\n{self.stderr}")
+
+    def wait_healthy(self, timeout: float = 300) -> dict:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"exited ({self.proc.returncode}):\n{self.stderr}"
+            try:
+                r = requests.get(self.url + "/health", timeout=5)
+                last = (r.status_code, r.text)
+                if r.status_code == 200:
+                    return r.json()
+            except requests.RequestException as exc:
+                last = exc
+            time.sleep(0.1)
+        raise AssertionError(f"/health never became 200 (last: {last}):\n{self.stderr}")
+
+    def wait_phase(self, phase: str, timeout: float = 120) -> None:
+        """Until /health says the server is in `phase` (extracting, loading) and has made some
+        progress in it (so llama.cpp is loading, not Python still reading the header): polled every
+        few ms, since the demo model takes about a second in each."""
+        deadline = time.monotonic() + timeout
+        seen = []
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"exited ({self.proc.returncode}):\n{self.stderr}"
+            try:
+                health = requests.get(self.url + "/health", timeout=5).json()
+                now = health.get("phase", "ready")
+            except requests.RequestException:
+                now, health = "down", {}
+            if now == phase and health.get("progress", 0) > 0:
+                return
+            if not seen or seen[-1] != now:
+                seen.append(now)
+            assert now not in ("ready", "error"), f"never saw phase {phase!r}, only {seen}:\n{self.stderr}"
+            time.sleep(0.005)
+        raise AssertionError(f"never saw phase {phase!r} in {timeout} s, only {seen}:\n{self.stderr}")
+
+    def chat(self, messages=CHAT, max_tokens: int = 16) -> dict:
+        r = requests.post(self.url + "/v1/chat/completions", timeout=120,
+                          json={"messages": messages, "max_tokens": max_tokens, "temperature": 0})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def stop(self, group: bool = False, timeout: float = 15) -> int:
+        """SIGINT to the program (or, like a terminal's Ctrl+C, to its whole process group)."""
+        if group:
+            os.killpg(self.proc.pid, signal.SIGINT)
+        else:
+            self.proc.send_signal(signal.SIGINT)
+        return self.wait_exit(timeout, after="SIGINT")
+
+    def wait_exit(self, timeout: float, after: str = "") -> int:
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"still running {timeout} s {'after ' + after if after else 'later'}:\n"
+                                 f"{self.stderr}") from None
+        for r in self._readers:
+            r.join(5)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self.out)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.err)
+
+
+def launch(exe: Path, tmp: Path, *flags: str, env: dict | None = None) -> App:
+    run_dir = tmp / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return App([str(exe), "--no-browser", "--port", "0", *flags], env or minimal_env(tmp), run_dir)
+
+
+def cached_model(tmp: Path, sha: str) -> Path:
+    return tmp / "cache" / "models" / f"{sha}.gguf"
+
+
+def assert_clean_exit(app: App, rc: int) -> None:
+    """Exit 0 after SIGINT (App.stop waits at most 15 s: a hang, not a speed limit; how fast
+    a program stops is measured by benchmarks/build_launch.py)."""
+    assert rc == 0, f"exit code {rc}:\n{app.stderr}"
+    assert "Traceback" not in app.stderr + app.stdout, app.stderr
+    assert "llmpack: stopped" in app.stdout
+
+

