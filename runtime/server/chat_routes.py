@@ -29,10 +29,13 @@ from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, clea
                                           to_json, to_markdown, valid_id)
 from llmpack.runtime.server.openai_routes import json_body, ready_model
 from llmpack.runtime.server.protocol import ApiError
+from llmpack.runtime.server.security import public
 
 bp = Blueprint("chats", __name__, url_prefix="/api")
 TOKEN_HEADER = "X-Llmpack-Token"
 MARK_HEADER = "X-Llmpack-Chat"
+# Not the API key: the page opened by the app holds this launch's secret, not the key.
+OWN_SECRET = "guarded by this launch's chat secret (_guard), which only the page the app opened holds"
 
 
 def cookie_name(port: int) -> str:
@@ -97,18 +100,21 @@ def _no_store(resp: Response) -> Response:
     return resp
 
 
+@public(OWN_SECRET)
 @bp.get("/chats")
 def list_chats():
     key, _ = _key()
     return _no_store(jsonify({"object": "list", "data": _store().list(key)}))
 
 
+@public(OWN_SECRET)
 @bp.get("/chats/<chat_id>")
 def get_chat(chat_id: str):
     key, _ = _key()
     return _no_store(jsonify(_chat_or_404(key, chat_id)))
 
 
+@public(OWN_SECRET)
 @bp.put("/chats/<chat_id>")
 def put_chat(chat_id: str):
     key, _ = _key()
@@ -121,6 +127,7 @@ def put_chat(chat_id: str):
     return _no_store(jsonify({"id": chat["id"], "updated": chat["updated"]}))
 
 
+@public(OWN_SECRET)
 @bp.delete("/chats/<chat_id>")
 def delete_chat(chat_id: str):
     key, _ = _key()
@@ -129,6 +136,7 @@ def delete_chat(chat_id: str):
     return _no_store(jsonify({"id": chat_id, "deleted": True}))
 
 
+@public(OWN_SECRET)
 @bp.get("/chats/<chat_id>/export")
 def export_chat(chat_id: str):
     key, name = _key()
@@ -145,6 +153,7 @@ def export_chat(chat_id: str):
     return _no_store(resp)
 
 
+@public(OWN_SECRET)
 @bp.post("/chats/import")
 def import_chat():
     key, _ = _key()
@@ -156,12 +165,14 @@ def import_chat():
 
 
 
+@public(OWN_SECRET)
 @bp.get("/settings")
 def get_settings():
     key, _ = _key()
     return _no_store(jsonify({"data": _store().get_settings(key)}))
 
 
+@public(OWN_SECRET)
 @bp.put("/settings")
 def put_settings():
     key, _ = _key()
