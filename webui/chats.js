@@ -186,12 +186,25 @@ export async function exportChat(format) {
   try {
     const resp = await fetch(path, { headers: { "X-Llmpack-Chat": "1" }, credentials: "same-origin" });
     if (!resp.ok) throw new ApiError(`HTTP ${resp.status}`, resp.status);
-    const name = /filename="([^"]+)"/.exec(resp.headers.get("Content-Disposition") || "");
-    download(name ? name[1] : "chat." + (format === "json" ? "json" : "md"), await resp.text(),
+    download(fileName(resp.headers.get("Content-Disposition") || "", format), await resp.text(),
       format === "json" ? "application/json" : "text/markdown");
   } catch (err) {
     toast("Export failed: " + err.message);
   }
+}
+
+/** The name a Content-Disposition offers: RFC 5987's UTF-8 `filename*` (any language), else the ASCII `filename`. */
+function fileName(header, format) {
+  const utf8 = /filename\*=UTF-8''([^;\s]+)/i.exec(header);
+  if (utf8) {
+    try {
+      return decodeURIComponent(utf8[1]);
+    } catch (e) {
+      // a malformed escape: fall back to the ASCII name
+    }
+  }
+  const plain = /filename="([^"]+)"/.exec(header);
+  return plain ? plain[1] : "chat." + (format === "json" ? "json" : "md");
 }
 
 export async function importChatFile(file) {

@@ -25,8 +25,8 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, redirect, request
 
-from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, clean_settings, export_name,
-                                          to_json, to_markdown, valid_id)
+from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, clean_settings, content_disposition,
+                                          export_name, to_json, to_markdown, valid_id)
 from llmpack.runtime.server.openai_routes import json_body, ready_model
 from llmpack.runtime.server.protocol import ApiError
 from llmpack.runtime.server.security import public
@@ -149,7 +149,7 @@ def export_chat(chat_id: str):
     else:
         raise ApiError(400, "format must be 'json' or 'markdown'.", param="format", code="invalid_format")
     resp = Response(body, content_type=mime)
-    resp.headers["Content-Disposition"] = f'attachment; filename="{export_name(chat, ext)}"'
+    resp.headers["Content-Disposition"] = content_disposition(export_name(chat, ext))
     return _no_store(resp)
 
 
