@@ -101,11 +101,11 @@ class Server:
         self.state = ServerState(display_name)
         host = getattr(args, "host", None) or "127.0.0.1"
         self.sock = bind_socket(host, int(getattr(args, "port", 8080)))
-        self.port = self.sock.getsockname()[1]
-        self.options = ServerOptions(host=host, port=self.port, api_key=getattr(args, "api_key", None) or None,
-                                     cors=bool(getattr(args, "cors", False)), chat_token=secrets.token_urlsafe(24))
-        self.app = create_app(self.state, self.options)
-        try:
+        try:   # from here on a failure (or Ctrl+C) must not leave the port bound until exit
+            self.port = self.sock.getsockname()[1]
+            self.options = ServerOptions(host=host, port=self.port, api_key=getattr(args, "api_key", None) or None,
+                                         cors=bool(getattr(args, "cors", False)), chat_token=secrets.token_urlsafe(24))
+            self.app = create_app(self.state, self.options)
             with warnings.catch_warnings():   # send_bytes is deprecated, but it is what flushes each chunk
                 warnings.simplefilter("ignore", DeprecationWarning)
                 self.server = waitress.create_server(
@@ -237,8 +237,9 @@ class Server:
 def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *, recipe: Any = None,
           display_name: str | None = None) -> int:
     server = Server(args, prepare_model, recipe=recipe, display_name=display_name)
-    previous = _install_signals(server)   # before announcing: a Ctrl+C right after must stop cleanly
+    previous: dict = {}
     try:
+        previous = _install_signals(server)   # before announcing: a Ctrl+C right after must stop cleanly
         server.announce()
         server.start_preparing()
         if not getattr(args, "no_browser", False):
