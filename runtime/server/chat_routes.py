@@ -2,12 +2,14 @@
 behind a per-launch secret.
 
 Like Jupyter's token: each launch makes a random secret and opens the browser at
-`/?token=SECRET`. That visit sets an HttpOnly, SameSite=Strict cookie named after the port and
-redirects to `/`, so the secret leaves the address bar. /api/* answers only requests that
-carry the secret (the cookie, or an `X-Llmpack-Token` header for scripts) *and* the
-`X-Llmpack-Chat` header, which another web page cannot add without a CORS preflight that this
-server never grants. Other local processes and other web pages therefore cannot read or change
-the chats; the OpenAI API (/v1) keeps its own rules (--api-key).
+`/?token=SECRET` (through a private redirect file, launch.open_browser, so the secret is never on
+a command line). The page takes the secret from its address once, keeps it in localStorage, which
+browsers keep per origin (scheme, host *and port*), removes it from the address bar, and sends it
+as the `X-Llmpack-Token` header. No cookie: browsers send cookies to every port of a host, so a
+cookie would reach any other local server the browser visits. /api/* answers only requests that
+carry the secret *and* the `X-Llmpack-Chat` header, which another web page cannot add without a
+CORS preflight that this server never grants. Other local processes and other web pages therefore
+cannot read or change the chats; the OpenAI API (/v1) keeps its own rules (--api-key).
 
     GET    /api/chats                       summaries of this model's chats, newest first
     GET    /api/chats/ID                    one chat
@@ -23,7 +25,7 @@ import hmac
 import json
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, redirect, request
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, clean_settings, content_disposition,
                                           export_name, to_json, to_markdown, valid_id)
@@ -38,11 +40,6 @@ MARK_HEADER = "X-Llmpack-Chat"
 OWN_SECRET = "guarded by this launch's chat secret (_guard), which only the page the app opened holds"
 
 
-def cookie_name(port: int) -> str:
-    """One cookie per port: cookies ignore ports, and two apps may run side by side."""
-    return f"llmpack-chat-{port}"
-
-
 def _ctx() -> Any:
     return current_app.extensions["llmpack"]
 
@@ -55,20 +52,6 @@ def _matches(given: str | None, token: str) -> bool:
     return bool(given) and hmac.compare_digest(given.encode("utf-8", "replace"), token.encode())
 
 
-@bp.before_app_request
-def _token_visit():
-    """`GET /?token=SECRET`: remember the secret in a cookie and drop it from the URL."""
-    opts = _ctx().options
-    given = request.args.get("token")
-    if request.method != "GET" or request.path != "/" or given is None or not opts.chat_token:
-        return None
-    resp = redirect("/", code=303)
-    if _matches(given, opts.chat_token):
-        resp.set_cookie(cookie_name(opts.port), opts.chat_token, httponly=True, samesite="Strict", path="/")
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
-
-
 @bp.before_request
 def _guard():
     opts = _ctx().options
@@ -77,7 +60,7 @@ def _guard():
     if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
         raise ApiError(403, "Saved chats are only for the chat page itself.", type="permission_error",
                        code="cross_site")
-    given = request.headers.get(TOKEN_HEADER) or request.cookies.get(cookie_name(opts.port))
+    given = request.headers.get(TOKEN_HEADER)
     if not request.headers.get(MARK_HEADER) or not _matches(given, opts.chat_token):
         raise ApiError(401, "Saved chats need this launch's secret: open the link the app printed when it "
                        "started (it ends in ?token=...).", type="permission_error", code="chat_token_required")
