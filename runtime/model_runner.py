@@ -172,6 +172,10 @@ class ModelRunner:
             raise ModelLoadError(
                 f"llama.cpp could not create a context of {cfg.n_ctx} tokens; try a smaller --ctx or fewer --gpu-layers")
         self.n_ctx = lc.llama_n_ctx(self.ctx)
+        # llama.cpp caps n_batch at the n_ctx asked for (and pads n_ctx up past it): a step with
+        # more tokens than its n_batch is a GGML_ASSERT that aborts the process, so the budget
+        # every step is planned with (the engine's scheduler reads it here) is llama.cpp's own.
+        cfg.n_batch = min(cfg.n_batch, lc.llama_n_batch(self.ctx))
         self.mem = lc.llama_get_memory(self.ctx)
         self._batch = lc.llama_batch_init(cfg.n_batch, 0, 1)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
