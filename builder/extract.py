@@ -11,7 +11,7 @@ A sidecar model (``--sidecar``) is verified once in place.
 Two launches of the same program at once (a double double-click) take turns: an exclusive
 lock on ``<sha256>.gguf.lock`` (flock / msvcrt.locking; the OS drops it if the holder dies)
 makes the second wait and then find the first one's verified file, instead of both writing a
-copy. The wait is bounded (LOCK_WAIT_S), and a lock the file system refuses is one line. The holder removes the lock file when done; a launch that slips in meanwhile can at
+copy. On Windows the wait is bounded (LOCK_WAIT_S), and a lock the file system refuses is one line. The holder removes the lock file when done; a launch that slips in meanwhile can at
 worst unpack a second copy through its own temporary file, never break the first. A full disk
 or an unwritable cache is one line naming the folder, never a traceback.
 """
@@ -116,7 +116,8 @@ def _size(n: int) -> str:
 @contextmanager
 def _exclusive(lock_path: Path) -> Iterator[None]:
     """Hold an exclusive lock on `lock_path` (created if missing); waits while another process
-    holds it, for at most LOCK_WAIT_S. The OS drops the lock when its holder exits, however it exits."""
+    holds it (on Windows for at most LOCK_WAIT_S: msvcrt has no blocking lock, only a retry loop).
+    The OS drops the lock when its holder exits, however it exits."""
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     locked = False
     try:
@@ -124,10 +125,10 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             import msvcrt
 
             wait_for_lock(lambda: msvcrt.locking(fd, msvcrt.LK_NBLCK, 1), lock_path)
-        else:
+        else:   # blocks; an error (ENOLCK on some network file systems) is one line via _disk_error
             import fcntl
 
-            wait_for_lock(lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB), lock_path)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         locked = True
         yield
     finally:
