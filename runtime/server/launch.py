@@ -266,7 +266,7 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *
 
 def runtime_dir() -> Path:
     """This user's private folder for files that live as long as a launch (0700 where POSIX
-    modes exist): the per-user runtime folder (/run/user/UID, %LOCALAPPDATA%\\llmpack\\Temp), else
+    modes exist): the per-user runtime folder (/run/user/UID/llmpack, %LOCALAPPDATA%\\Temp\\llmpack), else
     a `runtime` folder in the data folder, as Jupyter keeps its own."""
     import platformdirs
 
@@ -291,7 +291,7 @@ def open_browser(url: str) -> Path | None:
     server to delete when it stops; None when it could not be written (the printed link remains)."""
     port = urllib.parse.urlsplit(url).port
     try:
-        path = runtime_dir() / f"open-{port}.html"
+        path = (runtime_dir() / f"open-{port}.html").absolute()   # as_uri() needs an absolute path
         target = html.escape(url, quote=True)
         page = (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
                 f'<meta http-equiv="refresh" content="0;url={target}"><title>Opening the chat</title></head>\n'
