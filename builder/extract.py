@@ -11,7 +11,7 @@ A sidecar model (``--sidecar``) is verified once in place.
 Two launches of the same program at once (a double double-click) take turns: an exclusive
 lock on ``<sha256>.gguf.lock`` (flock / msvcrt.locking; the OS drops it if the holder dies)
 makes the second wait and then find the first one's verified file, instead of both writing a
-copy. The holder removes the lock file when done; a launch that slips in meanwhile can at
+copy. On Windows the wait is bounded (LOCK_WAIT_S), and a lock the file system refuses is one line. The holder removes the lock file when done; a launch that slips in meanwhile can at
 worst unpack a second copy through its own temporary file, never break the first. A full disk
 or an unwritable cache is one line naming the folder, never a traceback.
 """
@@ -21,9 +21,10 @@ import errno
 import json
 import os
 import shutil
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from llmpack.builder.fileio import replace_text, tmp_sibling, unlink_quietly
 from llmpack.builder.hashing import copy_hashing, hash_path
@@ -33,6 +34,11 @@ from llmpack.builder.zstd_frames import read_frames
 from llmpack.progress import ByteProgress, ProgressArg
 
 SPARE_BYTES = 64 << 20       # free space required beyond the model itself
+# How long a launch waits for another one unpacking the same model: minutes even for a big
+# model on a slow disk, so past this the other one is stuck, not slow.
+LOCK_WAIT_S = 15 * 60.0
+LOCK_POLL_S = 0.2
+_BUSY = {errno.EACCES, errno.EAGAIN, errno.EWOULDBLOCK, getattr(errno, "EDEADLOCK", errno.EDEADLK), errno.EDEADLK}
 
 
 def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: ProgressArg = None) -> Path:
@@ -110,30 +116,45 @@ def _size(n: int) -> str:
 @contextmanager
 def _exclusive(lock_path: Path) -> Iterator[None]:
     """Hold an exclusive lock on `lock_path` (created if missing); waits while another process
-    holds it. The OS drops the lock when its holder exits, however it exits."""
+    holds it (on Windows for at most LOCK_WAIT_S: msvcrt has no blocking lock, only a retry loop).
+    The OS drops the lock when its holder exits, however it exits."""
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     locked = False
     try:
         if os.name == "nt":
             import msvcrt
 
-            while True:
-                try:
-                    msvcrt.locking(fd, msvcrt.LK_LOCK, 1)   # retries for ~10 s, then raises
-                    locked = True
-                    break
-                except OSError:
-                    continue
-        else:
+            wait_for_lock(lambda: msvcrt.locking(fd, msvcrt.LK_NBLCK, 1), lock_path)
+        else:   # blocks; an error (ENOLCK on some network file systems) is one line via _disk_error
             import fcntl
 
             fcntl.flock(fd, fcntl.LOCK_EX)
-            locked = True
+        locked = True
         yield
     finally:
         if locked and os.name != "nt":   # Windows cannot delete a file that is open
             unlink_quietly(lock_path)
         os.close(fd)   # releases the lock
+
+
+def wait_for_lock(try_lock: Callable[[], object], lock_path: Path, wait_s: float = LOCK_WAIT_S) -> None:
+    """Call `try_lock` (a non-blocking lock) until it succeeds. "Held by another process" errors
+    (EACCES, EDEADLOCK from msvcrt; EAGAIN from flock) are retried until `wait_s` has passed; any
+    other error, or the time running out, is one PackError line, never an endless loop."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            try_lock()
+            return
+        except OSError as exc:
+            if exc.errno not in _BUSY:
+                raise PackError(f"cannot lock {lock_path} to unpack the model: {exc.strerror or exc}; "
+                                "set LLMPACK_CACHE to a folder on a local disk") from None
+            if time.monotonic() >= deadline:
+                raise PackError(f"another copy of this program has been unpacking the same model for "
+                                f"{wait_s / 60:.0f} minutes (it holds {lock_path}); close it, then start "
+                                "this one again") from None
+        time.sleep(LOCK_POLL_S)
 
 
 def _verify_sidecar(exe_path: Path, m: ModelBlob, dest: Path, progress: ProgressArg) -> Path:

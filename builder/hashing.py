@@ -3,15 +3,24 @@
 Every model is identified by its sha256 (the manifest records it; extraction verifies it), so
 packing and unpacking hash every byte they move. Hashing runs on a helper thread and overlaps
 the reads and writes (hashlib releases the GIL). A small digest cache (``cache_dir()/digests.json``)
-remembers the sha256 of files already hashed, keyed by device, inode, size, mtime and ctime:
-rebuilding from the same model skips re-reading it. Any write changes ctime, which no user can
-set back, so a changed file never matches a stale entry.
+remembers the sha256 of files already hashed, so rebuilding from the same model skips re-reading it.
+
+An entry is keyed by the file's identity: device, inode (the file ID on Windows), size and mtime,
+plus ctime on POSIX, where it is the change time that every write moves and no user can set back.
+On Windows st_ctime is the *creation* time, which a rewrite in place leaves alone, so it is not
+trusted there. And when the identity is in doubt, the file is simply hashed again next time:
+- no file ID (st_ino 0: FAT, exFAT, some network shares), so two files could share a key;
+- an mtime within MTIME_SLACK_NS of the moment hashing began: a write in the same timestamp tick
+  (2 s on FAT) would not move it (git's "racy" files);
+- a file whose identity changed between the start and the end of hashing.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import time
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -22,6 +31,9 @@ from llmpack.progress import ByteProgress, ProgressArg
 
 CHUNK = 16 * 1024 * 1024
 DIGEST_CACHE_ENTRIES = 256
+MTIME_SLACK_NS = 2_000_000_000   # FAT's mtime resolution; NTFS and POSIX file systems are finer
+# file -> (its identity, time.time_ns()) when known_digest looked at it, before hashing it
+_seen: "weakref.WeakKeyDictionary[BinaryIO, tuple[str | None, int]]" = weakref.WeakKeyDictionary()
 
 
 class Hasher:
@@ -89,9 +101,16 @@ def hash_file(f: BinaryIO) -> str:
     return sha
 
 
-def _digest_key(f: BinaryIO) -> str:
-    st = os.fstat(f.fileno())
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+def digest_key(st: os.stat_result, windows: bool = os.name == "nt") -> str | None:
+    """The cache key of a file with this stat, or None when its identity is in doubt (no file ID)."""
+    if not st.st_ino:
+        return None
+    key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    return key if windows else f"{key}:{st.st_ctime_ns}"
+
+
+def _identity(f: BinaryIO) -> str | None:
+    return digest_key(os.fstat(f.fileno()))
 
 
 def _digest_file() -> Path:
@@ -101,14 +120,28 @@ def _digest_file() -> Path:
 
 
 def known_digest(f: BinaryIO) -> str | None:
-    """The remembered sha256 of this very file (same identity, size and times), or None."""
+    """The remembered sha256 of this very file (same identity, size and times), or None. Also
+    notes the file's identity now, before the caller hashes it, for remember_digest to compare."""
+    key = _identity(f)
     try:
-        return json.loads(_digest_file().read_text()).get(_digest_key(f))
+        _seen[f] = (key, time.time_ns())
+    except TypeError:   # not weak-referenceable: remember_digest will not trust it
+        pass
+    if key is None:
+        return None
+    try:
+        return json.loads(_digest_file().read_text()).get(key)
     except (OSError, ValueError, AttributeError):
         return None
 
 
 def remember_digest(f: BinaryIO, sha: str) -> None:
+    """Remember `sha` for this file, unless its identity is in doubt (module docstring): then the
+    next build hashes it again, which costs time but never a wrong digest."""
+    key, (before, started) = _identity(f), _seen.pop(f, (None, 0))
+    st = os.fstat(f.fileno())
+    if key is None or key != before or st.st_mtime_ns >= started - MTIME_SLACK_NS:
+        return
     path = _digest_file()
     try:
         known = json.loads(path.read_text())
@@ -116,7 +149,7 @@ def remember_digest(f: BinaryIO, sha: str) -> None:
     except (OSError, ValueError):
         known = {}
     known = dict(list(known.items())[-(DIGEST_CACHE_ENTRIES - 1):])   # keep the newest entries
-    known[_digest_key(f)] = sha
+    known[key] = sha
     try:
         replace_text(path, json.dumps(known))
     except OSError:   # a cache: never worth failing a build over

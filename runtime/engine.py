@@ -78,7 +78,7 @@ class LLMEngine:
         self.max_model_len = num_blocks * config.block_size
         self.bm = BlockManager(num_blocks, config.block_size, self.runner.cfg.n_seq_max, self.runner,
                                config.enable_prefix_cache)
-        self.scheduler = Scheduler(self.bm, config.max_num_seqs, config.n_batch)
+        self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.cfg.n_batch)   # llama.cpp's cap
         self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
         self._aborts: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._pending = 0                      # requests in the inbox, not yet seen by the loop

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -64,20 +63,45 @@ class RunnerConfig:
     verbose: bool = False
 
 
-# llama.cpp's own account of the offload, e.g. "load_tensors: offloaded 3/3 layers to GPU"
-_OFFLOADED = re.compile(rb"offloaded (\d+)/(\d+) layers to GPU")
-_last_offload: list[int] = []
+def offloaded_layers(n_gpu_layers: int, n_layer: int, n_layer_all: int, n_devices: int) -> int:
+    """How many of the model's `n_layer` repeating layers llama.cpp puts on a GPU, by its own rule
+    (llama_model_base::load_tensors): it counts the output layer as layer `n_layer_all` and fills
+    the GPU from the top down, so `n_gpu_layers` = N places layers n_layer_all + 1 - N ..
+    n_layer_all there (-1: all of them), and none at all when the model got no device. Worked out
+    from what we asked for and what the loaded model says, not from llama.cpp's log wording."""
+    if n_devices == 0 or n_gpu_layers == 0:
+        return 0
+    wanted = n_gpu_layers if n_gpu_layers > 0 else n_layer_all + 1
+    first_on_gpu = max(n_layer_all + 1 - wanted, 0)
+    return max(0, n_layer - first_on_gpu)
+
+
+def _model_int(model, *names: str) -> int | None:
+    """An int32 getter of llama.cpp that llama-cpp-python does not bind, by any of its exported
+    names; None when this build has none of them."""
+    from llama_cpp import llama_cpp as bindings   # the package's own libllama handle
+
+    for name in names:
+        fn = getattr(bindings._lib, name, None)
+        if fn is not None:
+            fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int32
+            return int(fn(model))
+    return None
+
+
+def model_devices(model) -> int | None:
+    """How many devices llama.cpp gave a loaded model (llama_model_n_devices, exported by the
+    vendored llama.cpp from its staging header llama-ext.h, with C++ linkage: hence the mangled
+    names for GCC/Clang and MSVC); None when this build lacks it."""
+    return _model_int(model, "llama_model_n_devices", "_Z21llama_model_n_devicesPK11llama_model",
+                      "?llama_model_n_devices@@YAHPEBUllama_model@@@Z")
 
 
 def _route_llama_log(verbose: bool) -> None:
-    """llama.cpp logs every load step to stderr; the product prints its own progress. The log is
-    still read for the number of layers llama.cpp really offloaded (reported in /health)."""
+    """llama.cpp logs every load step to stderr; the product prints its own progress."""
 
     @lc.llama_log_callback
     def _route(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover
-        found = _OFFLOADED.search(text or b"")
-        if found:
-            _last_offload[:] = [int(found.group(1)), int(found.group(2))]
         if verbose or (level == 4 and os.environ.get("LLMPACK_DEBUG")):  # GGML_LOG_LEVEL_ERROR
             os.write(2, text)
 
@@ -114,13 +138,15 @@ class ModelRunner:
 
             self._progress_cb = lc.llama_progress_callback(_on_progress)
             mparams.progress_callback = self._progress_cb
-        _last_offload.clear()
         self.model = lc.llama_model_load_from_file(str(cfg.model_path).encode(), mparams)
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {cfg.model_path}; run `llmpack inspect` on it for details")
         self.n_layer = lc.llama_model_n_layer(self.model)
-        # llama.cpp counts the output layer as one more layer; report repeating layers only
-        self.gpu_layers = min(_last_offload[0], self.n_layer) if _last_offload else 0
+        nextn = _model_int(self.model, "llama_model_n_layer_nextn") or 0   # MTP heads sit above the trunk
+        devices = model_devices(self.model)
+        # without llama_model_n_devices, trust the plan: it asks for layers only when it found a GPU
+        self.gpu_layers = offloaded_layers(cfg.n_gpu_layers, self.n_layer, self.n_layer + nextn,
+                                           1 if devices is None else devices)
         self.vocab = lc.llama_model_get_vocab(self.model)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
@@ -146,6 +172,10 @@ class ModelRunner:
             raise ModelLoadError(
                 f"llama.cpp could not create a context of {cfg.n_ctx} tokens; try a smaller --ctx or fewer --gpu-layers")
         self.n_ctx = lc.llama_n_ctx(self.ctx)
+        # llama.cpp caps n_batch at the n_ctx asked for (and pads n_ctx up past it): a step with
+        # more tokens than its n_batch is a GGML_ASSERT that aborts the process, so the budget
+        # every step is planned with (the engine's scheduler reads it here) is llama.cpp's own.
+        cfg.n_batch = min(cfg.n_batch, lc.llama_n_batch(self.ctx))
         self.mem = lc.llama_get_memory(self.ctx)
         self._batch = lc.llama_batch_init(cfg.n_batch, 0, 1)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))

@@ -3,7 +3,8 @@ the report of what happened, for the start-up line and /health's `backend` objec
 
 With no usable GPU (no GPU backend, no Vulkan loader or driver, no device, `--device cpu`,
 `--gpu-layers 0`) the plan offloads nothing and carries the one line that says why. The report
-counts the layers llama.cpp itself says it offloaded, not the ones asked for.
+counts the repeating layers llama.cpp placed on the GPU by its own rule, from what was asked and
+what the loaded model reports (model_runner.offloaded_layers), never from llama.cpp's log text.
 """
 from __future__ import annotations
 

@@ -128,7 +128,7 @@ def test_chats_survive_a_restart_on_another_port_and_stay_with_their_model(
                                  headers={"X-Llmpack-Chat": "1", "X-Llmpack-Token": old_token})
             assert stale.status_code == 401
             fresh = ctx.new_page()
-            fresh.goto(second.url.replace("127.0.0.1", "localhost") + "/")   # another origin: no cookie
+            fresh.goto(second.url.replace("127.0.0.1", "localhost") + "/")   # another origin: its own storage, no secret
             fresh.wait_for_selector("[data-testid=chat-locked]:not([hidden])")
             assert fresh.locator("[data-testid=chat-item]").count() == 0
             assert "?token=" in fresh.locator("[data-testid=chat-locked]").inner_text()
@@ -144,23 +144,27 @@ def test_chats_survive_a_restart_on_another_port_and_stay_with_their_model(
 
 
 def test_export_json_and_markdown_then_import(scripted_model: Path, page):
+    """A chat in any language: its title (from the first message) names the downloaded file."""
+    title = "export me Привет 你好 🎉 café"
     with live_server(scripted_model, display_name="Scripted") as srv:
         page.goto(srv.server.page_url)
         page.wait_for_selector("#app:not([hidden])")
-        chat_once(page, "export me")
+        chat_once(page, title)
 
         def export(which: str) -> str:
             page.click("[data-testid=export-menu]")
             with page.expect_download() as dl:
                 page.click(f"[data-testid=export-{which}]")
+            ext = "json" if which == "json" else "md"
+            assert dl.value.suggested_filename == f"export-me-Привет-你好-café.{ext}", page.problems
             return Path(dl.value.path()).read_text("utf-8")
 
         data = json.loads(export("json"))
-        assert data["format"] == "llmpack-chat" and data["title"] == "export me" and data["model"] == "Scripted"
+        assert data["format"] == "llmpack-chat" and data["title"] == title and data["model"] == "Scripted"
         assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
         assert data["messages"][1]["content"].endswith("done.")
         markdown = export("markdown")
-        assert markdown.startswith("# export me\n") and "## You\n\nexport me\n" in markdown
+        assert markdown.startswith(f"# {title}\n") and f"## You\n\n{title}\n" in markdown
         assert "## Scripted\n" in markdown and "**bold**" in markdown
 
         page.set_input_files("[data-testid=import-file]", files=[
@@ -170,8 +174,8 @@ def test_export_json_and_markdown_then_import(scripted_model: Path, page):
         except Exception as exc:   # say what the page said
             raise AssertionError(f"import did not add a chat: toast={page.locator('#toast-text').inner_text()!r}, "
                                  f"problems={page.problems}") from exc
-        assert [c["title"] for c in get_chats(srv)] == ["export me", "export me"]
-        assert page.locator("[data-testid=message-user] .content").inner_text() == "export me"
+        assert [c["title"] for c in get_chats(srv)] == [title, title]
+        assert page.locator("[data-testid=message-user] .content").inner_text() == title
         assert last_reply(page).locator("strong").inner_text() == "bold"
 
         page.set_input_files("[data-testid=import-file]", files=[

@@ -1,5 +1,39 @@
-// The page's own API (/api/chats, /api/settings): this launch's secret rides in an HttpOnly
-// cookie; the X-Llmpack-Chat header is what no other web page can add without a preflight.
+// The page's own API (/api/chats, /api/settings). This launch's secret arrives once in the
+// address the app opens (/?token=...): it is kept in localStorage, which the browser keeps per
+// origin (scheme, host and port, unlike cookies, which every port of 127.0.0.1 would receive),
+// removed from the address bar, and sent as X-Llmpack-Token. The X-Llmpack-Chat header is what no
+// other web page can add without a preflight.
+
+const TOKEN_KEY = "llmpack.chat-token";
+let memoryToken = "";   // where localStorage is blocked: this tab only
+
+function takeTokenFromAddress() {
+  const url = new URL(window.location.href);
+  const given = url.searchParams.get("token");
+  if (given === null) return;
+  memoryToken = given;
+  try {
+    window.localStorage.setItem(TOKEN_KEY, given);
+  } catch (e) {
+    // blocked storage: the secret lives in memoryToken until the tab closes
+  }
+  url.searchParams.delete("token");
+  window.history.replaceState(window.history.state, "", url.pathname + url.search + url.hash);
+}
+takeTokenFromAddress();
+
+function chatToken() {
+  try {
+    return window.localStorage.getItem(TOKEN_KEY) || memoryToken;
+  } catch (e) {
+    return memoryToken;
+  }
+}
+
+/** The headers every /api/* request carries. */
+export function chatHeaders() {
+  return { "X-Llmpack-Chat": "1", "X-Llmpack-Token": chatToken() };
+}
 
 /** An HTTP error from the app (this API or the OpenAI-compatible one), with its status. */
 export class ApiError extends Error {
@@ -20,10 +54,10 @@ export async function readBody(resp) {
 }
 
 export async function api(method, path, body) {
-  const headers = { "X-Llmpack-Chat": "1" };
+  const headers = chatHeaders();
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const resp = await fetch(path, {
-    method, headers, cache: "no-store", credentials: "same-origin",
+    method, headers, cache: "no-store", credentials: "omit",
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const data = await readBody(resp);

@@ -1,7 +1,7 @@
 // Saved chats: kept by the app in the per-user data folder (/api/chats, one list per model), so
 // they survive a restart on another port. The API needs this launch's secret, which the page got
-// as a cookie when the app opened it (/?token=...); without it chats live only in this tab.
-import { api, ApiError } from "./api.js";
+// from the address the app opened (/?token=..., api.js); without it chats live only in this tab.
+import { api, ApiError, chatHeaders } from "./api.js";
 import { NARROW, state, ui } from "./state.js";
 import { renderCurrent } from "./render.js";
 import { stopGeneration } from "./stream.js";
@@ -184,14 +184,27 @@ export async function exportChat(format) {
   await saveChat(chat);
   const path = `/api/chats/${chat.id}/export?format=${format}`;
   try {
-    const resp = await fetch(path, { headers: { "X-Llmpack-Chat": "1" }, credentials: "same-origin" });
+    const resp = await fetch(path, { headers: chatHeaders(), credentials: "omit", cache: "no-store" });
     if (!resp.ok) throw new ApiError(`HTTP ${resp.status}`, resp.status);
-    const name = /filename="([^"]+)"/.exec(resp.headers.get("Content-Disposition") || "");
-    download(name ? name[1] : "chat." + (format === "json" ? "json" : "md"), await resp.text(),
+    download(fileName(resp.headers.get("Content-Disposition") || "", format), await resp.text(),
       format === "json" ? "application/json" : "text/markdown");
   } catch (err) {
     toast("Export failed: " + err.message);
   }
+}
+
+/** The name a Content-Disposition offers: RFC 5987's UTF-8 `filename*` (any language), else the ASCII `filename`. */
+function fileName(header, format) {
+  const utf8 = /filename\*=UTF-8''([^;\s]+)/i.exec(header);
+  if (utf8) {
+    try {
+      return decodeURIComponent(utf8[1]);
+    } catch (e) {
+      // a malformed escape: fall back to the ASCII name
+    }
+  }
+  const plain = /filename="([^"]+)"/.exec(header);
+  return plain ? plain[1] : "chat." + (format === "json" ? "json" : "md");
 }
 
 export async function importChatFile(file) {

@@ -23,8 +23,6 @@ from llmpack.runtime.server.state import ServerState
 
 MAX_BODY = 8 * 1024 * 1024
 STATIC_TYPES = {".html", ".css", ".js", ".svg", ".png", ".ico", ".webp", ".woff", ".woff2", ".json", ".map", ".txt"}
-PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-            "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 _CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type"}
 
 
@@ -70,13 +68,14 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
     app.register_blueprint(chat_routes.bp)
 
     @app.get("/")
+    @security.public("the chat page: it holds no data; what it shows comes from guarded routes")
     def index():
         resp = send_from_directory(web, "index.html", max_age=0)
-        resp.headers["Content-Security-Policy"] = PAGE_CSP
-        resp.headers["Cache-Control"] = "no-cache"
+        resp.headers["Cache-Control"] = "no-store"   # the launch link carries ?token=: keep no copy
         return resp
 
     @app.get("/static/<path:filename>")
+    @security.public("the page's own scripts and styles, the same for every user")
     def static_file(filename: str):
         if Path(filename).suffix.lower() not in STATIC_TYPES or any(p.startswith(".") for p in filename.split("/")):
             abort(404)
@@ -85,10 +84,12 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
         return resp
 
     @app.get("/favicon.ico")
+    @security.public("the page's icon")
     def favicon():
         return static_file("favicon.svg") if (web / "favicon.svg").is_file() else Response(status=204)
 
     @app.get("/health")
+    @security.public("readiness for scripts and the page; without the key it leaves out the system prompt")
     def health():
         body, status = state.health(authorized=not options.api_key or
                                     security.key_ok(request.headers.get("Authorization"), options.api_key))

@@ -2,12 +2,14 @@
 behind a per-launch secret.
 
 Like Jupyter's token: each launch makes a random secret and opens the browser at
-`/?token=SECRET`. That visit sets an HttpOnly, SameSite=Strict cookie named after the port and
-redirects to `/`, so the secret leaves the address bar. /api/* answers only requests that
-carry the secret (the cookie, or an `X-Llmpack-Token` header for scripts) *and* the
-`X-Llmpack-Chat` header, which another web page cannot add without a CORS preflight that this
-server never grants. Other local processes and other web pages therefore cannot read or change
-the chats; the OpenAI API (/v1) keeps its own rules (--api-key).
+`/?token=SECRET` (through a private redirect file, launch.open_browser, so the secret is never on
+a command line). The page takes the secret from its address once, keeps it in localStorage, which
+browsers keep per origin (scheme, host *and port*), removes it from the address bar, and sends it
+as the `X-Llmpack-Token` header. No cookie: browsers send cookies to every port of a host, so a
+cookie would reach any other local server the browser visits. /api/* answers only requests that
+carry the secret *and* the `X-Llmpack-Chat` header, which another web page cannot add without a
+CORS preflight that this server never grants. Other local processes and other web pages therefore
+cannot read or change the chats; the OpenAI API (/v1) keeps its own rules (--api-key).
 
     GET    /api/chats                       summaries of this model's chats, newest first
     GET    /api/chats/ID                    one chat
@@ -23,21 +25,19 @@ import hmac
 import json
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, redirect, request
+from flask import Blueprint, Response, current_app, jsonify, request
 
-from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, clean_settings, export_name,
-                                          to_json, to_markdown, valid_id)
+from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, clean_settings, content_disposition,
+                                          export_name, to_json, to_markdown, valid_id)
 from llmpack.runtime.server.openai_routes import json_body, ready_model
 from llmpack.runtime.server.protocol import ApiError
+from llmpack.runtime.server.security import public
 
 bp = Blueprint("chats", __name__, url_prefix="/api")
 TOKEN_HEADER = "X-Llmpack-Token"
 MARK_HEADER = "X-Llmpack-Chat"
-
-
-def cookie_name(port: int) -> str:
-    """One cookie per port: cookies ignore ports, and two apps may run side by side."""
-    return f"llmpack-chat-{port}"
+# Not the API key: the page opened by the app holds this launch's secret, not the key.
+OWN_SECRET = "guarded by this launch's chat secret (_guard), which only the page the app opened holds"
 
 
 def _ctx() -> Any:
@@ -52,20 +52,6 @@ def _matches(given: str | None, token: str) -> bool:
     return bool(given) and hmac.compare_digest(given.encode("utf-8", "replace"), token.encode())
 
 
-@bp.before_app_request
-def _token_visit():
-    """`GET /?token=SECRET`: remember the secret in a cookie and drop it from the URL."""
-    opts = _ctx().options
-    given = request.args.get("token")
-    if request.method != "GET" or request.path != "/" or given is None or not opts.chat_token:
-        return None
-    resp = redirect("/", code=303)
-    if _matches(given, opts.chat_token):
-        resp.set_cookie(cookie_name(opts.port), opts.chat_token, httponly=True, samesite="Strict", path="/")
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
-
-
 @bp.before_request
 def _guard():
     opts = _ctx().options
@@ -74,7 +60,7 @@ def _guard():
     if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
         raise ApiError(403, "Saved chats are only for the chat page itself.", type="permission_error",
                        code="cross_site")
-    given = request.headers.get(TOKEN_HEADER) or request.cookies.get(cookie_name(opts.port))
+    given = request.headers.get(TOKEN_HEADER)
     if not request.headers.get(MARK_HEADER) or not _matches(given, opts.chat_token):
         raise ApiError(401, "Saved chats need this launch's secret: open the link the app printed when it "
                        "started (it ends in ?token=...).", type="permission_error", code="chat_token_required")
@@ -97,18 +83,21 @@ def _no_store(resp: Response) -> Response:
     return resp
 
 
+@public(OWN_SECRET)
 @bp.get("/chats")
 def list_chats():
     key, _ = _key()
     return _no_store(jsonify({"object": "list", "data": _store().list(key)}))
 
 
+@public(OWN_SECRET)
 @bp.get("/chats/<chat_id>")
 def get_chat(chat_id: str):
     key, _ = _key()
     return _no_store(jsonify(_chat_or_404(key, chat_id)))
 
 
+@public(OWN_SECRET)
 @bp.put("/chats/<chat_id>")
 def put_chat(chat_id: str):
     key, _ = _key()
@@ -121,6 +110,7 @@ def put_chat(chat_id: str):
     return _no_store(jsonify({"id": chat["id"], "updated": chat["updated"]}))
 
 
+@public(OWN_SECRET)
 @bp.delete("/chats/<chat_id>")
 def delete_chat(chat_id: str):
     key, _ = _key()
@@ -129,6 +119,7 @@ def delete_chat(chat_id: str):
     return _no_store(jsonify({"id": chat_id, "deleted": True}))
 
 
+@public(OWN_SECRET)
 @bp.get("/chats/<chat_id>/export")
 def export_chat(chat_id: str):
     key, name = _key()
@@ -141,10 +132,11 @@ def export_chat(chat_id: str):
     else:
         raise ApiError(400, "format must be 'json' or 'markdown'.", param="format", code="invalid_format")
     resp = Response(body, content_type=mime)
-    resp.headers["Content-Disposition"] = f'attachment; filename="{export_name(chat, ext)}"'
+    resp.headers["Content-Disposition"] = content_disposition(export_name(chat, ext))
     return _no_store(resp)
 
 
+@public(OWN_SECRET)
 @bp.post("/chats/import")
 def import_chat():
     key, _ = _key()
@@ -156,12 +148,14 @@ def import_chat():
 
 
 
+@public(OWN_SECRET)
 @bp.get("/settings")
 def get_settings():
     key, _ = _key()
     return _no_store(jsonify({"data": _store().get_settings(key)}))
 
 
+@public(OWN_SECRET)
 @bp.put("/settings")
 def put_settings():
     key, _ = _key()

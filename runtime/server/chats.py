@@ -12,15 +12,18 @@ A chat is {"id", "title", "created", "updated", "mode", "messages": [{"role", "c
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sqlite3
 import threading
 import time
+import unicodedata
 import uuid
 from contextlib import closing
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import platformdirs
 
@@ -42,13 +45,21 @@ CREATE TABLE IF NOT EXISTS settings (
     data  TEXT NOT NULL
 );
 """
-# The page's per-model settings (settings.js): a system prompt and sampling overrides.
-SETTING_NUMBERS = ("temperature", "top_p", "top_k", "min_p", "max_tokens")
+# The page's per-model settings (settings.js): a system prompt and sampling overrides, each a
+# number in the range the page's own form accepts (settings.js FIELDS), or null. (low, high,
+# low_open, whole): a whole number must be written without a fraction.
+SETTING_NUMBERS: dict[str, tuple[float, float, bool, bool]] = {
+    "temperature": (0, 100, False, False), "top_p": (0, 1, True, False), "top_k": (-1, 2**31 - 1, False, True),
+    "min_p": (0, 1, False, False), "max_tokens": (1, 2**31 - 1, False, True)}
 MAX_SYSTEM_PROMPT = 100_000
 ROLES = ("system", "user", "assistant")
 MODES = ("chat", "complete")
 MAX_TITLE = 200
 MAX_MESSAGES = 10_000
+MAX_TIME_MS = 8_640_000_000_000_000   # the last time a JavaScript Date holds; far inside SQLite's int64
+MAX_STATS = 32
+MAX_STAT_TEXT = 200
+MAX_STAT_NUMBER = 1e15
 EXPORT_FORMAT = "llmpack-chat"
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -69,7 +80,9 @@ def valid_id(chat_id: Any) -> bool:
 
 
 def clean_chat(data: Any, *, chat_id: str | None = None) -> dict:
-    """The chat as stored: known fields only, types checked. Raises ChatError."""
+    """The chat as stored: known fields only, types and number ranges checked, so that nothing the
+    page cannot read back (Infinity, a time past JavaScript's last date, an integer SQLite cannot
+    hold) is ever stored. Raises ChatError naming the field."""
     if not isinstance(data, dict):
         raise ChatError("a chat must be a JSON object")
     messages = data.get("messages")
@@ -79,17 +92,55 @@ def clean_chat(data: Any, *, chat_id: str | None = None) -> dict:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
             raise ChatError(f"messages[{i}] must be {{\"role\": one of {', '.join(ROLES)}, \"content\": text}}")
-        item: dict[str, Any] = {"role": m["role"], "content": m["content"]}
-        if isinstance(m.get("stats"), dict):
-            item["stats"] = m["stats"]
+        item: dict[str, Any] = {"role": m["role"], "content": _text(m["content"])}
+        if m.get("stats") is not None:
+            item["stats"] = _stats(m["stats"], f"messages[{i}].stats")
         clean.append(item)
     now = int(time.time() * 1000)
-    title = data.get("title") if isinstance(data.get("title"), str) else ""
-    created = data.get("created") if isinstance(data.get("created"), (int, float)) else now
-    updated = data.get("updated") if isinstance(data.get("updated"), (int, float)) else created
+    title = _text(data["title"]) if isinstance(data.get("title"), str) else ""
+    created = _time(data, "created", now)
+    updated = _time(data, "updated", created)
     mode = data.get("mode") if data.get("mode") in MODES else "chat"
     return {"id": chat_id or data.get("id"), "title": (title.strip() or "Chat")[:MAX_TITLE], "mode": mode,
-            "created": int(created), "updated": int(updated), "messages": clean}
+            "created": created, "updated": updated, "messages": clean}
+
+
+def _text(value: str) -> str:
+    """`value` with lone surrogates (valid JSON escapes, not encodable as UTF-8) replaced by U+FFFD."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "replace").decode("utf-8")
+
+
+def _number(value: Any) -> bool:
+    """A JSON number that is finite (json.loads reads 1e400 as inf); true/false are not numbers."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))   # 10**400 is an int
+
+
+def _time(data: dict, key: str, default: int) -> int:
+    value = data.get(key)
+    if value is None:
+        return default
+    if not _number(value) or not 0 <= value <= MAX_TIME_MS:
+        raise ChatError(f"'{key}' must be a time in milliseconds since 1970, from 0 to {MAX_TIME_MS}")
+    return int(value)
+
+
+def _stats(stats: Any, where: str) -> dict:
+    """A reply's statistics as the page shows them: a few flat numbers, flags and words."""
+    if not isinstance(stats, dict) or len(stats) > MAX_STATS:
+        raise ChatError(f"{where} must be an object of at most {MAX_STATS} entries")
+    for key, value in stats.items():
+        ok = (value is None or isinstance(value, bool) or (_number(value) and abs(value) <= MAX_STAT_NUMBER)
+              or (isinstance(value, str) and len(value) <= MAX_STAT_TEXT))
+        if len(key) > MAX_STAT_TEXT or not ok:
+            raise ChatError(f"{where}.{key[:40]} must be a number of at most {MAX_STAT_NUMBER:.0e}, "
+                            f"true/false, null or text of at most {MAX_STAT_TEXT} characters")
+    return {_text(k): (_text(v) if isinstance(v, str) else v) for k, v in stats.items()}
 
 
 class ChatStore:
@@ -176,14 +227,21 @@ def clean_settings(data: Any) -> dict:
     if prompt is not None:
         if not isinstance(prompt, str) or len(prompt) > MAX_SYSTEM_PROMPT:
             raise ChatError(f"system_prompt must be text of at most {MAX_SYSTEM_PROMPT} characters")
-        out["system_prompt"] = prompt
-    for key in SETTING_NUMBERS:
+        out["system_prompt"] = _text(prompt)
+    for key, (low, high, low_open, whole) in SETTING_NUMBERS.items():
         if key in data:
-            value = data[key]
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise ChatError(f"{key} must be a number or null")
-            out[key] = value
+            out[key] = _setting(key, data[key], low, high, low_open, whole)
     return out
+
+
+def _setting(key: str, value: Any, low: float, high: float, low_open: bool, whole: bool) -> Any:
+    if value is None:
+        return None
+    in_range = _number(value) and (low < value if low_open else low <= value) and value <= high
+    if not in_range or (whole and not float(value).is_integer()):
+        kind = "a whole number" if whole else "a number"
+        raise ChatError(f"{key} must be {kind} {'above' if low_open else 'from'} {low} to {high}, or null")
+    return int(value) if whole else value
 
 
 def to_json(chat: dict, model_name: str) -> dict:
@@ -207,5 +265,20 @@ def to_markdown(chat: dict, model_name: str) -> str:
 
 
 def export_name(chat: dict, ext: str) -> str:
-    stem = re.sub(r"[^\w\- ]+", "", chat["title"]).strip().replace(" ", "-")[:60] or "chat"
+    """The file name an export is offered under: the title's letters, digits, '-' and '_' (in any
+    script: titles come from the first message, in whatever language the user writes)."""
+    stem = "-".join(re.sub(r"[^\w\- ]+", "", chat["title"]).split())[:60] or "chat"
     return f"{stem}.{ext}"
+
+
+def content_disposition(name: str) -> str:
+    """`attachment` with RFC 6266's two names: `filename*=UTF-8''...` (RFC 5987, percent-encoded:
+    HTTP headers are Latin-1, so the raw name of a Russian or emoji title cannot be sent) and an
+    ASCII `filename` for clients that know no better (accents dropped, other letters lost)."""
+    stem, dot, ext = name.rpartition(".")
+    ascii_stem = unicodedata.normalize("NFKD", stem).encode("ascii", "ignore").decode()
+    ascii_stem = re.sub(r"[^A-Za-z0-9_\-]+", "", ascii_stem).strip("-") or "chat"
+    fallback = f"{ascii_stem}{dot}{ext}"
+    if fallback == name:
+        return f'attachment; filename="{name}"'
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import errno
+import html
 import os
 import secrets
 import socket
 import sys
 import threading
 import time
+import urllib.parse
 import warnings
 import webbrowser
 from pathlib import Path
@@ -101,11 +103,11 @@ class Server:
         self.state = ServerState(display_name)
         host = getattr(args, "host", None) or "127.0.0.1"
         self.sock = bind_socket(host, int(getattr(args, "port", 8080)))
-        self.port = self.sock.getsockname()[1]
-        self.options = ServerOptions(host=host, port=self.port, api_key=getattr(args, "api_key", None) or None,
-                                     cors=bool(getattr(args, "cors", False)), chat_token=secrets.token_urlsafe(24))
-        self.app = create_app(self.state, self.options)
-        try:
+        try:   # from here on a failure (or Ctrl+C) must not leave the port bound until exit
+            self.port = self.sock.getsockname()[1]
+            self.options = ServerOptions(host=host, port=self.port, api_key=getattr(args, "api_key", None) or None,
+                                         cors=bool(getattr(args, "cors", False)), chat_token=secrets.token_urlsafe(24))
+            self.app = create_app(self.state, self.options)
             with warnings.catch_warnings():   # send_bytes is deprecated, but it is what flushes each chunk
                 warnings.simplefilter("ignore", DeprecationWarning)
                 self.server = waitress.create_server(
@@ -239,20 +241,24 @@ class Server:
 def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *, recipe: Any = None,
           display_name: str | None = None) -> int:
     server = Server(args, prepare_model, recipe=recipe, display_name=display_name)
-    previous = _install_signals(server)   # before announcing: a Ctrl+C right after must stop cleanly
-    # Windows: the console window's close button stops it the same way (the callback lives as long as the server)
-    server.console_close = signals.on_console_close(server.stop, server.closed.wait)
+    opened: list[Path | None] = []
+    previous: dict = {}
     try:
+        previous = _install_signals(server)   # before announcing: a Ctrl+C right after must stop cleanly
+        # Windows: the console window's close button stops it the same way (the callback lives as long as the server)
+        server.console_close = signals.on_console_close(server.stop, server.closed.wait)
         server.announce()
         server.start_preparing()
         if not getattr(args, "no_browser", False):
-            threading.Thread(target=_open_browser, args=(server.page_url,), daemon=True).start()
+            threading.Thread(target=lambda: opened.append(open_browser(server.page_url)), daemon=True).start()
         server.run()
     except KeyboardInterrupt:
         pass
     finally:
         server.close()
         signals.restore(previous)
+        for path in filter(None, opened):
+            _remove(path)
     print("llmpack: stopped", flush=True)
     rc = 1 if server.state.phase == "error" else 0
     if server.still_preparing():   # inside llama.cpp past PREPARE_WAIT_S: skip the shutdown that would abort
@@ -262,10 +268,55 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *
     return rc
 
 
-def _open_browser(url: str) -> None:
+def runtime_dir() -> Path:
+    """This user's private folder for files that live as long as a launch (0700 where POSIX
+    modes exist): the per-user runtime folder (/run/user/UID/llmpack, %LOCALAPPDATA%\\Temp\\llmpack), else
+    a `runtime` folder in the data folder, as Jupyter keeps its own."""
+    import platformdirs
+
+    from llmpack.runtime.server.chats import data_dir
+
+    for folder in (Path(platformdirs.user_runtime_dir("llmpack", appauthor=False)), data_dir() / "runtime"):
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if os.name != "nt":
+                os.chmod(folder, 0o700)
+            return folder
+        except OSError:
+            continue
+    raise OSError("no private folder for the browser's launch file")
+
+
+def open_browser(url: str) -> Path | None:
+    """Open `url` (which carries the chat secret) in the user's browser without putting it on a
+    command line, where other users can read it (/proc/*/cmdline, Task Manager): a 0600 HTML file
+    in the runtime folder redirects to it, and the browser is given that file's path, as Jupyter
+    does. Goes through Python's webbrowser (os.startfile on Windows). Returns the file, for the
+    server to delete when it stops; None when it could not be written (the printed link remains)."""
+    port = urllib.parse.urlsplit(url).port
     try:
-        webbrowser.open(url)
+        path = (runtime_dir() / f"open-{port}.html").absolute()   # as_uri() needs an absolute path
+        target = html.escape(url, quote=True)
+        page = (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
+                f'<meta http-equiv="refresh" content="0;url={target}"><title>Opening the chat</title></head>\n'
+                f'<body><p>Opening <a href="{target}">the chat page</a>...</p></body></html>\n')
+        path.unlink(missing_ok=True)   # a fresh file, so O_CREAT applies the mode below
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+    except OSError:
+        return None
+    try:
+        webbrowser.open(path.as_uri())
     except Exception:  # noqa: BLE001 - no browser is fine: the URL is printed
+        pass
+    return path
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
         pass
 
 

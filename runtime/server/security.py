@@ -1,5 +1,14 @@
 """Request guards: Host-header check (DNS rebinding), API key, CORS, a few response headers.
 
+The API key (--api-key) guards every route except the few marked `@public(why)`: the page and its
+static files, /health, and /api/* (which has its own, stronger per-launch secret). A route added
+later is therefore guarded until someone decides, in writing, that it should not be (llama-server
+does the same: a short list of public endpoints, the key everywhere else). Unknown paths need the
+key too, so the 404s of a keyed server say nothing about which routes exist.
+
+Every response carries one Content-Security-Policy (PAGE_CSP), so no second route to an HTML
+file, and no SVG opened on its own, can run without it.
+
 DNS rebinding (cf. Ollama CVE-2024-28224): a web page on evil.example can make its own name
 resolve to 127.0.0.1 and then talk to this server from the victim's browser *same-origin*. The
 browser still sends `Host: evil.example:PORT`, so only requests naming this server are served.
@@ -12,16 +21,35 @@ import hmac
 import ipaddress
 import os
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from flask import Flask, Response, request
 
 if TYPE_CHECKING:  # pragma: no cover
     from llmpack.runtime.server.app import ServerOptions
 
+F = TypeVar("F", bound=Callable)
+
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]"}
 WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
-KEY_PREFIXES = ("/v1/", "/metrics")
+PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+            "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+_PUBLIC = "_llmpack_public"
+
+
+def public(why: str) -> Callable[[F], F]:
+    """Mark a view as served without the API key; `why` is the justification, kept on the view
+    (tests/test_route_guards.py lists every public route and fails on one it does not know)."""
+    def mark(view: F) -> F:
+        setattr(view, _PUBLIC, why)
+        return view
+    return mark
+
+
+def public_reason(app: Flask, endpoint: str | None) -> str | None:
+    """Why `endpoint` needs no API key, or None when it needs one (unknown endpoints do)."""
+    view = app.view_functions.get(endpoint) if endpoint else None
+    return getattr(view, _PUBLIC, None)
 
 
 def is_loopback(host: str) -> bool:
@@ -103,10 +131,11 @@ def install(app: Flask, options: ServerOptions, error) -> None:
                          "permission_error", "host_not_allowed")
         if options.cors and request.method == "OPTIONS":
             return Response(status=204)
-        if options.api_key and request.path.startswith(KEY_PREFIXES):
+        if options.api_key and public_reason(app, request.endpoint) is None:
             auth = request.headers.get("Authorization")
             if not key_ok(auth, options.api_key):
-                msg = ("Incorrect API key provided." if auth else
+                msg = ("Incorrect API key provided: send the key this server was started with (--api-key) as "
+                       "'Authorization: Bearer KEY'." if auth else
                        "Missing API key: send it as 'Authorization: Bearer KEY'.")
                 return error(401, msg, "invalid_request_error", "invalid_api_key")
         return None
@@ -117,6 +146,7 @@ def install(app: Flask, options: ServerOptions, error) -> None:
         h.setdefault("X-Content-Type-Options", "nosniff")
         h.setdefault("Referrer-Policy", "no-referrer")
         h.setdefault("X-Frame-Options", "DENY")
+        h["Content-Security-Policy"] = PAGE_CSP
         if options.cors:
             h["Access-Control-Allow-Origin"] = "*"
             h["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
