@@ -111,7 +111,8 @@ def main() -> int:
         print(f"  Windows / Linux     {med(w / lx for w, lx in zip(rates_w, rates_l)):.2f} x   (reported, not a target)")
         return 0
     finally:
-        subprocess.run(["wineserver", "-k"], capture_output=True, env={"WINEPREFIX": str(tmp / "prefix-0")})
+        for prefix in tmp.glob("prefix-*"):
+            Wine(prefix).shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

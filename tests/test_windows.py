@@ -23,6 +23,7 @@ import time
 import urllib.parse
 import zipfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import requests
@@ -59,9 +60,19 @@ def windows_stub() -> Path:
 
 
 @pytest.fixture(scope="module")
-def pc(tmp_path_factory) -> Wine:
+def pc(tmp_path_factory) -> Iterator[Wine]:
     """A fresh Windows 10 user profile: nothing unpacked, no saved chats."""
-    return Wine(tmp_path_factory.mktemp("windows-pc") / "prefix").ensure()
+    box = Wine(tmp_path_factory.mktemp("windows-pc") / "prefix").ensure()
+    yield box
+    box.shutdown()
+
+
+@pytest.fixture
+def new_pc(tmp_path) -> Iterator[Wine]:
+    """Another PC, for one test only."""
+    box = Wine(tmp_path / "prefix").ensure()
+    yield box
+    box.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +98,7 @@ def linux_reply(demo_model, tmp_path_factory) -> str:
         app.wait_healthy()
         return stream_chat(app.url)
     finally:
-        app.kill()
+        app.stop()   # SIGINT: the bootloader passes it on (SIGKILL would leave the Python child running)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -185,6 +196,9 @@ def test_chat_exe_starts_unpacks_once_to_localappdata_and_chats_like_linux(chat_
     try:
         health = app.wait_healthy()
         assert health["backend"]["cpu_variant"], health      # ggml's pick for this CPU, by name
+        # no display, so no Vulkan driver: the CPU, and one line that says why
+        assert health["backend"]["gpu_layers"] == 0 and "Vulkan" in health["backend"]["note"], health
+        assert sum("GPU not used" in ln for ln in app.out) == 1, app.stdout
         assert UNPACKING in app.stdout + app.stderr
         assert [p.name for p in model_files(pc) if not p.name.endswith(".lock")] == [f"{sha}.gguf", f"{sha}.gguf.ok"]
         assert stream_chat(app.url) == linux_reply
@@ -211,8 +225,8 @@ def test_chat_exe_starts_unpacks_once_to_localappdata_and_chats_like_linux(chat_
         assert ctrl_c(again) == 0, again.stderr
 
 
-def test_ctrl_c_while_unpacking_leaves_no_partial_file(chat_exe, tmp_path):
-    pc = Wine(tmp_path / "prefix").ensure()
+def test_ctrl_c_while_unpacking_leaves_no_partial_file(chat_exe, new_pc):
+    pc = new_pc
     app = start(pc, chat_exe)
     try:
         app.wait_phase("extracting", timeout=180)
@@ -223,9 +237,9 @@ def test_ctrl_c_while_unpacking_leaves_no_partial_file(chat_exe, tmp_path):
     assert [p.name for p in model_files(pc) if ".tmp-" in p.name or p.suffix == ".gguf"] == []
 
 
-def test_a_tampered_copy_is_refused_with_one_line(chat_exe, tmp_path):
-    """A PC that receives a damaged copy (its own Wine prefix: nothing unpacked there before)."""
-    pc = Wine(tmp_path / "prefix").ensure()
+def test_a_tampered_copy_is_refused_with_one_line(chat_exe, new_pc, tmp_path):
+    """A PC that receives a damaged copy (nothing unpacked there before)."""
+    pc = new_pc
     bad = tmp_path / "chat.exe"
     shutil.copyfile(chat_exe, bad)
     m = packfile.read_manifest(bad).model
@@ -284,6 +298,32 @@ def test_double_click_opens_the_browser_through_windows(chat_exe, pc, tmp_path):
     finally:
         assert ctrl_c(app) == 0, app.stderr
     assert not page.exists(), "the redirect file outlives the program"
+
+
+def test_vulkan_under_wine_offloads_to_lavapipe(chat_exe, pc, tmp_path):
+    """Wine's winevulkan hands Vulkan to the host's driver through its display driver: on a
+    virtual X screen, Mesa's lavapipe (a software Vulkan GPU, made visible to ggml with
+    GGML_VK_VISIBLE_DEVICES) is the Windows program's Vulkan0, and the model's layers go there."""
+    if shutil.which("Xvfb") is None or not Path("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json").is_file():
+        skip_or_fail("the Vulkan-under-Wine test needs xvfb and mesa-vulkan-drivers (.ci/run installs them)")
+    screen = subprocess.Popen(["Xvfb", "-displayfd", "1", "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        display = ":" + screen.stdout.readline().strip()
+        env = {**pc.env(), "DISPLAY": display, "GGML_VK_VISIBLE_DEVICES": "0"}
+        app = App(["wine", str(chat_exe), "--no-browser", "--port", str(free_port()), "--gpu-layers", "all"],
+                  env, chat_exe.parent)
+        try:
+            app.wait_listening(timeout=180)
+            backend = app.wait_healthy()["backend"]
+            assert backend["gpu_device"] == "Vulkan0" and backend["gpu_layers"] == backend["n_layers"] > 0, backend
+            assert "llvmpipe" in backend["devices"][0]["name"].lower(), backend
+            assert stream_chat(app.url).strip()
+        finally:
+            assert ctrl_c(app) == 0, app.stderr
+    finally:
+        screen.terminate()
+        screen.wait(10)
 
 
 # --------------------------------------------------------------------------- signing and size

@@ -101,6 +101,10 @@ class Wine:
         (self.prefix / ".llmpack-win10").write_text("")
         return self
 
+    def shutdown(self) -> None:
+        """End every Windows process of this prefix, and its wineserver."""
+        subprocess.run(["wineserver", "-k"], env=self.env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+
     def local_appdata(self) -> Path:
         """%LOCALAPPDATA% of the prefix's user, as a Linux path."""
         users = self.prefix / "drive_c" / "users"
