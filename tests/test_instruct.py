@@ -1,6 +1,7 @@
 """The instruct demo model (Qwen2.5-Coder 0.5B Instruct, the default `llmpack demo`) through the
 official OpenAI SDK, as a new user's app would use it: a chat reply with no template tokens
-leaking, a tool round trip in Qwen's own (Hermes) format, and a JSON-schema reply that validates.
+leaking, a tool round trip in Qwen's own (Hermes) format, a JSON-schema reply that validates,
+and forced tool calls that say what `auto` says.
 
 Greedy decoding (temperature 0) keeps the answers stable; each assertion checks what even a
 0.5B model gets right (a capital, a number from the prompt), never its wording."""
@@ -71,3 +72,18 @@ def test_a_json_schema_reply_validates(instruct_server: LiveServer):
     data = json.loads(reply.choices[0].message.content)
     jsonschema.validate(data, schema)
     assert (data["city"], data["country"], data["population_millions"]) == ("Berlin", "Germany", 3.7), data
+
+
+def test_forced_tool_calls_say_what_auto_says(instruct_server: LiveServer):
+    """`required` and a named choice (instructor's TOOLS mode, LangChain's structured output)
+    are forced by a grammar in the model's own call syntax, so the model writes the same
+    arguments it writes unforced."""
+    client = instruct_server.openai()
+    found = {}
+    for choice in ("auto", "required", {"type": "function", "function": {"name": "Person"}}):
+        reply = client.chat.completions.create(model="qwen", temperature=0, max_tokens=60, tools=[PERSON],
+                                               tool_choice=choice, messages=EXTRACT)
+        (call,) = reply.choices[0].message.tool_calls
+        assert call.function.name == "Person" and reply.choices[0].finish_reason == "tool_calls"
+        found[json.dumps(choice)] = json.loads(call.function.arguments)
+    assert list(found.values()) == [{"name": "John Smith", "age": 31}] * 3, found
