@@ -1,7 +1,7 @@
 """The instruct demo model (Qwen2.5-Coder 0.5B Instruct, the default `llmpack demo`) through the
 official OpenAI SDK, as a new user's app would use it: a chat reply with no template tokens
 leaking, a tool round trip in Qwen's own (Hermes) format, a JSON-schema reply that validates,
-and forced tool calls that say what `auto` says.
+forced tool calls that say what `auto` says, and a PDF sent as a `file` part.
 
 Greedy decoding (temperature 0) keeps the answers stable; each assertion checks what even a
 0.5B model gets right (a capital, a number from the prompt), never its wording."""
@@ -12,6 +12,7 @@ import json
 import jsonschema
 import pytest
 
+from doc_files import make_pdf
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import LiveServer
 
@@ -87,3 +88,16 @@ def test_forced_tool_calls_say_what_auto_says(instruct_server: LiveServer):
         assert call.function.name == "Person" and reply.choices[0].finish_reason == "tool_calls"
         found[json.dumps(choice)] = json.loads(call.function.arguments)
     assert list(found.values()) == [{"name": "John Smith", "age": 31}] * 3, found
+
+
+def test_a_pdf_sent_as_a_file_part_is_read(instruct_server: LiveServer):
+    import base64
+
+    pdf = make_pdf(["Project codename: BLUEHERON.\nStatus: on schedule.", "Budget: 12,000 euros."])
+    reply = instruct_server.openai().chat.completions.create(
+        model="qwen", temperature=0, max_tokens=30,
+        messages=[{"role": "user", "content": [
+            {"type": "file", "file": {"filename": "status.pdf",
+                                      "file_data": "data:application/pdf;base64," + base64.b64encode(pdf).decode()}},
+            {"type": "text", "text": "What is the project codename in the file? Reply with the codename only."}]}])
+    assert "BLUEHERON" in reply.choices[0].message.content.upper()

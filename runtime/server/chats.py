@@ -7,10 +7,13 @@ any port, sees the same list. One file serves every llmpack app of this user; WA
 two running apps write it at once.
 
 A chat is {"id", "title", "created", "updated", "mode", "messages": [{"role", "content",
-"stats"?}]}; times are milliseconds since the epoch (what the page's Date.now() gives).
+"stats"?, "attachments"?}]}; times are milliseconds since the epoch (what the page's Date.now()
+gives). A user message's attachments are [{"name", "kind", "size", "tokens", "text"}]: the text
+that was sent, so the chat can be continued and exported as it was.
 """
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -82,6 +85,8 @@ def clean_chat(data: Any, *, chat_id: str | None = None) -> dict:
         item: dict[str, Any] = {"role": m["role"], "content": m["content"]}
         if isinstance(m.get("stats"), dict):
             item["stats"] = m["stats"]
+        if m.get("attachments"):
+            item["attachments"] = _clean_attachments(m["attachments"], i)
         clean.append(item)
     now = int(time.time() * 1000)
     title = data.get("title") if isinstance(data.get("title"), str) else ""
@@ -90,6 +95,20 @@ def clean_chat(data: Any, *, chat_id: str | None = None) -> dict:
     mode = data.get("mode") if data.get("mode") in MODES else "chat"
     return {"id": chat_id or data.get("id"), "title": (title.strip() or "Chat")[:MAX_TITLE], "mode": mode,
             "created": int(created), "updated": int(updated), "messages": clean}
+
+
+def _clean_attachments(files: Any, i: int) -> list[dict]:
+    if not isinstance(files, list) or len(files) > 32:
+        raise ChatError(f"messages[{i}].attachments must be a list of at most 32 files")
+    out = []
+    for f in files:
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("text"), str):
+            raise ChatError(f"messages[{i}].attachments entries need 'name' and 'text' strings")
+        item = {"name": f["name"][:MAX_TITLE], "text": f["text"]}
+        item.update({k: f[k] for k in ("kind", "note") if isinstance(f.get(k), str)})
+        item.update({k: int(f[k]) for k in ("size", "tokens") if isinstance(f.get(k), (int, float))})
+        out.append(item)
+    return out
 
 
 class ChatStore:
@@ -202,8 +221,13 @@ def to_markdown(chat: dict, model_name: str) -> str:
         return "\n".join(out)
     names = {"user": "You", "assistant": model_name, "system": "System"}
     for m in chat["messages"]:
-        out += [f"## {names[m['role']]}", "", m["content"].rstrip(), ""]
+        out += [f"## {names[m['role']]}", ""]
+        for f in m.get("attachments", []):   # the name, with the text folded away
+            out += [f"<details><summary>Attached: {html.escape(f['name'])}</summary>", "", "````text",
+                    f["text"].replace("````", "` ` ` `"), "````", "", "</details>", ""]
+        out += [m["content"].rstrip(), ""]
     return "\n".join(out)
+
 
 
 def export_name(chat: dict, ext: str) -> str:

@@ -120,6 +120,9 @@ def get_model(model_id: str):
 
 @bp.post("/v1/chat/completions")
 def chat_completions():
+    from llmpack.runtime.server.attachments import ATTACH_BODY
+
+    request.max_content_length = max(ATTACH_BODY, _ctx().options.max_body)   # files may ride in it
     return _generate("chat", P.parse_chat)
 
 
@@ -133,6 +136,10 @@ def _generate(kind: str, parse: Callable[[Any, ServedModel], P.Prepared]):
     model = ready_model(ctx.state)
     body = json_body()
     check_model_name(body, model)
+    if kind == "chat" and isinstance(body, dict):
+        from llmpack.runtime.server.attachments import expand_file_parts
+
+        body["messages"] = expand_file_parts(body.get("messages"), model)
     prep = parse(body, model)
     if prep.plan is not None and prep.plan.kind:
         ctx.metrics.constrained.labels(model.model_id, prep.plan.kind).inc()
