@@ -5,8 +5,9 @@ the GGUF > recipe matched from its metadata), record that recipe and the serving
 the manifest, and splice the model into the cached runtime stub (builder/splice.py). With the
 stub cached this costs about one copy of the model.
 
-demo: build ./gemma-chat from the demo model (if missing or older than the stub or model) and
-run it in the foreground, passing the serve flags through and Ctrl+C on to it.
+demo: build ./qwen-chat (or ./gemma-chat with `llmpack demo gemma`) from a built-in demo model
+(llmpack.demo_models; if missing or older than the stub or model) and run it in the foreground,
+passing the serve flags through and Ctrl+C on to it.
 """
 from __future__ import annotations
 
@@ -23,9 +24,6 @@ from typing import Any
 
 from llmpack import __version__, signals
 from llmpack.errors import LlmpackError
-
-DEMO_NAME = "gemma-chat"
-
 
 class BuildError(LlmpackError):
     """`llmpack build` cannot make the requested executable."""
@@ -301,13 +299,14 @@ def _needs_build(out: Path, stub: Path, model: Path) -> bool:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from llmpack.builder.stub import get_stub
-    from llmpack.paths import demo_model_path
+    from llmpack.demo_models import demo_model, demo_model_path
 
-    model = demo_model_path()
-    out = Path(args.output).expanduser() if args.output else Path(DEMO_NAME + (".exe" if os.name == "nt" else ""))
+    demo = demo_model(args.which)
+    model = demo_model_path(demo.key)
+    out = Path(args.output).expanduser() if args.output else Path(demo.program + (".exe" if os.name == "nt" else ""))
     stub = get_stub()
     if _needs_build(out, stub, model):
-        print(f"llmpack: building {out} from the demo model ({model.name})", file=sys.stderr, flush=True)
+        print(f"llmpack: building {out} from the demo model {demo.summary}", file=sys.stderr, flush=True)
         report(build_executable(model, out))
     else:
         print(f"llmpack: {out} is up to date", file=sys.stderr, flush=True)

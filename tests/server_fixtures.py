@@ -19,7 +19,7 @@ from ggufs import CHATML_TEMPLATE, EOS_ID, tiny_vocab, write_tiny_model
 from llmpack.cli import build_parser
 from llmpack.runtime.server.launch import Server
 
-__all__ = ["LiveServer", "live_server", "chat_server", "wait_until", "wait_idle", "write_scripted_model",
+__all__ = ["LiveServer", "live_server", "chat_server", "instruct_server", "wait_until", "wait_idle", "write_scripted_model",
            "SCRIPTED_REPLY", "scripted_model", "sse_events", "stream_post"]
 
 
@@ -84,6 +84,18 @@ def live_server(model: Path, *flags: str, **kw: Any) -> Iterator[LiveServer]:
 def chat_server(tiny_chat_model: Path) -> Iterator[LiveServer]:
     """The tiny ChatML model served with default flags."""
     with live_server(tiny_chat_model) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def instruct_server() -> Iterator[LiveServer]:
+    """The instruct demo model (Qwen2.5-Coder 0.5B Instruct), served once per test session for
+    every test that needs a model that really answers: loading it takes seconds, not minutes.
+    Its packages are test dependencies: when they are missing the tests fail (PathsError says
+    how to install them), never skip."""
+    from llmpack.demo_models import demo_model_path
+
+    with live_server(demo_model_path("qwen"), "--ctx", "8192", "--parallel", "4") as srv:
         yield srv
 
 

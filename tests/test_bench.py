@@ -55,9 +55,10 @@ def test_bench_table_and_errors(tiny_chat_model: Path, capsys):
         header = out.splitlines()[1].split()
         assert header[:6] == ["workload", "conc", "reqs", "err", "prompt", "tok/s"]
         assert sum(1 for line in out.splitlines() if line.startswith("random ")) == 2
-        rc = main(["bench", srv.url, "--workload", "random", "--model", "no-such-model", *SMALL])
+        # prompts longer than the context: every request is refused, and the table says so
+        rc = main(["bench", srv.url, "--workload", "random", *SMALL, "--input-len", str(2 * srv.engine.n_ctx)])
         out = capsys.readouterr().out
-        assert rc == 1 and "does not exist" in out and " 3    3 " in out   # 3 requests, 3 errors
+        assert rc == 1 and "maximum context length" in out and " 3    3 " in out   # 3 requests, 3 errors
 
 
 def test_bench_says_clearly_when_nothing_listens(capsys):

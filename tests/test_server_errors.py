@@ -86,9 +86,15 @@ def test_wrong_method_is_405(srv: LiveServer):
 
 
 def test_body_too_large_is_413(srv: LiveServer):
-    body = json.dumps({"messages": [{"role": "user", "content": "x" * (9 * 1024 * 1024)}]}).encode()
-    status, _, data = raw(srv.port, "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    from llmpack.runtime.server.attachments import ATTACH_BODY
+
+    body = json.dumps({"prompt": "x" * (9 * 1024 * 1024)}).encode()
+    status, _, data = raw(srv.port, "POST", "/v1/completions", body, {"Content-Type": "application/json"})
     assert status == 413 and error_of(data)["code"] == "request_too_large"
+    # chat requests may carry files (up to 32 MB, base64): their limit is higher, said in MiB
+    body = json.dumps({"messages": [{"role": "user", "content": "x" * (ATTACH_BODY + 2**20)}]}).encode()
+    status, _, data = raw(srv.port, "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    assert status == 413 and error_of(data)["message"] == f"The request body is larger than {ATTACH_BODY >> 20} MiB."
 
 
 def test_not_json_is_415(srv: LiveServer):

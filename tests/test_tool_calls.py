@@ -66,6 +66,17 @@ def test_instructions_name_every_tool():
     assert '"name": "add"' in text and "get_weather" in text and "<tool_call>" in text
 
 
+def test_forced_grammar_asks_for_the_models_own_marker_tokens():
+    """A marker that is one token in the model's vocabulary is asked for as that token (what
+    the model writes unforced), and a newline after the last call may end the text."""
+    tools = [Tool("f", "", {"type": "object"})]
+    hermes = forced_grammar(tools, "hermes", True, {"<tool_call>": 7, "</tool_call>": 8})
+    assert hermes.splitlines()[0] == ('root ::= <[7]> "\\n" call "\\n" <[8]> ( "\\n" <[7]> "\\n" call "\\n" <[8]> )* '
+                                      '"\\n"?')
+    assert forced_grammar(tools, "mistral", False, {"[TOOL_CALLS]": 9}).startswith('root ::= <[9]> " "? "[" call "]"')
+    assert forced_grammar(tools, "hermes", False).startswith('root ::= "<tool_call>" "\\n" call "\\n" "</tool_call>" "\\n"?')
+
+
 @pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral"])
 def test_forced_grammar_parses_in_llama(fmt, tiny_model):
     from llmpack.runtime.engine import EngineConfig, LLMEngine

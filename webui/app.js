@@ -6,9 +6,11 @@
 //                              500 {status:"error", message}
 //   /api/chats                 saved chats (chats.js)
 //   POST /v1/chat/completions, /v1/completions   the replies (stream.js)
+//   POST /v1/extract           an attached file's text and token counts (attach.js)
 //
 // Safety: model output goes through markdown.js (DOM nodes from an allowlist); every other piece
 // of untrusted text goes through textContent. Nothing assigns innerHTML.
+import { confirmFit, hasFiles, isReading, readyFiles, takeFiles, wireAttachments } from "./attach.js";
 import { closeSidebar, ensureChat, exportChat, importChatFile, loadChatList, newChat, onChatListClick,
   renderChatList, saveChat, syncSidebarToggle } from "./chats.js";
 import { markdownReady } from "./markdown.js";
@@ -152,22 +154,28 @@ function canContinue() {
 
 function updateComposer() {
   const busy = !!state.gen;
+  const empty = ui.prompt.value.trim() === "" && !readyFiles().length;
   ui.send.hidden = busy;
   ui.stop.hidden = !busy;
-  ui.send.disabled = busy || !state.ready || (ui.prompt.value.trim() === "" && !canContinue());
+  ui.send.disabled = busy || !state.ready || isReading() || (empty && !canContinue());
   ui.send.title = ui.prompt.value.trim() === "" && canContinue() ? "Continue the text (Enter)" : "Send (Enter)";
   ui.app.classList.toggle("generating", busy);
 }
 
-function send() {
+async function send() {
   const text = ui.prompt.value;
-  if ((!text.trim() && !canContinue()) || state.gen || !state.ready) return;
+  const chatMode = !(state.current && state.current.mode === "complete") && !ui.app.classList.contains("completion-mode");
+  const withFiles = chatMode && hasFiles();
+  if ((!text.trim() && !withFiles && !canContinue()) || state.gen || !state.ready || isReading()) return;
+  if (withFiles && !(await confirmFit())) return;
   clearNotices();
   const chat = ensureChat();
-  if (chat.messages.length === 0) chat.title = titleFrom(text);
+  const files = withFiles ? takeFiles() : [];
+  if (chat.messages.length === 0) chat.title = titleFrom(text.trim() ? text : files.map((f) => f.name).join(", "));
   let userMsg = null;
-  if (text.trim()) {
+  if (text.trim() || files.length) {
     userMsg = { role: "user", content: text };
+    if (files.length) userMsg.attachments = files;
     chat.messages.push(userMsg);
     showUserMessage(chat, userMsg);
   }
@@ -228,6 +236,7 @@ function init() {
   if (sb && sb.collapsed) ui.app.classList.add("sidebar-collapsed");
   setComposerHook(updateComposer);
   wireSettings();
+  wireAttachments(updateComposer);
 
   ui.composerForm.addEventListener("submit", (ev) => {
     ev.preventDefault();

@@ -36,8 +36,12 @@ export function saveChat(chat) {
   if (state.locked || !chat.messages || chat.messages.length === 0) return Promise.resolve();
   const body = {
     title: chat.title, mode: chat.mode, created: chat.created, updated: chat.updated,
-    messages: chat.messages.map((m) => (m.stats ? { role: m.role, content: m.content, stats: m.stats }
-      : { role: m.role, content: m.content })),
+    messages: chat.messages.map((m) => {
+      const out = { role: m.role, content: m.content };
+      if (m.stats) out.stats = m.stats;
+      if (m.attachments && m.attachments.length) out.attachments = m.attachments;
+      return out;
+    }),
   };
   const previous = saving.get(chat.id) || Promise.resolve();
   const next = previous.then(() => api("PUT", "/api/chats/" + chat.id, body)).catch((err) => {

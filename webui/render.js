@@ -1,5 +1,6 @@
 // The conversation on screen: chat messages (model replies as Markdown), or, in text-completion
 // mode, one document where the model's continuations follow the user's text.
+import { sentChips } from "./attach.js";
 import { renderMarkdown } from "./markdown.js";
 import { state, ui } from "./state.js";
 import { copyWithFeedback, el, fmtInt } from "./util.js";
@@ -160,6 +161,9 @@ export function fillMessage(node, m) {
     content.replaceChildren(m.content ? renderMarkdown(m.content) : waiting ? typingDots() : "");
   } else {
     content.textContent = m.content;
+    const files = node.querySelector(".message-files");
+    if (files) files.remove();
+    if (m.attachments && m.attachments.length) content.before(sentChips(m));
   }
   node.querySelector(".stats").textContent = statsText(m.stats);
 }

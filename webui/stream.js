@@ -2,6 +2,7 @@
 // Server-Sent Events and drawn as it arrives. Chat mode uses /v1/chat/completions; text
 // completion mode sends the whole document to /v1/completions and appends what comes back.
 import { ApiError, readBody } from "./api.js";
+import { requestContent, restoreFiles } from "./attach.js";
 import { renderChatList, saveChat, saveNowAndThen } from "./chats.js";
 import { addNotice, fillMessage, isNearBottom, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
   updateStatusbar } from "./render.js";
@@ -24,7 +25,7 @@ function buildRequest(chat) {
   for (const k of SAMPLING_KEYS) {
     if (typeof e[k] === "number" && isFinite(e[k])) body[k] = e[k];
   }
-  const done = chat.messages.filter((m) => m.content);
+  const done = chat.messages.filter((m) => m.content || (m.attachments && m.attachments.length));
   if (chat.mode === "complete") {
     body.prompt = done.map((m) => m.content).join("");
     if (body.max_tokens === undefined) body.max_tokens = COMPLETION_MAX_TOKENS;
@@ -32,7 +33,7 @@ function buildRequest(chat) {
   }
   body.messages = [];
   if (e.system_prompt && e.system_prompt.trim()) body.messages.push({ role: "system", content: e.system_prompt });
-  for (const m of done) body.messages.push({ role: m.role, content: m.content });
+  for (const m of done) body.messages.push({ role: m.role, content: requestContent(m) });
   return ["/v1/chat/completions", body];
 }
 
@@ -199,6 +200,7 @@ function finishGeneration(gen, opts) {
         ui.prompt.value = opts.userMsg.content;
         ui.prompt.dispatchEvent(new Event("input"));
       }
+      if (state.current === chat) restoreFiles(opts.userMsg.attachments);   // and its files, as they were
     }
     saveChat(chat);
     renderChatList();

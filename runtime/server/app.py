@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from flask import Flask, Response, abort, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
-from llmpack.runtime.server import chat_routes, embeddings_routes, openai_routes, security
+from llmpack.runtime.server import attachments, chat_routes, embeddings_routes, openai_routes, security
 from llmpack.runtime.server.chats import ChatStore
 from llmpack.runtime.server.metrics import Metrics
 from llmpack.runtime.server.protocol import ApiError
@@ -52,6 +52,14 @@ def error_response(status: int, message: str, type: str | None = None, code: str
     return resp
 
 
+def _body_limit(options: ServerOptions) -> int:
+    """The limit of this request (routes that carry files raise it), else the app's."""
+    try:
+        return request.max_content_length or options.max_body
+    except RuntimeError:   # outside a request
+        return options.max_body
+
+
 def create_app(state: ServerState, options: ServerOptions | None = None) -> Flask:
     options = options or ServerOptions()
     web = options.webui_dir or webui_dir()
@@ -66,6 +74,7 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
     app.register_blueprint(openai_routes.bp)
     app.register_blueprint(embeddings_routes.bp)
     app.register_blueprint(chat_routes.bp)
+    app.register_blueprint(attachments.bp)
 
     @app.get("/")
     @security.public("the chat page: it holds no data; what it shows comes from guarded routes")
@@ -111,7 +120,7 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
     def _http_error(exc: HTTPException):
         status = exc.code or 500
         message = {404: "Not found.", 405: "Method not allowed for this route.",
-                   413: f"The request body is larger than {options.max_body // (1024 * 1024)} MiB."}.get(
+                   413: f"The request body is larger than {_body_limit(options) // (1024 * 1024)} MiB."}.get(
             status, exc.description or exc.name)
         resp = error_response(status, message, code=_CODES.get(status))
         if status == 405:

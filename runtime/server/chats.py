@@ -7,10 +7,13 @@ any port, sees the same list. One file serves every llmpack app of this user; WA
 two running apps write it at once.
 
 A chat is {"id", "title", "created", "updated", "mode", "messages": [{"role", "content",
-"stats"?}]}; times are milliseconds since the epoch (what the page's Date.now() gives).
+"stats"?, "attachments"?}]}; times are milliseconds since the epoch (what the page's Date.now()
+gives). A user message's attachments are [{"name", "kind", "size", "tokens", "text"}]: the text
+that was sent, so the chat can be continued and exported as it was.
 """
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -95,6 +98,8 @@ def clean_chat(data: Any, *, chat_id: str | None = None) -> dict:
         item: dict[str, Any] = {"role": m["role"], "content": _text(m["content"])}
         if m.get("stats") is not None:
             item["stats"] = _stats(m["stats"], f"messages[{i}].stats")
+        if m.get("attachments"):
+            item["attachments"] = _clean_attachments(m["attachments"], i)
         clean.append(item)
     now = int(time.time() * 1000)
     title = _text(data["title"]) if isinstance(data.get("title"), str) else ""
@@ -141,6 +146,25 @@ def _stats(stats: Any, where: str) -> dict:
             raise ChatError(f"{where}.{key[:40]} must be a number of at most {MAX_STAT_NUMBER:.0e}, "
                             f"true/false, null or text of at most {MAX_STAT_TEXT} characters")
     return {_text(k): (_text(v) if isinstance(v, str) else v) for k, v in stats.items()}
+
+
+def _clean_attachments(files: Any, i: int) -> list[dict]:
+    if not isinstance(files, list) or len(files) > 32:
+        raise ChatError(f"messages[{i}].attachments must be a list of at most 32 files")
+    out = []
+    for f in files:
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("text"), str):
+            raise ChatError(f"messages[{i}].attachments entries need 'name' and 'text' strings")
+        item = {"name": _text(f["name"][:MAX_TITLE]), "text": _text(f["text"])}
+        item.update({k: _text(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note") if isinstance(f.get(k), str)})
+        for k in ("size", "tokens"):
+            if f.get(k) is None:
+                continue
+            if not _number(f[k]) or not 0 <= f[k] <= MAX_STAT_NUMBER:
+                raise ChatError(f"messages[{i}].attachments[].{k} must be a number from 0 to {MAX_STAT_NUMBER:.0e}")
+            item[k] = int(f[k])
+        out.append(item)
+    return out
 
 
 class ChatStore:
@@ -260,8 +284,13 @@ def to_markdown(chat: dict, model_name: str) -> str:
         return "\n".join(out)
     names = {"user": "You", "assistant": model_name, "system": "System"}
     for m in chat["messages"]:
-        out += [f"## {names[m['role']]}", "", m["content"].rstrip(), ""]
+        out += [f"## {names[m['role']]}", ""]
+        for f in m.get("attachments", []):   # the name, with the text folded away
+            out += [f"<details><summary>Attached: {html.escape(f['name'])}</summary>", "", "````text",
+                    f["text"].replace("````", "` ` ` `"), "````", "", "</details>", ""]
+        out += [m["content"].rstrip(), ""]
     return "\n".join(out)
+
 
 
 def export_name(chat: dict, ext: str) -> str:

@@ -22,6 +22,7 @@ from llmpack.errors import LlmpackError
 from llmpack.progress import PhaseBars
 from llmpack.runtime.placement import startup_line
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
+from llmpack.runtime.server.attachments import ATTACH_BODY
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
 from llmpack.runtime.server.state import MESSAGES, ServerState
 from llmpack.runtime.serving import Progress, build_model
@@ -43,7 +44,7 @@ def waitress_settings(max_num_seqs: int) -> dict[str, Any]:
     threads = max(128, max_num_seqs + 64)
     return dict(threads=threads, connection_limit=threads + 512, channel_timeout=300, send_bytes=1,
                 channel_request_lookahead=1, asyncore_use_poll=True, ident="llmpack",
-                max_request_body_size=4 * MAX_BODY, expose_tracebacks=False,
+                max_request_body_size=ATTACH_BODY + 4 * MAX_BODY, expose_tracebacks=False,
                 clear_untrusted_proxy_headers=True, cleanup_interval=15)
 
 

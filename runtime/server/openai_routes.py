@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable, Iterator
@@ -57,6 +58,9 @@ def _no_constant(name: str) -> Any:
 
 
 def check_model_name(body: Any, model: ServedModel) -> None:
+    """Any `model` name is served by the one model here, as llama-server and llamafile do: many
+    apps hard-code "gpt-4o-mini" or make the user type a name. Responses echo the real id, and
+    the first requests under each other name are noted once on the console."""
     if not isinstance(body, dict):
         raise P.bad(None, "The request body must be a JSON object.")
     name = body.get("model")
@@ -65,8 +69,35 @@ def check_model_name(body: Any, model: ServedModel) -> None:
     if not isinstance(name, str):
         raise P.bad("model", "'model' must be a string")
     if name.lower() not in model.aliases:
-        raise ApiError(404, f"The model '{name[:200]}' does not exist; this server serves '{model.model_id}'.",
-                       param="model", code="model_not_found")
+        names = _ctx().__dict__.setdefault("other_names", _NameLog())
+        names.note(name, model.model_id)
+
+
+class _NameLog:
+    """Which other model names were already noted (a few dozen at most, so a client that sends
+    a new name each time cannot flood the console or memory)."""
+
+    def __init__(self, limit: int = 32) -> None:
+        self._seen: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._limit = limit
+
+    def note(self, name: str, served: str) -> None:
+        with self._lock:
+            key = (name[:200], served)
+            if key in self._seen or len(self._seen) >= self._limit:
+                return
+            self._seen.add(key)
+        print(f"llmpack: requests name the model {key[0]!r}; this server has one model and answers them with "
+              f"{served!r}", file=sys.stderr, flush=True)
+
+
+def check_model_id(model_id: str, model: ServedModel) -> None:
+    """GET /v1/models/ID is a look-up, so an id that is not this model's is a 404 there."""
+    if model_id.lower() not in model.aliases:
+        raise ApiError(404, f"The model '{model_id[:200]}' does not exist; this server serves '{model.model_id}' "
+                            "(and answers requests that name any model with it).", param="model",
+                       code="model_not_found")
 
 
 # ---------------------------------------------------------------- routes
@@ -83,12 +114,15 @@ def list_models():
 @bp.get("/v1/models/<path:model_id>")
 def get_model(model_id: str):
     model = ready_model(_ctx().state)
-    check_model_name({"model": model_id}, model)
+    check_model_id(model_id, model)
     return jsonify(_model_card(model))
 
 
 @bp.post("/v1/chat/completions")
 def chat_completions():
+    from llmpack.runtime.server.attachments import ATTACH_BODY
+
+    request.max_content_length = max(ATTACH_BODY, _ctx().options.max_body)   # files may ride in it
     return _generate("chat", P.parse_chat)
 
 
@@ -102,6 +136,10 @@ def _generate(kind: str, parse: Callable[[Any, ServedModel], P.Prepared]):
     model = ready_model(ctx.state)
     body = json_body()
     check_model_name(body, model)
+    if kind == "chat" and isinstance(body, dict):
+        from llmpack.runtime.server.attachments import expand_file_parts
+
+        body["messages"] = expand_file_parts(body.get("messages"), model)
     prep = parse(body, model)
     if prep.plan is not None and prep.plan.kind:
         ctx.metrics.constrained.labels(model.model_id, prep.plan.kind).inc()

@@ -129,10 +129,21 @@ def _tools(body: dict, model: ServedModel, plan: OutputPlan) -> None:
                                  "{\"type\": \"function\", \"function\": {\"name\": NAME}} naming one of the tools")
     if plan.forced and plan.grammar is None:
         try:
-            plan.grammar = T.forced_grammar(forced, plan.fmt, plan.parallel)
+            plan.grammar = T.forced_grammar(forced, plan.fmt, plan.parallel, _marker_tokens(model, plan.fmt))
         except GrammarError as exc:
             raise bad("tools", str(exc), "invalid_schema") from None
         plan.kind = "tools"
+
+
+def _marker_tokens(model: ServedModel, fmt: str) -> dict[str, int]:
+    """The format's call markers that are one token in this model's vocabulary."""
+    tokenize = getattr(model.engine, "tokenize", None)
+    out = {}
+    for text in T.MARKERS.get(fmt, ()) if tokenize else ():
+        ids = tokenize(text, add_special=False, parse_special=True)
+        if len(ids) == 1:
+            out[text] = int(ids[0])
+    return out
 
 
 def _list(value: Any, param: str) -> list:

@@ -1,0 +1,174 @@
+"""Attachments in the chat page, in headless Chromium: the paperclip and drag-and-drop, chips
+with name, size and tokens, the context meter, the "too long" dialog (cancel, or the first N
+pages), refusals as one line, and what a sent message keeps (saved chat, Markdown export).
+Layout checked at 1280 and 390 px, screenshots in artifacts/. Then the instruct model reads a
+generated PDF and repeats its first line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import requests
+
+from browser_fixtures import *  # noqa: F401,F403
+from browser_fixtures import ARTIFACTS, get_chats, last_reply, new_page
+from doc_files import PNG_1PX, make_pdf
+from server_fixtures import *  # noqa: F401,F403
+from server_fixtures import LiveServer, live_server, wait_until
+
+pytestmark = pytest.mark.browser
+
+CHIP = "[data-testid=attachment-chip]"
+
+
+def attach(page, name: str, data: bytes, mime: str) -> None:
+    page.set_input_files("[data-testid=attach-file]", files=[{"name": name, "mimeType": mime, "buffer": data}])
+
+
+def drop_in_page(page, js_file: str) -> None:
+    """Drop a File made in the page (e.g. 200 MB of zeros, never sent over the wire) onto the page."""
+    page.evaluate(f"""() => {{
+        const dt = new DataTransfer();
+        dt.items.add({js_file});
+        for (const type of ["dragenter", "dragover", "drop"])
+            document.querySelector("#messages").dispatchEvent(new DragEvent(type, {{bubbles: true, cancelable: true, dataTransfer: dt}}));
+    }}""")
+
+
+def toast_text(page) -> str:
+    page.wait_for_selector("#toast:not([hidden])")
+    return page.locator("#toast-text").inner_text()
+
+
+def pages_of(n: int, words: int) -> list[str]:
+    return [f"Page {i + 1}: " + " ".join(f"word{j}" for j in range(words)) for i in range(n)]
+
+
+@pytest.mark.parametrize("width, height", [(1280, 860), (390, 844)])
+def test_chips_meter_and_the_too_long_dialog(browser, scripted_model: Path, width: int, height: int):
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    page = new_page(ctx)
+    try:
+        with live_server(scripted_model, "--ctx", "1024") as srv:   # 512 tokens for files
+            page.goto(srv.server.page_url)
+            page.wait_for_selector("#app:not([hidden])")
+            shot = f"attach-{width}"
+
+            notes = make_pdf(["Short notes."])
+            attach(page, "notes.pdf", notes, "application/pdf")
+            chip = page.locator(CHIP)
+            chip.wait_for()
+            wait_until(lambda: "tokens" in chip.locator("[data-testid=attachment-meta]").inner_text(), 30)
+            meta = chip.locator("[data-testid=attachment-meta]").inner_text()
+            doc = requests.post(srv.url + "/v1/extract", data=notes, timeout=30, headers={"X-Filename": "notes.pdf"}).json()
+            assert chip.locator(".chip-name").inner_text() == "notes.pdf" and len(notes) < 1024
+            assert meta == f"{len(notes)} B · {doc['tokens']} tokens"
+            assert page.locator("[data-testid=attach-meter]").inner_text() == f"{doc['tokens']} of 512 tokens for files"
+
+            attach(page, "photo.png", PNG_1PX, "image/png")            # refused at once, nothing else lost
+            assert "photo.png is an image; this model reads text only" in toast_text(page)
+            drop_in_page(page, 'new File([new Uint8Array(200 * 1024 * 1024)], "movie.bin")')
+            wait_until(lambda: "movie.bin is 200.0 MB; files can be at most 32 MB" in toast_text(page))
+            assert page.locator(CHIP).count() == 1
+
+            long_pdf = make_pdf(pages_of(10, 40))                      # far more than 512 tokens
+            drop_in_page(page, f"new File([Uint8Array.from(atob({json.dumps(_b64(long_pdf))}), c => c.charCodeAt(0))], "
+                               '"long report.pdf", {type: "application/pdf"})')
+            wait_until(lambda: page.locator(CHIP).count() == 2 and "reading" not in page.locator(CHIP).nth(1).inner_text(), 30)
+            meter = page.locator("[data-testid=attach-meter]")
+            assert "too long: sending will ask what to keep" in meter.inner_text()
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.evaluate("document.querySelector('#toast').hidden = true")   # the refusals' toast, read above
+            page.screenshot(path=str(ARTIFACTS / f"{shot}-chips.png"))
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+            page.fill("[data-testid=prompt]", "Summarise these")
+            page.keyboard.press("Enter")
+            dialog = page.locator("[data-testid=fit-dialog]")
+            dialog.wait_for()
+            text = page.locator("[data-testid=fit-text]").inner_text()
+            assert text.startswith("2 files take ") and "this model can read 512 tokens of files at once" in text
+            cut = page.locator("[data-testid=fit-cut]").inner_text()
+            assert cut.startswith("Send the first ") and cut.endswith(" pages of long report.pdf"), cut
+            n = int(cut.split()[3])
+            assert 1 <= n < 10
+            page.screenshot(path=str(ARTIFACTS / f"{shot}-too-long.png"))
+            page.click("[data-testid=fit-cancel]")                     # nothing sent, nothing lost
+            dialog.wait_for(state="hidden")
+            assert page.locator(CHIP).count() == 2 and page.locator("[data-testid=message-user]").count() == 0
+            assert page.locator("[data-testid=prompt]").input_value() == "Summarise these"
+
+            page.keyboard.press("Enter")
+            page.click("[data-testid=fit-cut]")
+            last_reply(page).wait_for()
+            page.wait_for_selector("[data-testid=stop]", state="hidden")
+            sent = page.locator("[data-testid=sent-attachment]")
+            assert sent.count() == 2 and f"first {n} of 10 pages" in sent.nth(1).inner_text()
+            assert page.locator(CHIP).count() == 0
+            page.screenshot(path=str(ARTIFACTS / f"{shot}-sent.png"))
+
+            (summary,) = wait_until(lambda: [c for c in get_chats(srv) if c["n_messages"] == 2])
+            chat = _chat(srv, summary["id"])
+            files = chat["messages"][0]["attachments"]
+            assert [f["name"] for f in files] == ["notes.pdf", "long report.pdf"]
+            assert files[0]["text"] == "Short notes." and files[1]["note"] == f"first {n} of 10 pages"
+            assert files[1]["text"].startswith("Page 1: word0") and f"Page {n}:" in files[1]["text"]
+            assert f"Page {n + 1}:" not in files[1]["text"]
+            md = _export(srv, summary["id"])
+            assert "<details><summary>Attached: notes.pdf</summary>" in md and "Short notes." in md
+
+            page.locator("[data-testid=message-user]").first.wait_for()
+            attach(page, "again.txt", b"plain text", "text/plain")     # removable before sending
+            page.locator(CHIP).wait_for()
+            page.click("[data-testid=attachment-remove]")
+            page.wait_for_selector("[data-testid=attachments]", state="hidden")
+            assert page.problems == []
+    finally:
+        ctx.close()
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+def _headers(srv: LiveServer) -> dict:
+    return {"X-Llmpack-Chat": "1", "X-Llmpack-Token": srv.server.options.chat_token}
+
+
+def _chat(srv: LiveServer, chat_id: str) -> dict:
+    resp = requests.get(f"{srv.url}/api/chats/{chat_id}", headers=_headers(srv), timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def _export(srv: LiveServer, chat_id: str) -> str:
+    resp = requests.get(f"{srv.url}/api/chats/{chat_id}/export?format=markdown", headers=_headers(srv), timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.text
+
+
+@pytest.mark.instruct
+def test_the_instruct_model_reads_an_attached_pdf(browser, instruct_server: LiveServer):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 860})
+    page = new_page(ctx)
+    try:
+        page.goto(instruct_server.server.page_url)
+        page.wait_for_selector("#app:not([hidden])")
+        pdf = make_pdf(["The secret password is MARMALADE.", "Nothing else matters here."])
+        attach(page, "memo.pdf", pdf, "application/pdf")
+        page.locator(CHIP).wait_for()
+        wait_until(lambda: "tokens" in page.locator(CHIP).inner_text(), 30)
+        page.fill("[data-testid=prompt]", "Repeat the first line of the file exactly.")
+        page.keyboard.press("Enter")
+        last_reply(page).wait_for()
+        page.wait_for_selector("[data-testid=stop]", state="hidden", timeout=120_000)
+        answer = last_reply(page).locator(".content").inner_text()
+        assert "MARMALADE" in answer.upper(), answer
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "attach-instruct-answer.png"))
+        assert page.problems == []
+    finally:
+        ctx.close()

@@ -1,0 +1,126 @@
+"""Spec for runtime/documents.py: what an attached file becomes, and the one line a user reads
+when it cannot be attached. Files are made byte by byte in tests/doc_files.py."""
+from __future__ import annotations
+
+import io
+import time
+import zipfile
+
+import pytest
+
+from doc_files import PNG_1PX, bomb_pdf, encrypted_pdf, make_docx, make_pdf
+from llmpack.errors import LlmpackError
+from llmpack.runtime import documents as D
+
+
+def refusal(name: str, data: bytes, **kw) -> str:
+    with pytest.raises(D.DocumentError) as info:
+        D.extract(name, data, **kw)
+    message = str(info.value)
+    assert isinstance(info.value, LlmpackError) and "\n" not in message and name in message
+    return message
+
+
+@pytest.mark.parametrize("name, data, text", [
+    ("notes.txt", "line one\r\nline two\r\n".encode(), "line one\nline two\n"),
+    ("README.md", "# Title\n\n*é* ✓".encode(), "# Title\n\n*é* ✓"),
+    ("table.csv", b"\xef\xbb\xbfa,b\n1,2\n", "a,b\n1,2\n"),                 # the BOM is dropped
+    ("data.json", b'{"k": [1, 2]}', '{"k": [1, 2]}'),
+    ("page.html", b"<h1>Hi</h1>", "<h1>Hi</h1>"),                           # read as text, as it is
+    ("main.py", b"def f():\n\treturn 1\n", "def f():\n\treturn 1\n"),
+    ("wide.txt", "UTF-16 too".encode("utf-16"), "UTF-16 too"),               # with its BOM
+])
+def test_text_files_are_read_as_utf8_text(name, data, text):
+    doc = D.extract(name, data)
+    assert (doc.kind, doc.text, doc.size, doc.pages) == ("text", text, len(data), [])
+
+
+def test_a_declared_text_type_wins_over_the_name_but_not_over_the_bytes():
+    """The chat page sends a PDF's extracted text as text/plain under the PDF's name."""
+    assert D.extract("notes.pdf", b"Already text.", media_type="text/plain").kind == "text"
+    assert D.extract("notes.txt", make_pdf(["Real PDF."]), media_type="text/plain").text == "Real PDF."
+
+
+def test_binary_junk_and_other_encodings_are_refused():
+    assert "is binary data" in refusal("app.bin", bytes(range(256)) * 4)
+    assert "is not UTF-8 text" in refusal("old.txt", "café crème".encode("latin-1"))
+    assert "save other text as UTF-8" in refusal("old.txt", "café crème".encode("latin-1"))
+    assert "is binary data, not text" in refusal("ctl.txt", b"ab\x01\x02\x03\x04cd" * 10)
+
+
+def test_images_wait_for_a_vision_model():
+    for name in ("photo.png", "scan.JPG", "no-extension"):
+        assert "is an image; this model reads text only (images need a vision model" in refusal(name, PNG_1PX)
+
+
+def test_a_200_mb_file_is_refused_before_anything_reads_it():
+    message = refusal("video.mp4", bytes(200 * 1024 * 1024))
+    assert message == "video.mp4 is 200 MB; files can be at most 32 MB: attach a shorter part of it"
+
+
+def test_pdf_text_comes_page_by_page():
+    doc = D.extract("report.pdf", make_pdf(["The code word is PELICAN.\nSecond line.", "Page two (of two)."]))
+    assert doc.kind == "pdf" and doc.pages == ["The code word is PELICAN.\nSecond line.", "Page two (of two)."]
+    assert doc.text == "The code word is PELICAN.\nSecond line.\n\nPage two (of two)."
+
+
+def test_a_scanned_pdf_says_it_has_no_text_layer():
+    assert "has no text layer (it looks scanned" in refusal("scan.pdf", make_pdf(["", ""]))
+
+
+def test_an_encrypted_pdf_asks_for_a_copy_without_the_password():
+    message = refusal("locked.pdf", encrypted_pdf())
+    assert message == ("locked.pdf is password-protected; open it, save a copy without the password, "
+                       "and attach that")
+
+
+def test_a_pdf_compression_bomb_is_stopped():
+    message = refusal("bomb.pdf", bomb_pdf(200 * 1024 * 1024))
+    assert "a compression bomb?" in message
+
+
+def test_a_damaged_pdf_is_one_line():
+    assert "damaged or not really a PDF" in refusal("broken.pdf", b"%PDF-1.7\n1 0 obj << /Type /Catalog")
+
+
+def test_docx_paragraphs_and_tabs():
+    doc = D.extract("letter.docx", make_docx(["Dear Ann,", "Name:\tBob", "", "Bye"]))
+    assert (doc.kind, doc.text) == ("docx", "Dear Ann,\nName:\tBob\n\nBye")
+
+
+def test_a_docx_with_50000_paragraphs_is_read_whole():
+    """Streamed, so it is quick; whether it fits the model is the caller's question (tokens)."""
+    doc = D.extract("long.docx", make_docx([f"Paragraph {i}." for i in range(50_000)]))
+    lines = doc.text.split("\n")
+    assert len(lines) == 50_000 and lines[-1] == "Paragraph 49999."
+
+
+def test_a_docx_compression_bomb_is_refused_by_its_unpacked_size():
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+        with z.open("word/document.xml", "w", force_zip64=True) as f:
+            block = b" " * (1 << 20)
+            for _ in range((D.MAX_DOCX_XML_BYTES >> 20) + 1):
+                f.write(block)
+    assert "a compression bomb?" in refusal("bomb.docx", out.getvalue())
+
+
+def test_a_zip_that_is_not_a_docx():
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("hello.txt", "hi")
+    assert "is not a Word document (.docx)" in refusal("fake.docx", out.getvalue())
+
+
+def test_extraction_gives_up_at_its_deadline():
+    """The deadline is checked between pages; one already past stops at the first page."""
+    message = refusal("slow.pdf", make_pdf(["a", "b"]), deadline=time.monotonic() - 1)
+    assert message == (f"reading slow.pdf took longer than {D.TIME_LIMIT_S:.0f} s, so llmpack gave up; "
+                       "attach a smaller file or copy its text in")
+
+
+def test_the_prompt_shape():
+    assert D.format_message([("a.txt", "Alpha\n"), ("b.pdf", "Beta")], "  What is this?  ") == \
+        "## File: a.txt\n\nAlpha\n\n## File: b.pdf\n\nBeta\n\n---\n\nWhat is this?"
+    assert D.format_message([("a.txt", "Alpha")], "") == "## File: a.txt\n\nAlpha"

@@ -1,0 +1,324 @@
+// Attachments: files picked with the paperclip or dropped anywhere on the page become chips in
+// the composer (name, size, tokens), each removable. The server reads them (POST /v1/extract:
+// text, PDF, DOCX) and says how many tokens each takes; the meter shows how much of the model's
+// context they fill, and when they do not fit, sending asks first: the first N pages, or cancel.
+//
+// A sent user message keeps its attachments ({name, kind, size, tokens, text, note}); requests
+// carry them as OpenAI `file` parts holding the extracted text, and the server writes them into
+// the prompt (documents.format_message), so the page and the API send the same thing.
+import { apiKey } from "./settings.js";
+import { state, ui } from "./state.js";
+import { el, fmtInt, toast } from "./util.js";
+
+const MAX_FILE_BYTES = 32 * 1024 * 1024;   // documents.MAX_FILE_BYTES
+const NOTE_TOKENS = 48;
+const IMAGE = /\.(png|jpe?g|gif|webp|bmp|tiff?|heic|heif|avif)$/i;
+const pending = [];     // {id, name, size, status: "reading"|"ready", doc?, chip}
+let onChange = () => {};
+let nextId = 1;
+
+export function fmtSize(n) {
+  if (n >= 1024 * 1024) return (n / 1024 / 1024).toFixed(1) + " MB";
+  if (n >= 1024) return Math.round(n / 1024) + " KB";
+  return n + " B";
+}
+
+/** The composer's attachments that are read and ready. */
+export function readyFiles() {
+  return pending.filter((p) => p.status === "ready");
+}
+
+export function isReading() {
+  return pending.some((p) => p.status === "reading");
+}
+
+export function hasFiles() {
+  return pending.length > 0;
+}
+
+function budget() {
+  const withBudget = pending.find((p) => p.doc && p.doc.budget);
+  return withBudget ? withBudget.doc.budget : Math.max(state.nCtx - 1024, Math.floor(state.nCtx / 2));
+}
+
+function totalTokens() {
+  return readyFiles().reduce((n, p) => n + p.doc.tokens, 0);
+}
+
+function render() {
+  ui.attachments.hidden = pending.length === 0;
+  ui.attachChips.replaceChildren(...pending.map((p) => p.chip));
+  const used = totalTokens();
+  const limit = budget();
+  const over = used > limit;
+  ui.attachMeter.textContent = pending.length === 0 ? "" : isReading() ? "Reading…"
+    : fmtInt(used) + " of " + fmtInt(limit) + " tokens for files" + (over ? " · too long: sending will ask what to keep" : "");
+  ui.attachMeter.classList.toggle("warn", over);
+  ui.attachBar.style.width = Math.min(100, (100 * used) / Math.max(1, limit)) + "%";
+  ui.attachBar.classList.toggle("over", over);
+  onChange();
+}
+
+function chipFor(p) {
+  const chip = el("span", "chip");
+  chip.setAttribute("data-testid", "attachment-chip");
+  chip.appendChild(el("span", "chip-icon", p.name.split(".").pop().slice(0, 4).toUpperCase() || "FILE"));
+  const label = el("span", "chip-text");
+  label.appendChild(el("span", "chip-name", p.name));
+  const meta = el("span", "chip-meta");
+  meta.setAttribute("data-testid", "attachment-meta");
+  label.appendChild(meta);
+  chip.appendChild(label);
+  const remove = el("button", "chip-remove", "×");
+  remove.type = "button";
+  remove.title = "Remove " + p.name;
+  remove.setAttribute("aria-label", "Remove " + p.name);
+  remove.setAttribute("data-testid", "attachment-remove");
+  remove.addEventListener("click", () => removeFile(p.id));
+  chip.appendChild(remove);
+  chip.title = p.name;
+  p.chip = chip;
+  p.meta = meta;
+  updateChip(p);
+  return chip;
+}
+
+function updateChip(p) {
+  const parts = [fmtSize(p.size)];
+  if (p.status === "reading") parts.push("reading…");
+  else if (p.doc) parts.push(fmtInt(p.doc.tokens) + " tokens");
+  p.meta.textContent = parts.join(" · ");
+  p.chip.classList.toggle("reading", p.status === "reading");
+}
+
+function removeFile(id) {
+  const i = pending.findIndex((p) => p.id === id);
+  if (i >= 0) pending.splice(i, 1);
+  render();
+}
+
+export function clearFiles() {
+  pending.length = 0;
+  render();
+}
+
+/** Refusals the page can make at once, without sending the file. */
+function refusal(file) {
+  if (file.size > MAX_FILE_BYTES) {
+    return file.name + " is " + fmtSize(file.size) + "; files can be at most 32 MB: attach a shorter part of it";
+  }
+  if ((file.type && file.type.startsWith("image/")) || IMAGE.test(file.name)) {
+    return file.name + " is an image; this model reads text only (images need a vision model, which llmpack does not serve yet)";
+  }
+  return "";
+}
+
+export async function addFiles(files) {
+  for (const file of files) {
+    const why = refusal(file);
+    if (why) {
+      toast(why, undefined, undefined, 8000);
+      continue;
+    }
+    const p = { id: nextId++, name: file.name || "attachment", size: file.size, status: "reading", doc: null };
+    chipFor(p);
+    pending.push(p);
+    render();
+    try {
+      p.doc = await extract(file);
+      p.status = "ready";
+      updateChip(p);
+    } catch (err) {
+      removeFile(p.id);
+      toast(String(err.message || err), undefined, undefined, 8000);
+      continue;
+    }
+    render();
+  }
+}
+
+async function extract(file) {
+  const headers = { "Content-Type": file.type || "application/octet-stream", "X-Filename": encodeURIComponent(file.name) };
+  if (apiKey()) headers.Authorization = "Bearer " + apiKey();
+  const resp = await fetch("/v1/extract", { method: "POST", headers, body: file, cache: "no-store" });
+  const data = await resp.json().catch(() => null);
+  if (!resp.ok) {
+    const msg = data && data.error && data.error.message;
+    throw new Error(msg || file.name + " could not be read (HTTP " + resp.status + ")");
+  }
+  return data;
+}
+
+// ------------------------------------------------------------------ fitting the context
+
+/** How many segments (pages, parts) of `doc` fit in `room` tokens. */
+function segmentsThatFit(doc, room) {
+  let used = doc.tokens - doc.segments.reduce((n, s) => n + s.tokens, 0);   // the heading
+  let n = 0;
+  for (const s of doc.segments) {
+    if (used + s.tokens > room) break;
+    used += s.tokens;
+    n += 1;
+  }
+  return n;
+}
+
+/** A plan to fit the files: cut the largest one to its first N segments. null: nothing fits. */
+function fitPlan() {
+  const files = readyFiles();
+  const largest = files.reduce((a, b) => (b.doc.tokens > a.doc.tokens ? b : a));
+  // less room for the note the cut adds to the file's heading ("first 12 of 40 pages")
+  const room = budget() - (totalTokens() - largest.doc.tokens) - NOTE_TOKENS;
+  const n = room > 0 ? segmentsThatFit(largest.doc, room) : 0;
+  return n > 0 ? { file: largest, n } : null;
+}
+
+function cut(p, n) {
+  const d = p.doc;
+  const chars = d.segments.slice(0, n).reduce((k, s) => k + s.chars, 0);
+  const unit = d.unit === "page" ? "page" : "part";
+  // PDF pages are joined by a blank line; parts are consecutive slices of the text
+  const sep = d.unit === "page" ? 2 : 0;
+  d.text = d.text.slice(0, chars + sep * Math.max(0, n - 1)).trimEnd();
+  d.note = unit === "page" ? "first " + n + " of " + d.segments.length + " pages"
+    : "first " + Math.round((100 * chars) / Math.max(1, d.segments.reduce((k, s) => k + s.chars, 0))) + "% of the text";
+  d.tokens = d.tokens - d.segments.slice(n).reduce((k, s) => k + s.tokens, 0);
+  d.segments = d.segments.slice(0, n);
+  updateChip(p);
+}
+
+/** Resolves true to send (after any cut the user chose), false to keep editing. */
+export function confirmFit() {
+  if (totalTokens() <= budget()) return Promise.resolve(true);
+  const plan = fitPlan();
+  const files = readyFiles();
+  const what = files.length === 1 ? files[0].name : files.length + " files";
+  ui.fitText.textContent = what + " take " + fmtInt(totalTokens()) + " tokens, but this model can read "
+    + fmtInt(budget()) + " tokens of files at once (its context is " + fmtInt(state.nCtx) + " tokens).";
+  if (plan) {
+    const d = plan.file.doc;
+    const unit = d.unit === "page" ? (plan.n === 1 ? "page" : "pages") : (plan.n === 1 ? "part" : "parts");
+    ui.fitCut.textContent = d.unit === "page" ? "Send the first " + plan.n + " " + unit + " of " + plan.file.name
+      : "Send the first " + plan.n + " of " + d.segments.length + " " + unit + " of " + plan.file.name;
+    ui.fitCut.hidden = false;
+  } else {
+    ui.fitText.textContent += " Remove a file, or attach a shorter part.";
+    ui.fitCut.hidden = true;
+  }
+  return new Promise((resolve) => {
+    const done = (ok) => {
+      ui.fitCut.onclick = ui.fitCancel.onclick = ui.fitDialog.oncancel = null;
+      ui.fitDialog.close();
+      if (ok) cut(plan.file, plan.n);
+      render();
+      resolve(ok);
+    };
+    ui.fitCut.onclick = () => done(true);
+    ui.fitCancel.onclick = () => done(false);
+    ui.fitDialog.oncancel = (ev) => { ev.preventDefault(); done(false); };
+    ui.fitDialog.showModal();
+    ui.fitCut.hidden ? ui.fitCancel.focus() : ui.fitCut.focus();
+  });
+}
+
+/** Put a message's files back into the composer (its reply failed), as they were sent. */
+export function restoreFiles(files) {
+  for (const a of files || []) {
+    const doc = { name: a.name, kind: a.kind, size: a.size, tokens: a.tokens, text: a.text, note: a.note,
+      unit: "part", segments: [{ chars: a.text.length, tokens: a.tokens }], budget: budget() };
+    const p = { id: nextId++, name: a.name, size: a.size || 0, status: "ready", doc };
+    chipFor(p);
+    pending.push(p);
+  }
+  render();
+}
+
+/** What a sent message keeps of the composer's files. */
+export function takeFiles() {
+  const out = readyFiles().map((p) => {
+    const d = p.doc;
+    const a = { name: d.name, kind: d.kind, size: d.size, tokens: d.tokens, text: d.text };
+    if (d.note) a.note = d.note;
+    return a;
+  });
+  clearFiles();
+  return out;
+}
+
+// ------------------------------------------------------------------ requests
+
+function base64Utf8(text) {
+  const bytes = new TextEncoder().encode(text);
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  return btoa(bin);
+}
+
+/** A message's content for /v1/chat/completions: text, or text and `file` parts. */
+export function requestContent(m) {
+  if (!m.attachments || !m.attachments.length) return m.content;
+  const parts = m.attachments.map((a) => ({
+    type: "file",
+    file: { filename: a.note ? a.name + " (" + a.note + ")" : a.name, file_data: "data:text/plain;base64," + base64Utf8(a.text) },
+  }));
+  if (m.content) parts.push({ type: "text", text: m.content });
+  return parts;
+}
+
+/** Chips (not removable) shown on a sent message. */
+export function sentChips(m) {
+  const box = el("div", "message-files");
+  for (const a of m.attachments || []) {
+    const chip = el("span", "chip sent");
+    chip.setAttribute("data-testid", "sent-attachment");
+    chip.appendChild(el("span", "chip-icon", a.name.split(".").pop().slice(0, 4).toUpperCase()));
+    const label = el("span", "chip-text");
+    label.appendChild(el("span", "chip-name", a.name));
+    const meta = [a.size ? fmtSize(a.size) : "", a.tokens ? fmtInt(a.tokens) + " tokens" : "", a.note || ""];
+    label.appendChild(el("span", "chip-meta", meta.filter(Boolean).join(" · ")));
+    chip.appendChild(label);
+    chip.title = a.name;
+    box.appendChild(chip);
+  }
+  return box;
+}
+
+// ------------------------------------------------------------------ wiring
+
+export function wireAttachments(changed) {
+  onChange = changed;
+  ui.attach.addEventListener("click", () => ui.attachFile.click());
+  ui.attachFile.addEventListener("change", () => {
+    const files = [...(ui.attachFile.files || [])];
+    ui.attachFile.value = "";
+    addFiles(files);
+  });
+  let depth = 0;
+  const hasFilesIn = (ev) => ev.dataTransfer && [...ev.dataTransfer.types].includes("Files");
+  document.addEventListener("dragenter", (ev) => {
+    if (!hasFilesIn(ev) || ui.app.hidden || ui.app.classList.contains("completion-mode")) return;
+    depth += 1;
+    ui.app.classList.add("dropping");
+  });
+  document.addEventListener("dragleave", (ev) => {
+    if (!hasFilesIn(ev)) return;
+    depth = Math.max(0, depth - 1);
+    if (!depth) ui.app.classList.remove("dropping");
+  });
+  document.addEventListener("dragover", (ev) => {
+    if (hasFilesIn(ev)) ev.preventDefault();   // allow dropping anywhere, never navigate to the file
+  });
+  document.addEventListener("drop", (ev) => {
+    if (!hasFilesIn(ev)) return;
+    ev.preventDefault();
+    depth = 0;
+    ui.app.classList.remove("dropping");
+    if (ui.app.hidden) return;
+    if (ui.app.classList.contains("completion-mode")) {
+      toast("Attachments work in Chat mode.", undefined, undefined, 5000);
+      return;
+    }
+    addFiles([...ev.dataTransfer.files]);
+  });
+  render();
+}
