@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from llmpack import __version__
-from llmpack.builder.stub_bundle import BuildEnv, StubError, llama_lib_dir, runtime_sources, shared_libs, write_spec
+from llmpack.builder.stub_bundle import (BuildEnv, StubError, StubTarget, llama_lib_dir, runtime_sources, shared_libs,
+                                         write_spec)
 from llmpack.builder.stub_wheel import installed_stub, write_stub_wheel
 from llmpack.builder.windows.target import WindowsTarget
 from llmpack.progress import Bar
@@ -121,11 +122,6 @@ def llmpack_sources() -> str:
     return h.hexdigest()
 
 
-def _source_hash(inputs: str) -> str:
-    """The last part of a stub's key: llmpack's sources plus the target's `inputs` text."""
-    return hashlib.sha256(f"{inputs}\n{llmpack_sources()}".encode()).hexdigest()
-
-
 def platform_tag() -> str:
     return sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
@@ -142,7 +138,7 @@ class NativeTarget:
             platform.machine().lower(), platform.machine().lower())
         self.name = f"{os_name}-{arch}"     # as published: llmpack-stub-<name>
 
-    def inputs(self) -> str:
+    def inputs(self) -> tuple[str, str]:
         """llama.cpp's libraries (a CUDA, Vulkan or portable build each get a stub) and PyInstaller."""
         return (f"llama{llama_cpp_version() or 'unknown'}-{_libs_hash(llama_lib_dir())[:10]}",
                 f"pyinstaller {_pyinstaller_version()}")
@@ -155,7 +151,6 @@ class NativeTarget:
         return {"llama_cpp_version": llama_cpp_version()}
 
 
-StubTarget = Any   # NativeTarget or builder.windows.target.WindowsTarget: the methods above
 TARGETS = ("native", "windows-x64")
 
 
@@ -169,10 +164,12 @@ def resolve_target(name: str | None) -> StubTarget:
     raise StubError(f"a stub for {name} cannot be made on this computer; choose one of {', '.join(TARGETS)}")
 
 
-def stub_key(target: StubTarget | None = None) -> str:
+def stub_key(target: StubTarget | None = None, sources: str | None = None) -> str:
+    """<llmpack version>-<platform>-py<X.Y>-<target's label>-<hash of its inputs and `sources`>."""
     target = target or NativeTarget()
     label, inputs = target.inputs()
-    return f"{__version__}-{target.platform}-py{target.python}-{label}-{_source_hash(inputs)[:12]}"
+    digest = hashlib.sha256(f"{inputs}\n{sources or llmpack_sources()}".encode()).hexdigest()
+    return f"{__version__}-{target.platform}-py{target.python}-{label}-{digest[:12]}"
 
 
 def exe_name(target: StubTarget | None = None) -> str:
@@ -208,10 +205,11 @@ def get_stub(path_override=None, *, target: StubTarget | None = None, force: boo
         return path
     target = target or NativeTarget()
     _ensure_webui_vendor()   # before the key: the chat page's libraries are part of the bundle
-    published = installed_stub(target.name, llmpack_sources())   # `pip install llmpack-stub-<target>`
+    sources = llmpack_sources()
+    published = installed_stub(target.name, sources)   # `pip install llmpack-stub-<target>`
     if published is not None and not force:
         return published
-    key = stub_key(target)
+    key = stub_key(target, sources)
     final = stubs_dir_safe() / key / exe_name(target)
     if final.is_file() and not force:
         try:

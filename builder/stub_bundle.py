@@ -17,7 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from llmpack.builder import elf
 from llmpack.errors import LlmpackError
@@ -120,6 +120,25 @@ class BuildEnv:
     env: dict[str, str]                  # environment of PyInstaller and of the self-test
     run_prefix: tuple[str, ...] = ()     # what runs the built stub here: () or ("wine",)
     host_path: Callable[[Path], str] = str   # a path here, as the build interpreter spells it
+
+
+class StubTarget(Protocol):
+    """What a stub is for: this computer (stub.NativeTarget) or Windows (windows.target.WindowsTarget)."""
+    name: str            # as --target and the published wheel name it: linux-x64, windows-x64, ...
+    platform: str        # platform tag in the cache key
+    python: str          # "3.13"
+    exe_suffix: str      # "" or ".exe"
+
+    def inputs(self) -> tuple[str, str]:
+        """(label for the key, text of every input besides llmpack's sources), without building."""
+        ...
+
+    def prepare(self, quiet: bool) -> BuildEnv:
+        """Make what freezing needs (a cross target's toolchain: minutes, cached)."""
+        ...
+
+    def info(self) -> dict:
+        ...
 
 
 # --------------------------------------------------------------------------- what goes in
