@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 from llmpack.builder.windows.pins import PYINSTALLER, WindowsBuildError, fetch_sdist
-from llmpack.builder.windows.tools import MINGW_CC, apply_patches, dll_imports, mingw_version, require
+from llmpack.builder.windows.tools import (MINGW_CC, apply_patches, dll_imports, install_files, mingw_version, require,
+                                           unpacked)
 
 WAF_ARGS = ("--target-arch=64bit",)
 _TEMPNAM = r"""
@@ -73,13 +72,7 @@ def build_bootloader(root: Path, *, log=print) -> Path:
     if (dest / "run.exe").is_file():
         return dest / "run.exe"
     started = time.monotonic()
-    sdist = fetch_sdist(PYINSTALLER, root / "sources")
-    work = root / f".work-bootloader-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    try:
-        with tarfile.open(sdist) as tar:
-            tar.extractall(work, filter="data")
+    with unpacked(fetch_sdist(PYINSTALLER, root / "sources"), root, "bootloader") as work:
         top = work / f"pyinstaller-{PYINSTALLER.version}"
         apply_patches(top / "bootloader", PATCHES, __name__)
         out = top / "PyInstaller" / "bootloader" / "Windows-64bit-intel" / "run.exe"
@@ -97,13 +90,6 @@ def build_bootloader(root: Path, *, log=print) -> Path:
         if not imports <= SYSTEM_DLLS:
             raise WindowsBuildError(f"the bootloader imports {sorted(imports - SYSTEM_DLLS)}, "
                                     "which a Windows PC may not have")
-        tmp = dest.with_name(dest.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        shutil.copy2(out, tmp / "run.exe")
-        shutil.rmtree(dest, ignore_errors=True)
-        os.replace(tmp, dest)
-        log(f"llmpack: PyInstaller's Windows bootloader built with mingw in {time.monotonic() - started:.0f} s")
-        return dest / "run.exe"
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        install_files(dest, {"run.exe": out})
+    log(f"llmpack: PyInstaller's Windows bootloader built with mingw in {time.monotonic() - started:.0f} s")
+    return dest / "run.exe"

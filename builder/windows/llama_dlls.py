@@ -37,7 +37,6 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 import time
 from pathlib import Path
 
@@ -45,7 +44,7 @@ from llmpack.builder.vulkan_headers import PINS as VULKAN_HEADER_PINS
 from llmpack.builder.vulkan_headers import HeadersError, ensure_headers
 from llmpack.builder.windows.pins import LLAMA_CPP, WindowsBuildError, fetch_sdist
 from llmpack.builder.windows.tools import (MINGW, MINGW_CC, MINGW_CXX, WINE_DLLS, apply_patches, dll_imports,
-                                           mingw_version, require)
+                                           install_files, mingw_version, require, unpacked)
 from llmpack.progress import Bar
 
 SHIM = """\
@@ -109,13 +108,7 @@ def build_dlls(root: Path, *, quiet: bool = False, log=print) -> Path:
     if (dest / "BUILD.json").is_file():
         return dest
     started = time.monotonic()
-    sdist = fetch_sdist(LLAMA_CPP, root / "sources")
-    work = root / f".work-llama-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    try:
-        with tarfile.open(sdist) as tar:
-            tar.extractall(work, filter="data")
+    with unpacked(fetch_sdist(LLAMA_CPP, root / "sources"), root, "llama") as work:
         src = work / f"llama_cpp_python-{LLAMA_CPP.version}" / "vendor" / "llama.cpp"
         apply_patches(src, PATCHES, __name__)
         (work / "toolchain.cmake").write_text(TOOLCHAIN)
@@ -137,20 +130,12 @@ def build_dlls(root: Path, *, quiet: bool = False, log=print) -> Path:
         _ninja(build, work / "build.log", quiet=quiet)
         dlls = sorted((build / "bin").glob("*.dll"))
         _check(dlls)
-        tmp = dest.with_name(dest.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        for dll in dlls:
-            shutil.copy2(dll, tmp / dll.name)
         seconds = round(time.monotonic() - started)
-        (tmp / "BUILD.json").write_text(json.dumps({"seconds": seconds, "cmake": CMAKE_ARGS, "compiler": mingw_version(),
-                                                    "dlls": [d.name for d in dlls]}, indent=1))
-        shutil.rmtree(dest, ignore_errors=True)
-        os.replace(tmp, dest)
-        log(f"llmpack: llama.cpp for Windows built in {seconds // 60} min {seconds % 60} s: {dest}")
-        return dest
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        record = json.dumps({"seconds": seconds, "cmake": CMAKE_ARGS, "compiler": mingw_version(),
+                             "dlls": [d.name for d in dlls]}, indent=1)
+        install_files(dest, {**{d.name: d for d in dlls}, "BUILD.json": record})
+    log(f"llmpack: llama.cpp for Windows built in {seconds // 60} min {seconds % 60} s: {dest}")
+    return dest
 
 
 def _static_libgomp() -> str:

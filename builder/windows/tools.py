@@ -15,7 +15,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tarfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from llmpack.builder.windows.pins import WindowsBuildError
 
@@ -63,6 +66,35 @@ def apply_patches(root: Path, patches: tuple[tuple[str, str, str], ...], owner: 
         if text.count(old) != 1:
             raise WindowsBuildError(f"{path} does not hold the text llmpack patches there; update PATCHES in {owner}")
         path.write_text(text.replace(old, new), "utf-8")
+
+
+@contextmanager
+def unpacked(sdist: Path, root: Path, step: str) -> Iterator[Path]:
+    """`sdist` extracted into a private work folder under `root`, removed however the step ends."""
+    work = root / f".work-{step}-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        with tarfile.open(sdist) as tar:
+            tar.extractall(work, filter="data")
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def install_files(dest: Path, files: dict[str, Path | str]) -> None:
+    """Make `dest` hold exactly `files` (name -> file to copy, or text), all at once: they are
+    written to a sibling folder that then replaces `dest`, so a cache step is whole or absent."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, content in files.items():
+        if isinstance(content, Path):
+            shutil.copy2(content, tmp / name)
+        else:
+            (tmp / name).write_text(content, "utf-8")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
 
 
 def windows_path(path: Path | str) -> str:
