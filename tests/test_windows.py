@@ -49,7 +49,7 @@ FIRST_TOKENS = 8
 @pytest.fixture(scope="session")
 def windows_stub() -> Path:
     """The cached Windows stub (`./dev test` makes it first when Wine and mingw are installed:
-    about 20 minutes the first time, then cached under a key of its inputs)."""
+    about 11 minutes the first time, then cached under a key of its inputs)."""
     missing = sorted({pkg for cmd, pkg in DEBIAN_PACKAGES.items() if shutil.which(cmd) is None})
     if missing:
         skip_or_fail(f"the Windows tests need {', '.join(missing)} (.ci/run installs them)")

@@ -66,7 +66,7 @@ def bootloader_key() -> str:
 
 
 def build_bootloader(root: Path, *, log=print) -> Path:
-    """`root/bootloader-<key>/run.exe`, built once (about a minute)."""
+    """`root/bootloader-<key>/run.exe`, built once (docs/PORTABILITY.md has the figure)."""
     require(MINGW_CC)
     dest = root / f"bootloader-{bootloader_key()}"
     if (dest / "run.exe").is_file():

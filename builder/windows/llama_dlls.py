@@ -102,7 +102,7 @@ def dlls_key() -> str:
 
 
 def build_dlls(root: Path, *, quiet: bool = False, log=print) -> Path:
-    """`root/llama-<key>/` with the DLLs, built once (about 15 min on 2 idle cores)."""
+    """`root/llama-<key>/` with the DLLs, built once (minutes: docs/PORTABILITY.md has the figure)."""
     require(MINGW_CC, MINGW_CXX, f"{MINGW}-dlltool", "gendef", "glslc", "cmake", "ninja")
     dest = root / f"llama-{dlls_key()}"
     if (dest / "BUILD.json").is_file():
@@ -184,7 +184,7 @@ def _run(cmd: list[str], log_path: Path, what: str) -> None:
 def _ninja(build: Path, log_path: Path, *, quiet: bool) -> None:
     """cmake --build with a bar fed by ninja's [done/total] lines."""
     step = re.compile(rb"^\[(\d+)/(\d+)\]")
-    bar = Bar("compiling llama.cpp for Windows (once; about 15 min on 2 cores)", total=1.0, unit="",
+    bar = Bar("compiling llama.cpp for Windows (once; about 10 min on 2 cores)", total=1.0, unit="",
               enabled=not quiet)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2)],

@@ -39,7 +39,7 @@ def python_key(bootloader_key: str) -> str:
 
 
 def build_python(root: Path, run_exe: Path, bootloader_key: str, *, log=print) -> Path:
-    """`root/python-<key>/` (python.exe inside), made once (about a minute)."""
+    """`root/python-<key>/` (python.exe inside), made once (docs/PORTABILITY.md has the figure)."""
     dest = root / f"python-{python_key(bootloader_key)}"
     if (dest / ".complete").is_file():
         return dest
