@@ -74,17 +74,24 @@ def launch_to_ready(cmd: list[str], env: dict, cwd: Path, timeout: float = 300,
         raise RuntimeError(f"{cmd[0]} never became ready")
     finally:
         t_stop = time.perf_counter()
-        if kill_group:
-            os.killpg(proc.pid, signal.SIGINT)
-        else:
-            proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-            if stops is not None:
-                stops.append(time.perf_counter() - t_stop)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if stop(proc, kill_group, 30) and stops is not None:
+            stops.append(time.perf_counter() - t_stop)
+
+
+def stop(proc: subprocess.Popen, group: bool, timeout: float) -> bool:
+    """SIGINT (to the whole process group with `group`, as a console's Ctrl+C); SIGKILL after
+    `timeout` seconds. True when it stopped on its own."""
+    if group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return False
 
 
 def main() -> int:

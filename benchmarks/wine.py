@@ -16,9 +16,7 @@ no target.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -28,7 +26,7 @@ from pathlib import Path
 
 import requests
 
-from build_launch import launch_to_ready
+from build_launch import launch_to_ready, stop
 from llmpack.builder.stub import get_stub, stub_info
 from llmpack.builder.windows.target import WindowsTarget
 from llmpack.builder.windows.tools import Wine
@@ -59,12 +57,7 @@ def decode_rate(cmd: list[str], env: dict, cwd: Path, tokens: int) -> tuple[floa
         took = time.perf_counter() - t
         return r["usage"]["completion_tokens"] / took, health.json()["backend"]["cpu_variant"]
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc, True, 60)
 
 
 def main() -> int:
