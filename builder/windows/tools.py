@@ -12,6 +12,7 @@ the finished stub runs its self-test under it. Three things make that work (each
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -43,8 +44,10 @@ def require(*commands: str) -> None:
                                 + f": sudo apt-get install {' '.join(missing)}")
 
 
+@functools.cache
 def mingw_version() -> str:
-    """The cross compiler's full version, part of every cache key it builds for."""
+    """The cross compiler's full version, part of every cache key it builds for (asked once:
+    the stub key, the DLL key and the bootloader key each need it)."""
     require(MINGW_CC)
     out = subprocess.run([MINGW_CC, "--version"], capture_output=True, text=True, check=True).stdout
     return out.splitlines()[0].strip()
