@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from llmpack.runtime.engine import EngineConfig, LLMEngine
-from llmpack.runtime.grammar import schema_to_gbnf
+from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
+from llmpack.runtime.structured.grammar import schema_to_gbnf
 from llmpack.runtime.llm import collect
-from llmpack.runtime.sampling_params import SamplingParams
+from llmpack.runtime.engine.sampling_params import SamplingParams
 
 # Long enough that no constrained row can finish (or start closing) while the free rows run.
 SCHEMA = {"type": "object", "required": ["name", "notes"], "additionalProperties": False,

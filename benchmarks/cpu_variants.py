@@ -62,9 +62,9 @@ def worker(max_seqs: int) -> None:
     from engine_throughput import engine_run, prompts_for
 
     from llmpack.paths import demo_model_path
-    from llmpack.runtime.backends import load_backends
-    from llmpack.runtime.engine import EngineConfig, LLMEngine
-    from llmpack.runtime.sampling_params import SamplingParams
+    from llmpack.runtime.hardware.backends import load_backends
+    from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
+    from llmpack.runtime.engine.sampling_params import SamplingParams
 
     engine = LLMEngine(EngineConfig(model_path=str(demo_model_path()), n_ctx=4096, max_num_seqs=max_seqs,
                                     gpu_layers=0, enable_prefix_cache=False))

@@ -19,10 +19,10 @@ import statistics
 import time
 
 from llmpack.paths import demo_model_path
-from llmpack.runtime.engine import EngineConfig, LLMEngine
+from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.llm import collect
-from llmpack.runtime.model_runner import ModelRunner, RunnerConfig
-from llmpack.runtime.sampling_params import SamplingParams
+from llmpack.runtime.engine.model_runner import ModelRunner, RunnerConfig
+from llmpack.runtime.engine.sampling_params import SamplingParams
 
 N_CTX = 8192
 MAX_SEQS = 32

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import timeit
 
-from llmpack.runtime.block_manager import chain_hash
+from llmpack.runtime.engine.block_manager import chain_hash
 
 
 def per_block_us(fn, blocks: list[tuple[int, ...]], repeat: int = 5) -> float:

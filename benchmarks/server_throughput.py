@@ -25,7 +25,7 @@ from engine_throughput import MAX_SEQS, N_CTX, bench_args, bare_loop, prompts_fo
 from servers import start_llmpack  # noqa: E402
 
 from llmpack.paths import demo_model_path  # noqa: E402
-from llmpack.runtime.model_runner import ModelRunner, RunnerConfig  # noqa: E402
+from llmpack.runtime.engine.model_runner import ModelRunner, RunnerConfig  # noqa: E402
 
 
 def one_client(url: str, model: str, i: int, tokens: int, out: list) -> None:

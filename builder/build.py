@@ -43,7 +43,7 @@ class BuildResult:
 def recipe_dict(chat) -> dict:
     """The recipe a built executable stores: exactly the chat format `chat` resolved to, in the
     recipe (TOML) shape, so the executable never depends on the recipes that ship with it."""
-    from llmpack.runtime.recipes import Recipe
+    from llmpack.runtime.chat.recipes import Recipe
 
     if chat.recipe is not None and chat.source == f"recipe:{chat.recipe.name}":
         data = chat.recipe.to_dict()
@@ -129,10 +129,10 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     """Write `out` (and with sidecar=True, `<out stem>.gguf` beside it); see the module doc."""
     from llmpack.builder import packfile, splice
     from llmpack.builder.stub import get_stub, llama_cpp_version, resolve_target, stub_info
-    from llmpack.runtime.base_model import is_base_model
-    from llmpack.runtime.gguf_check import validate_gguf
-    from llmpack.runtime.model_info import FILE_TYPE_NAMES
-    from llmpack.runtime.recipes import resolve_chat
+    from llmpack.runtime.model.base_model import is_base_model
+    from llmpack.runtime.model.gguf_check import validate_gguf
+    from llmpack.runtime.model.model_info import FILE_TYPE_NAMES
+    from llmpack.runtime.chat.recipes import resolve_chat
 
     started = time.monotonic()
     model, out = Path(model).expanduser(), Path(out).expanduser()

@@ -35,6 +35,11 @@ RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
     "llmpack": ("*.py",),
     "llmpack.builder": ("*.py",),   # build-time modules are left out of the imports below
     "llmpack.runtime": ("*.py",),
+    "llmpack.runtime.chat": ("*.py",),
+    "llmpack.runtime.engine": ("*.py",),
+    "llmpack.runtime.hardware": ("*.py",),
+    "llmpack.runtime.model": ("*.py",),
+    "llmpack.runtime.structured": ("*.py",),
     "llmpack.runtime.server": ("*.py",),
     "llmpack.webui": ("*.py", "*.html", "*.css", "*.js", "*.svg", "vendor/*"),
     "llmpack.recipes": ("*.py", "*.toml"),

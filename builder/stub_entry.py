@@ -161,7 +161,7 @@ def run(argv: list[str]) -> int:
         return 0
 
     from llmpack.runtime.server.launch import serve
-    from llmpack.runtime.serving import Stopping
+    from llmpack.runtime.server.serving import Stopping
 
     recipe, display_name = apply_defaults(args, manifest)
     failed: list[BaseException] = []
@@ -194,17 +194,17 @@ def selftest() -> int:
     out: dict = {"ok": False}
     try:
         import llama_cpp
-        import pypdf       # PDF attachments (runtime/documents.py imports it on first use)
+        import pypdf       # PDF attachments (runtime/server/documents.py imports it on first use)
         import zstandard   # models built with --compress
 
         from llmpack import __version__
         from llmpack.builder import extract, packfile  # noqa: F401
-        from llmpack.runtime import engine  # noqa: F401
-        from llmpack.runtime.recipes import load_recipes
+        from llmpack.runtime.engine import engine  # noqa: F401
+        from llmpack.runtime.chat.recipes import load_recipes
         from llmpack.runtime.server import launch  # noqa: F401
         from llmpack.runtime.server.app import webui_dir
 
-        from llmpack.runtime.backends import load_backends
+        from llmpack.runtime.hardware.backends import load_backends
 
         backends = load_backends()   # from the bundle folder: fails here if a backend is missing
         llama_cpp.llama_backend_init()

@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover
     from llmpack.runtime.llm import LLM
-    from llmpack.runtime.sampling_params import SamplingParams
+    from llmpack.runtime.engine.sampling_params import SamplingParams
 
 __all__ = ["LLM", "SamplingParams", "__version__"]
 
@@ -27,7 +27,7 @@ def __getattr__(name: str) -> Any:
 
         return LLM
     if name == "SamplingParams":
-        from llmpack.runtime.sampling_params import SamplingParams
+        from llmpack.runtime.engine.sampling_params import SamplingParams
 
         return SamplingParams
     raise AttributeError(name)

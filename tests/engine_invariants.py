@@ -3,7 +3,7 @@
 Call only while the engine is idle: it reads the engine thread's structures from outside."""
 from __future__ import annotations
 
-from llmpack.runtime.engine import LLMEngine
+from llmpack.runtime.engine.engine import LLMEngine
 
 
 def check_consistency(engine: LLMEngine) -> None:

@@ -9,8 +9,8 @@ import os
 import sys
 import threading
 
-from llmpack.runtime.model_runner import ModelRunner, RunnerConfig
-from llmpack.runtime.placement import backend_report, plan_offload
+from llmpack.runtime.engine.model_runner import ModelRunner, RunnerConfig
+from llmpack.runtime.hardware.placement import backend_report, plan_offload
 
 SEQUENTIAL = (1, 2, 3, -1, 0)
 TOGETHER = (-1, 1)

@@ -8,7 +8,7 @@ import json
 import sys
 
 from llmpack import LLM, SamplingParams
-from llmpack.runtime.backends import load_backends
+from llmpack.runtime.hardware.backends import load_backends
 
 
 def main(model: str, prompt: str) -> None:

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmpack.runtime import backends
-from llmpack.runtime.backends import BackendError, Device, _explain, _no_gpu_note, load_backends, pick_device
-from llmpack.runtime import placement
-from llmpack.runtime.placement import OffloadPlan, backend_report, no_gpu_reason, startup_line
+from llmpack.runtime.hardware import backends
+from llmpack.runtime.hardware.backends import BackendError, Device, _explain, _no_gpu_note, load_backends, pick_device
+from llmpack.runtime.hardware import placement
+from llmpack.runtime.hardware.placement import OffloadPlan, backend_report, no_gpu_reason, startup_line
 
 GiB = 1024 ** 3
 IGPU = Device("Vulkan0", "Intel(R) UHD Graphics 770", 16 * GiB, 15 * GiB, integrated=True)

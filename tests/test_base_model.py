@@ -8,7 +8,7 @@ import pytest
 
 from llmpack.builder.build import BuildResult, report
 from llmpack.builder.manifest import Manifest, ModelBlob
-from llmpack.runtime.base_model import is_base_model
+from llmpack.runtime.model.base_model import is_base_model
 
 
 @pytest.mark.parametrize("kv, names, base", [

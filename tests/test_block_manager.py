@@ -2,10 +2,10 @@
 (The engine tests check the same bookkeeping against the real llama.cpp memory.)"""
 from __future__ import annotations
 
-from llmpack.runtime.block_manager import BlockManager
-from llmpack.runtime.detokenizer import Detokenizer
-from llmpack.runtime.sampling_params import SamplingParams
-from llmpack.runtime.sequence import Sequence
+from llmpack.runtime.engine.block_manager import BlockManager
+from llmpack.runtime.engine.detokenizer import Detokenizer
+from llmpack.runtime.engine.sampling_params import SamplingParams
+from llmpack.runtime.engine.sequence import Sequence
 
 
 class RecordingKV:
@@ -198,7 +198,7 @@ def test_detokenizer_never_emits_half_a_character():
 def test_sampling_params_reject_out_of_range_values():
     import pytest
 
-    from llmpack.runtime.sampling_params import InvalidParameterError
+    from llmpack.runtime.engine.sampling_params import InvalidParameterError
 
     for bad in (dict(temperature=-1), dict(top_p=0), dict(n=0), dict(max_tokens=0), dict(logprobs=99)):
         with pytest.raises(InvalidParameterError):

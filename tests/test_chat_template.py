@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.chat_template import (
+from llmpack.runtime.chat.chat_template import (
     ChatTemplateError,
     MessageError,
     compile_template,
@@ -16,7 +16,7 @@ from llmpack.runtime.chat_template import (
     normalize_messages,
     render_chat,
 )
-from llmpack.runtime.recipes import resolve_chat
+from llmpack.runtime.chat.recipes import resolve_chat
 
 USER = [{"role": "user", "content": "hi"}]
 

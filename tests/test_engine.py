@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from engine_invariants import check_consistency
 
-from llmpack.runtime.engine import EngineConfig, LLMEngine, PromptTooLongError
+from llmpack.runtime.engine.engine import EngineConfig, LLMEngine, PromptTooLongError
 from llmpack.runtime.llm import collect
-from llmpack.runtime.sampling_params import SamplingParams
+from llmpack.runtime.engine.sampling_params import SamplingParams
 
 PROMPTS = [
     "The capital of France is",
@@ -215,7 +215,7 @@ def test_finish_reasons_length_and_context_limit(engine):
 def test_multibyte_characters_split_across_byte_tokens_stream_whole(tiny_model):
     """The tiny model's vocabulary spells CJK text with byte-fallback tokens, one byte each:
     the engine's detokenizer must never hand out half a character."""
-    from llmpack.runtime.detokenizer import Detokenizer
+    from llmpack.runtime.engine.detokenizer import Detokenizer
 
     eng = LLMEngine(EngineConfig(model_path=str(tiny_model), n_ctx=256, max_num_seqs=4, gpu_layers=0))
     try:
@@ -237,7 +237,7 @@ def test_a_progress_callback_that_says_stop_abandons_the_load(tiny_model):
     """Ctrl+C during a load: the server's progress() returns False and llama.cpp gives up at its
     next callback instead of loading the rest of the model (tests/test_server_errors.py has the
     server's side)."""
-    from llmpack.runtime.model_runner import ModelLoadError
+    from llmpack.runtime.engine.model_runner import ModelLoadError
 
     seen: list[float] = []
     with pytest.raises(ModelLoadError):

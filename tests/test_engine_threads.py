@@ -11,10 +11,10 @@ import threading
 
 import pytest
 
-from llmpack.runtime.engine import EngineConfig, EngineDeadError, LLMEngine
+from llmpack.runtime.engine.engine import EngineConfig, EngineDeadError, LLMEngine
 from llmpack.runtime.llm import collect
-from llmpack.runtime.request import Request, RequestStream
-from llmpack.runtime.sampling_params import SamplingParams
+from llmpack.runtime.engine.request import Request, RequestStream
+from llmpack.runtime.engine.sampling_params import SamplingParams
 
 WORDS = "the of and to in is you that it he was for on are as with his they at be this have from".split()
 

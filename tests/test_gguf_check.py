@@ -14,7 +14,7 @@ from gguf import GGUFReader, GGUFValueType
 
 from ggufs import kv_value_offset, patched_copy, tensor_info_offsets, truncated_copy
 from llmpack.cli import main
-from llmpack.runtime.gguf_check import LLAMA_CPP_ARCHITECTURES, ArrayInfo, GGUFError, validate_gguf
+from llmpack.runtime.model.gguf_check import LLAMA_CPP_ARCHITECTURES, ArrayInfo, GGUFError, validate_gguf
 
 u32 = struct.Struct("<I").pack
 u64 = struct.Struct("<Q").pack
@@ -236,7 +236,7 @@ def test_llama_cpp_refuses_these_files_too(maker, tiny_model, tmp_path):
     """The checks are not stricter than llama.cpp for no reason: it cannot load these either
     (run in a child process, since a bad file may crash it)."""
     path, _ = maker(tiny_model, tmp_path)
-    code = ("import llama_cpp; from llmpack.runtime.backends import load_backends; load_backends(); "
+    code = ("import llama_cpp; from llmpack.runtime.hardware.backends import load_backends; load_backends(); "
             f"llama_cpp.Llama(model_path={str(path)!r}, n_ctx=64, verbose=False)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0

@@ -12,7 +12,7 @@ TEXTS = ["hello world", "The tiny model said: 42!", "café, é, 日本, 🙂", "
 
 @pytest.fixture(scope="module", params=["f32", "f16", "q8_0"])
 def llm(request, tiny_model_factory):
-    from llmpack.runtime.backends import load_backends
+    from llmpack.runtime.hardware.backends import load_backends
 
     load_backends()   # llama-cpp-python never loads ggml's run-time backends itself
     template = CHATML_TEMPLATE if request.param == "f16" else None

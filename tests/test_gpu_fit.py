@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.backends import gpu_devices
-from llmpack.runtime.gpu_fit import COMPUTE_RESERVE, SAFETY_MARGIN, fit_gpu_layers, parse_gpu_layers
-from llmpack.runtime.placement import plan_offload
+from llmpack.runtime.hardware.backends import gpu_devices
+from llmpack.runtime.hardware.gpu_fit import COMPUTE_RESERVE, SAFETY_MARGIN, fit_gpu_layers, parse_gpu_layers
+from llmpack.runtime.hardware.placement import plan_offload
 
 MiB = 1024 * 1024
 OVERHEAD = COMPUTE_RESERVE + SAFETY_MARGIN

@@ -8,11 +8,11 @@ import json
 import jsonschema
 import pytest
 
-from llmpack.runtime.engine import EngineConfig, LLMEngine
-from llmpack.runtime.grammar import JSON_OBJECT_GBNF, GrammarError, check_gbnf, schema_to_gbnf
-from llmpack.runtime.grammar_sampler import check_with_llama
+from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
+from llmpack.runtime.structured.grammar import JSON_OBJECT_GBNF, GrammarError, check_gbnf, schema_to_gbnf
+from llmpack.runtime.engine.grammar_sampler import check_with_llama
 from llmpack.runtime.llm import collect
-from llmpack.runtime.sampling_params import SamplingParams
+from llmpack.runtime.engine.sampling_params import SamplingParams
 
 PERSON = {
     "type": "object",

@@ -12,8 +12,8 @@ import pytest
 
 from ggufs import CHATML_TEMPLATE, tiny_vocab
 from llmpack.cli import main
-from llmpack.runtime.model_info import read_model_info
-from llmpack.runtime.recipes import match_recipe
+from llmpack.runtime.model.model_info import read_model_info
+from llmpack.runtime.chat.recipes import match_recipe
 
 V, E, L, H, KVH, F = len(tiny_vocab()), 64, 2, 4, 2, 128    # write_tiny_model's defaults
 HD = E // H
@@ -26,7 +26,7 @@ def llama_cpp_report(path: Path, n_ctx: int) -> tuple[dict, str]:
     load log (stderr). A child process keeps the log capturable and this process clean."""
     code = f"""
 import json, llama_cpp
-from llmpack.runtime.backends import load_backends
+from llmpack.runtime.hardware.backends import load_backends
 load_backends(quiet=False)   # llama-cpp-python never loads ggml's run-time backends itself
 llm = llama_cpp.Llama(model_path={str(path)!r}, n_ctx={n_ctx}, verbose=True)
 m, v = llm._model.model, llama_cpp.llama_model_get_vocab(llm._model.model)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from needs import skip_or_fail
 
-from llmpack.runtime import backends
-from llmpack.runtime.model_runner import offloaded_layers
+from llmpack.runtime.hardware import backends
+from llmpack.runtime.engine.model_runner import offloaded_layers
 
 REPO = Path(__file__).resolve().parents[1]
 LAVAPIPE_ICD = Path("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")

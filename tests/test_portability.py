@@ -20,7 +20,7 @@ import pytest
 import requests
 from needs import skip_or_fail
 
-from llmpack.runtime import backends
+from llmpack.runtime.hardware import backends
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = REPO / "tests" / "portable_child.py"
@@ -83,7 +83,7 @@ def test_a_variant_can_be_forced_and_a_wrong_name_lists_the_choices(tiny_model, 
 
 
 def test_the_amx_variant_is_only_taken_when_a_child_really_ran_amx(native):
-    from llmpack.runtime.amx_probe import amx_works
+    from llmpack.runtime.hardware.amx_probe import amx_works
 
     flags = Path("/proc/cpuinfo").read_text()
     works = amx_works()
@@ -95,7 +95,7 @@ def test_the_amx_variant_is_only_taken_when_a_child_really_ran_amx(native):
 def test_the_amx_probe_survives_a_cpu_that_faults_on_amx():
     need(shutil.which("qemu-x86_64") is not None, "qemu-x86_64 is not installed (apt-get install qemu-user)")
     proc = subprocess.run(["qemu-x86_64", "-cpu", "Haswell", sys.executable, "-c",
-                           "from llmpack.runtime.amx_probe import amx_works; print(amx_works())"],
+                           "from llmpack.runtime.hardware.amx_probe import amx_works; print(amx_works())"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "False"

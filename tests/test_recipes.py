@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from llmpack.cli import main
-from llmpack.runtime.chat_template import ChatTemplateError
-from llmpack.runtime.recipes import (
+from llmpack.runtime.chat.chat_template import ChatTemplateError
+from llmpack.runtime.chat.recipes import (
     ChatFormat,
     Recipe,
     RecipeError,

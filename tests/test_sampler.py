@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmpack.runtime.sampler import SequenceSampler
-from llmpack.runtime.sampling_params import SamplingParams
+from llmpack.runtime.engine.sampler import SequenceSampler
+from llmpack.runtime.engine.sampling_params import SamplingParams
 
 
 def reference_kept(row: np.ndarray, p: SamplingParams) -> set[int]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from test_block_manager import RecordingKV, make_seq
 
-from llmpack.runtime.block_manager import BlockManager
-from llmpack.runtime.scheduler import Scheduler
-from llmpack.runtime.sequence import Sequence
+from llmpack.runtime.engine.block_manager import BlockManager
+from llmpack.runtime.engine.scheduler import Scheduler
+from llmpack.runtime.engine.sequence import Sequence
 
 
 def step(sched: Scheduler, kv: RecordingKV, max_tokens: int) -> None:

@@ -26,7 +26,7 @@ from ggufs import CHATML_TEMPLATE
 from llmpack.errors import LlmpackError
 from llmpack.runtime.server import protocol, security
 from llmpack.runtime.server.launch import ServerError, bind_socket
-from llmpack.runtime.serving import Stopping
+from llmpack.runtime.server.serving import Stopping
 
 HELLO = [{"role": "user", "content": "hello there"}]
 REPO = Path(__file__).resolve().parents[1]

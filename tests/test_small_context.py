@@ -12,8 +12,8 @@ from pathlib import Path
 
 CHILD = """
 import json, sys
-from llmpack.runtime.engine import EngineConfig, LLMEngine
-from llmpack.runtime.sampling_params import SamplingParams
+from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
+from llmpack.runtime.engine.sampling_params import SamplingParams
 eng = LLMEngine(EngineConfig(model_path=sys.argv[1], n_ctx=128, max_num_seqs=4, gpu_layers=0))
 prompt = eng.tokenize("é" * 100)
 streams = [eng.add_request(prompt, SamplingParams(max_tokens=2, temperature=0)) for _ in range(2)]

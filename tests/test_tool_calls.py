@@ -8,7 +8,7 @@ import pytest
 
 from server_fixtures import *  # noqa: F401,F403  (the chat_server fixture)
 
-from llmpack.runtime.tool_calls import (Tool, ToolCall, forced_grammar, instructions, may_become_call, parse_calls,
+from llmpack.runtime.structured.tool_calls import (Tool, ToolCall, forced_grammar, instructions, may_become_call, parse_calls,
                                         render_calls)
 
 NAMES = {"get_weather", "add"}
@@ -79,9 +79,9 @@ def test_forced_grammar_asks_for_the_models_own_marker_tokens():
 
 @pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral"])
 def test_forced_grammar_parses_in_llama(fmt, tiny_model):
-    from llmpack.runtime.engine import EngineConfig, LLMEngine
+    from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
     from llmpack.runtime.llm import collect
-    from llmpack.runtime.sampling_params import SamplingParams
+    from llmpack.runtime.engine.sampling_params import SamplingParams
 
     tools = [Tool("add", "", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                               "required": ["a", "b"]}),

@@ -21,7 +21,7 @@ CPU kernels and the GPU on the recipient's PC. What mingw needs beyond ordinary 
   and ``llama.dll`` on Windows;
 * no ``sapphirerapids`` (AMX) CPU variant: GCC 12 for mingw emits 32-bit index registers in
   AMX tile loads (``long`` is 32 bits on Windows), which the assembler rejects; upstream leaves it
-  out of MSVC builds too, and llmpack never picks AMX on Windows (runtime/amx_probe.py);
+  out of MSVC builds too, and llmpack never picks AMX on Windows (runtime/hardware/amx_probe.py);
 * Vulkan: Debian has no mingw Vulkan loader, so an import library is made with ``dlltool``
   from the export list of Wine's ``vulkan-1.dll`` (the same API every Windows GPU driver's
   ``vulkan-1.dll`` exports). ggml-vulkan's shader generator is built with the host compiler.

@@ -28,7 +28,7 @@ from urllib.parse import unquote
 
 from flask import Blueprint, jsonify, request
 
-from llmpack.runtime import documents as D
+from llmpack.runtime.server import documents as D
 from llmpack.runtime.server.protocol import ApiError, bad
 from llmpack.runtime.server.state import ServedModel
 

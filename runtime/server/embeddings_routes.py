@@ -24,7 +24,7 @@ def embedder(model: ServedModel):
     """The model's Embedder, made on first use."""
     with _open_lock:
         if model.embedder is None:
-            from llmpack.runtime.embeddings import Embedder
+            from llmpack.runtime.engine.embeddings import Embedder
 
             runner = model.engine.runner
             model.embedder = Embedder(runner.model, min(model.n_ctx, 2048), runner.cfg.n_threads)
@@ -33,7 +33,7 @@ def embedder(model: ServedModel):
 
 @bp.post("/v1/embeddings")
 def embeddings():
-    from llmpack.runtime.embeddings import EmbeddingError
+    from llmpack.runtime.engine.embeddings import EmbeddingError
 
     ctx = _ctx()
     model = ready_model(ctx.state)

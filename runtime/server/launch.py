@@ -20,12 +20,12 @@ from typing import Any, Callable
 from llmpack import signals
 from llmpack.errors import LlmpackError
 from llmpack.progress import PhaseBars
-from llmpack.runtime.placement import startup_line
+from llmpack.runtime.hardware.placement import startup_line
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
 from llmpack.runtime.server.attachments import ATTACH_BODY
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
 from llmpack.runtime.server.state import MESSAGES, ServerState
-from llmpack.runtime.serving import Progress, build_model
+from llmpack.runtime.server.serving import Progress, build_model
 
 PORT_TRIES = 20
 # How long Ctrl+C waits for the preparing thread. The model load gives up at its next progress
@@ -332,7 +332,7 @@ def _install_signals(server: Server) -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from llmpack.runtime.gguf_check import validate_gguf
+    from llmpack.runtime.model.gguf_check import validate_gguf
 
     path = Path(args.model)
     validate_gguf(path)   # a clear error before anything listens

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.sampling_params import InvalidParameterError
+from llmpack.runtime.engine.sampling_params import InvalidParameterError
 from llmpack.runtime.server import protocol as P
 from llmpack.runtime.server.protocol import ApiError
 from llmpack.runtime.server.state import ServedModel, ServerState
@@ -156,7 +156,7 @@ def _generate(kind: str, parse: Callable[[Any, ServedModel], P.Prepared]):
 
 # ---------------------------------------------------------------- engine streams
 def _map_submit_error(exc: Exception, param: str) -> Exception:
-    from llmpack.runtime.request import EngineDeadError, PromptTooLongError, QueueFullError
+    from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
 
     if isinstance(exc, EngineDeadError):
         return ApiError(500, f"The server cannot generate any more: {exc}.", code="engine_failed",

@@ -11,8 +11,8 @@ import secrets
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from llmpack.runtime.outputs import TokenLogprob
-from llmpack.runtime.sampling_params import InvalidParameterError, SamplingParams
+from llmpack.runtime.engine.outputs import TokenLogprob
+from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.server.state import ServedModel
 
 _ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error"}

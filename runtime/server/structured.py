@@ -12,8 +12,8 @@ from functools import lru_cache
 from typing import Any
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime import tool_calls as T
-from llmpack.runtime.grammar import JSON_OBJECT_GBNF, GrammarError, check_gbnf, json_schema_of, schema_to_gbnf
+from llmpack.runtime.structured import tool_calls as T
+from llmpack.runtime.structured.grammar import JSON_OBJECT_GBNF, GrammarError, check_gbnf, json_schema_of, schema_to_gbnf
 from llmpack.runtime.server.protocol import bad
 from llmpack.runtime.server.state import ServedModel
 
@@ -88,7 +88,7 @@ def _check_with_llama(gbnf: str, model: ServedModel, param: str) -> None:
     vocab = getattr(getattr(model.engine, "runner", None), "vocab", None)
     if vocab is None:
         return
-    from llmpack.runtime.grammar_sampler import check_with_llama
+    from llmpack.runtime.engine.grammar_sampler import check_with_llama
 
     try:
         check_with_llama(gbnf, vocab)
@@ -189,7 +189,7 @@ _PROBE = "llmpack_probe_tool"
 @lru_cache(maxsize=16)
 def supports_tools(template: str) -> bool:
     """Does this chat template render a tool list? (Render one and look for its name.)"""
-    from llmpack.runtime.chat_template import render_chat
+    from llmpack.runtime.chat.chat_template import render_chat
 
     tool = {"type": "function", "function": {"name": _PROBE, "description": "", "parameters": {"type": "object"}}}
     try:
@@ -200,7 +200,7 @@ def supports_tools(template: str) -> bool:
 
 # ---------------------------------------------------------------- messages
 def render_messages(model: ServedModel, messages: Any, plan: OutputPlan) -> str:
-    from llmpack.runtime.chat_template import ChatTemplateError
+    from llmpack.runtime.chat.chat_template import ChatTemplateError
 
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "'messages' must be a non-empty list of {role, content} objects")
@@ -293,6 +293,6 @@ def _text_messages(messages: list, plan: OutputPlan) -> list:
 
 
 def _text(m: dict) -> str:
-    from llmpack.runtime.chat_template import normalize_messages
+    from llmpack.runtime.chat.chat_template import normalize_messages
 
     return normalize_messages([m])[0]["content"]

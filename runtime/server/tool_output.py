@@ -9,7 +9,7 @@ guarantees they parse.
 """
 from __future__ import annotations
 
-from llmpack.runtime import tool_calls as T
+from llmpack.runtime.structured import tool_calls as T
 
 
 class ChoiceText:

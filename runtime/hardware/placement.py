@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmpack.runtime.backends import Device, gpu_devices, load_backends, pick_device
-from llmpack.runtime.gpu_fit import fit_on, parse_gpu_layers
+from llmpack.runtime.hardware.backends import Device, gpu_devices, load_backends, pick_device
+from llmpack.runtime.hardware.gpu_fit import fit_on, parse_gpu_layers
 
 
 @dataclass(slots=True)

@@ -65,9 +65,9 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
                 progress: Progress | None = None, warn: Callable[[str], None] | None = None) -> ServedModel:
     """Read the GGUF, resolve the chat format, start the engine (blocking, llama.cpp drives
     progress("loading", f)), and describe the result for the routes."""
-    from llmpack.runtime.engine import EngineConfig, LLMEngine
-    from llmpack.runtime.model_info import read_model_info
-    from llmpack.runtime.recipes import chat_format_for_model
+    from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
+    from llmpack.runtime.model.model_info import read_model_info
+    from llmpack.runtime.chat.recipes import chat_format_for_model
 
     info = read_model_info(path)
     explicit = recipe if isinstance(recipe, (str, os.PathLike)) else getattr(args, "recipe", None)

@@ -19,8 +19,8 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.chat_template import ChatTemplateError, compile_template, fold_system_into_first_user, render_chat
-from llmpack.runtime.sampling_params import SamplingParams
+from llmpack.runtime.chat.chat_template import ChatTemplateError, compile_template, fold_system_into_first_user, render_chat
+from llmpack.runtime.engine.sampling_params import SamplingParams
 
 try:
     import tomllib
@@ -30,7 +30,7 @@ except ModuleNotFoundError:  # Python 3.10
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
 _TOP_KEYS = {"name", "description", "chat_template", "context", "system_role", "system", "stop", "eot_tokens", "match",
              "sampling", "tool_format"}
-TOOL_FORMATS = ("hermes", "llama3", "mistral")   # how the family writes tool calls (runtime/tool_calls.py)
+TOOL_FORMATS = ("hermes", "llama3", "mistral")   # how the family writes tool calls (runtime/structured/tool_calls.py)
 _MATCH_KEYS = {"architectures", "names", "fingerprints", "priority"}
 
 
@@ -279,7 +279,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 
 def chat_format_for_model(info, explicit: str | None = None, recipe_data: dict | None = None) -> ChatFormat:
-    """resolve_chat() fed from a ModelInfo (llmpack.runtime.model_info.read_model_info); the
+    """resolve_chat() fed from a ModelInfo (llmpack.runtime.model.model_info.read_model_info); the
     file name counts as a model name too (many GGUFs name their family only there)."""
     special = info.special_tokens or {}
     bos = (special.get("bos") or {}).get("text") or ""

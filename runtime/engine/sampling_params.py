@@ -32,7 +32,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None       # return this many top alternatives per token (0 = chosen token only)
     include_stop_str_in_output: bool = False
-    grammar: str | None = None        # GBNF (root rule "root") the output must match; see runtime/grammar.py
+    grammar: str | None = None        # GBNF (root rule "root") the output must match; see runtime/structured/grammar.py
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -28,8 +28,8 @@ import numpy as np
 
 import llama_cpp as lc
 
-from llmpack.runtime.outputs import TokenLogprob
-from llmpack.runtime.sampling_params import SamplingParams
+from llmpack.runtime.engine.outputs import TokenLogprob
+from llmpack.runtime.engine.sampling_params import SamplingParams
 
 # Same memory layout as llama_token_data {int32 id; float logit; float p;}
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
@@ -47,7 +47,7 @@ class SequenceSampler:
         self.params = params
         self.grammar = None   # a GrammarConstraint when the request constrains its output
         if params.grammar is not None:
-            from llmpack.runtime.grammar_sampler import GrammarConstraint
+            from llmpack.runtime.engine.grammar_sampler import GrammarConstraint
 
             self.grammar = GrammarConstraint(params.grammar, vocab, params.stop_token_ids)
         self.chain = None

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
-from llmpack.runtime.detokenizer import Detokenizer
+from llmpack.runtime.engine.detokenizer import Detokenizer
 
 if TYPE_CHECKING:
-    from llmpack.runtime.engine import Request
-    from llmpack.runtime.sampler import SequenceSampler
+    from llmpack.runtime.engine.engine import Request
+    from llmpack.runtime.engine.sampler import SequenceSampler
 
 
 class SequenceStatus(Enum):

@@ -29,7 +29,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from llmpack.runtime.sequence import Sequence
+from llmpack.runtime.engine.sequence import Sequence
 
 
 class KVOps(Protocol):

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from llmpack.runtime.block_manager import BlockManager
-from llmpack.runtime.sequence import Sequence, SequenceStatus
+from llmpack.runtime.engine.block_manager import BlockManager
+from llmpack.runtime.engine.sequence import Sequence, SequenceStatus
 
 
 @dataclass(slots=True)

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.base_model import is_base_model
-from llmpack.runtime.gguf_check import ArrayInfo, GGUFHeader, validate_gguf
+from llmpack.runtime.model.base_model import is_base_model
+from llmpack.runtime.model.gguf_check import ArrayInfo, GGUFHeader, validate_gguf
 
 # llama_ftype_name() in llama.cpp's src/llama-model-loader.cpp, by general.file_type
 FILE_TYPE_NAMES = {
@@ -206,9 +206,9 @@ def _special_tokens(h: GGUFHeader) -> dict[str, dict[str, Any] | None]:
 
 
 def _match_recipe(arch: str, names: list[Any], template: str | None) -> str | None:
-    """The name of the recipe llmpack.runtime.recipes would pick, or None. Imported on first use:
+    """The name of the recipe llmpack.runtime.chat.recipes would pick, or None. Imported on first use:
     recipes brings in jinja2, which nothing else `llmpack inspect` runs needs."""
-    from llmpack.runtime.recipes import match_recipe
+    from llmpack.runtime.chat.recipes import match_recipe
 
     recipe = match_recipe(arch=arch, name=[n for n in names if isinstance(n, str)], chat_template=template)
     return None if recipe is None else recipe.name
@@ -282,7 +282,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise LlmpackError(f"{path}: no such file")
     offset, length = locate_model(path)
     info = read_model_info(path, ctx=args.ctx, offset=offset, length=length)
-    from llmpack.runtime.gpu_fit import fit_report
+    from llmpack.runtime.hardware.gpu_fit import fit_report
 
     gpu = fit_report(info)   # loads llama.cpp's backends to see this machine's GPUs
     print(json.dumps({**info.to_dict(), "gpu": gpu}) if args.json else format_report(info) + "\n" + format_gpu(gpu))

@@ -22,7 +22,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from llmpack.runtime.grammar import GrammarError, schema_to_gbnf
+from llmpack.runtime.structured.grammar import GrammarError, schema_to_gbnf
 
 @dataclass(frozen=True, slots=True)
 class Tool:

@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.grammar_ranges import BOUNDS
+from llmpack.runtime.structured.grammar_ranges import BOUNDS
 
 # Strings: no raw control characters (json.loads refuses them). Whitespace: at most one space
 # between tokens, so output is compact JSON and a model cannot loop on newlines.
@@ -79,7 +79,7 @@ def _converter_class():
     """llama-cpp-python's converter, taught integer bounds (it ignores them)."""
     from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter   # (imports llama.cpp)
 
-    from llmpack.runtime.grammar_ranges import integer_range
+    from llmpack.runtime.structured.grammar_ranges import integer_range
 
     class Converter(SchemaConverter):
         def visit(self, schema, name):

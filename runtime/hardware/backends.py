@@ -160,7 +160,7 @@ def _choose_cpu(paths: list[Path], forced: str | None) -> tuple[Path, list[str]]
         if score <= 0:
             break
         if name in AMX_VARIANTS:
-            from llmpack.runtime.amx_probe import amx_works
+            from llmpack.runtime.hardware.amx_probe import amx_works
 
             if not amx_works():
                 skipped.append(f"{name}: the CPU advertises AMX but a test child could not run it")

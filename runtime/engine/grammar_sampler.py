@@ -41,11 +41,11 @@ import numpy as np
 
 import llama_cpp as lc
 
-from llmpack.runtime.grammar import GrammarError, min_length
-from llmpack.runtime.sampler import _TAIL, _TOKEN_DATA
+from llmpack.runtime.structured.grammar import GrammarError, min_length
+from llmpack.runtime.engine.sampler import _TAIL, _TOKEN_DATA
 
 if TYPE_CHECKING:
-    from llmpack.runtime.sampler import SequenceSampler
+    from llmpack.runtime.engine.sampler import SequenceSampler
 
 _SLICES = (64, 4096, 32768)
 _TOKEN_REF = re.compile(r"<\[(\d+)\]>")

@@ -2,12 +2,12 @@
 
 Each layer costs its weights (from the GGUF's per-layer tensor sizes) plus its share of the KV
 cache at the chosen context; the output layer and a compute reserve come off the top of the
-device's free memory. runtime/placement.py decides where the model runs using this.
+device's free memory. runtime/hardware/placement.py decides where the model runs using this.
 """
 from __future__ import annotations
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.backends import Device
+from llmpack.runtime.hardware.backends import Device
 
 COMPUTE_RESERVE = 512 * 1024 * 1024   # scratch buffers; measured 514 MiB at n_batch 512 for a 262k vocabulary
 SAFETY_MARGIN = 256 * 1024 * 1024
@@ -47,7 +47,7 @@ def parse_gpu_layers(spec: int | str | None) -> int | str:
 
 def fit_on(device: Device, model_path, n_ctx: int, offset: int = 0, length: int | None = None) -> int:
     """Layers of this model (+1 for the output layer) that fit in the device's free memory."""
-    from llmpack.runtime.model_info import read_model_info
+    from llmpack.runtime.model.model_info import read_model_info
 
     info = read_model_info(model_path, ctx=n_ctx, offset=offset, length=length)
     return fit_gpu_layers(device.memory_free, info.weight_bytes_per_layer, info.non_layer_weight_bytes,
@@ -57,8 +57,8 @@ def fit_on(device: Device, model_path, n_ctx: int, offset: int = 0, length: int 
 def fit_report(info) -> dict:
     """For `llmpack inspect`: every GPU here, with how many of this model's layers fit in its
     free memory at info.ctx tokens; or, with none, the line saying why."""
-    from llmpack.runtime.backends import gpu_devices
-    from llmpack.runtime.placement import no_gpu_reason
+    from llmpack.runtime.hardware.backends import gpu_devices
+    from llmpack.runtime.hardware.placement import no_gpu_reason
 
     fits = []
     for dev in gpu_devices():

@@ -21,7 +21,7 @@ import numpy as np
 import llama_cpp as lc
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.model_runner import model_meta
+from llmpack.runtime.engine.model_runner import model_meta
 
 MAX_SEQS = 16         # inputs decoded together
 CHUNK = 64            # tokens per llama_decode when we pool (see _open)

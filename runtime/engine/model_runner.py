@@ -120,7 +120,7 @@ class ModelRunner:
     def __init__(self, cfg: RunnerConfig, progress: Callable[[float], bool | None] | None = None) -> None:
         global _backend_ready
         if not _backend_ready:
-            from llmpack.runtime.backends import load_backends
+            from llmpack.runtime.hardware.backends import load_backends
 
             load_backends()           # GGML_BACKEND_DL: CPU variant + GPU backends, before any model
             _route_llama_log(cfg.verbose)

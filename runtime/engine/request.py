@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.outputs import CompletionOutput, RequestOutput
-from llmpack.runtime.sampling_params import SamplingParams
+from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
+from llmpack.runtime.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from llmpack.runtime.engine import LLMEngine
-    from llmpack.runtime.sequence import Sequence
+    from llmpack.runtime.engine.engine import LLMEngine
+    from llmpack.runtime.engine.sequence import Sequence
 
 # How often a waiting stream checks that the engine thread is still alive.
 _LIVENESS_POLL_S = 0.5

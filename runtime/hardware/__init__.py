@@ -1,0 +1,4 @@
+"""The hardware (llmpack.runtime.hardware): loading ggml's backends and picking the best CPU
+variant (`backends`, `amx_probe`), and deciding how many layers go to a GPU (`gpu_fit`: the
+arithmetic; `placement`: the plan and the words `/health` and the console show). It may import
+`model` (layer sizes come from the GGUF header) and nothing else of the runtime."""

@@ -1,0 +1,183 @@
+"""The house rules of the code, read from the source with `ast` (imports inside functions too):
+
+- dependencies point one way: server -> llm/chat -> engine -> model/hardware/structured, and the
+  builder -> runtime, never back (`ALLOWED` below is the whole map);
+- no import cycles between modules;
+- an import inside a function is there on purpose (it delays a heavy or platform-only import)
+  and says so with a `# lazy: ...` comment; one that only hid a cycle is a defect.
+
+`if TYPE_CHECKING:` blocks are left out: they never run.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = {"llmpack": "llmpack", "builder": "llmpack.builder", "runtime": "llmpack.runtime",
+           "webui": "llmpack.webui", "recipes": "llmpack.recipes"}
+
+# Each unit -> the units it may import (besides itself). A module's unit is the longest prefix here.
+BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpack.signals"}
+MODEL, HARDWARE, STRUCTURED = "llmpack.runtime.model", "llmpack.runtime.hardware", "llmpack.runtime.structured"
+ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "llmpack.runtime.llm",
+                             "llmpack.runtime.server")
+RUNTIME = {MODEL, HARDWARE, STRUCTURED, ENGINE, CHAT, LLM, SERVER}
+ALLOWED: dict[str, set[str]] = {
+    "llmpack": {LLM, ENGINE},                     # the package exports LLM / SamplingParams, lazily
+    "llmpack.errors": set(),
+    "llmpack.paths": {"llmpack.errors", "llmpack.demo_models"},
+    "llmpack.progress": set(),
+    "llmpack.signals": set(),
+    "llmpack.demo_models": BASE,
+    MODEL: BASE,
+    HARDWARE: BASE | {MODEL},
+    STRUCTURED: BASE,
+    ENGINE: BASE | {MODEL, HARDWARE, STRUCTURED},
+    CHAT: BASE | {MODEL, ENGINE},
+    LLM: BASE | {MODEL, ENGINE, CHAT},
+    SERVER: BASE | RUNTIME,
+    "llmpack.webui": BASE,
+    "llmpack.recipes": set(),
+    "llmpack.builder": BASE | RUNTIME | {"llmpack.webui", "llmpack.demo_models", "llmpack.cli"},
+    "llmpack.bench": BASE | RUNTIME | {"llmpack.builder", "llmpack.demo_models"},
+    "llmpack.cli": BASE | RUNTIME | {"llmpack.builder", "llmpack.bench", "llmpack.demo_models"},
+    "llmpack.__main__": {"llmpack.cli"},
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for folder, package in SOURCES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([package, *parts])] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def unit_of(module: str) -> str:
+    return max((u for u in ALLOWED if module == u or module.startswith(u + ".")), key=len)
+
+
+class Import:
+    def __init__(self, module: str, target: str, line: int, in_function: bool) -> None:
+        self.module, self.target, self.line, self.in_function = module, target, line, in_function
+
+    def __repr__(self) -> str:
+        return f"{MODULES[self.module].relative_to(ROOT)}:{self.line} imports {self.target}"
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return skipped
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    package = module.split(".") if MODULES[module].name == "__init__.py" else module.split(".")[:-1]
+    if node.level:
+        package = package[:len(package) - node.level + 1]
+        base = ".".join([*package, *([node.module] if node.module else [])])
+    else:
+        base = node.module or ""
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+
+
+def imports() -> list[Import]:
+    found = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skipped = _type_checking_nodes(tree)
+        inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skipped:
+                found += [Import(module, t, node.lineno, id(node) in inside) for t in _targets(module, node)]
+    return found
+
+
+IMPORTS = imports()
+INTERNAL = [i for i in IMPORTS if i.target in MODULES and i.target != i.module]
+
+
+def test_the_map_names_every_module():
+    """A new top-level module or room must be placed in ALLOWED, not fall into a neighbour's unit."""
+    for module in MODULES:
+        assert any(module == u or module.startswith(u + ".") for u in ALLOWED), f"{module}: add it to ALLOWED"
+
+
+def test_dependencies_point_one_way():
+    back_edges = [i for i in INTERNAL
+                  if unit_of(i.target) != unit_of(i.module) and unit_of(i.target) not in ALLOWED[unit_of(i.module)]]
+    assert not back_edges, "imports against the layering (see ALLOWED):\n" + "\n".join(map(repr, back_edges))
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle in a directed graph, as the list of its nodes, or None (iterative DFS)."""
+    state: dict[str, int] = {}   # 1 on the current path, 2 finished
+    for start in sorted(edges):
+        if state.get(start):
+            continue
+        path, stack = [start], [iter(sorted(edges.get(start, ())))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(edges.get(nxt, ()))))
+    return None
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycles():
+    edges: dict[str, set[str]] = {}
+    for i in INTERNAL:
+        edges.setdefault(i.module, set()).add(i.target)
+    cycle = find_cycle(edges)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def _says_lazy(lines: list[str], line: int) -> bool:
+    """A `# lazy` comment on the import's line, or on the comment/import lines right above it."""
+    i = line - 1
+    if "# lazy" in lines[i]:
+        return True
+    while i > 0 and (lines[i - 1].lstrip().startswith(("#", "import ", "from "))):
+        i -= 1
+        if "# lazy" in lines[i]:
+            return True
+    return False
+
+
+def test_imports_inside_functions_say_why():
+    texts = {m: p.read_text(encoding="utf-8").splitlines() for m, p in MODULES.items()}
+    silent = sorted({repr(i) for i in IMPORTS if i.in_function and not _says_lazy(texts[i.module], i.line)})
+    assert not silent, ("imports inside functions without a `# lazy: <why>` comment (move them to the top; "
+                        "break a cycle by moving the shared piece down):\n" + "\n".join(silent))
+
+
+@pytest.mark.parametrize("room", ["model", "hardware", "structured", "engine", "chat", "server"])
+def test_each_room_says_what_it_owns(room):
+    doc = ast.get_docstring(ast.parse((ROOT / "runtime" / room / "__init__.py").read_text()))
+    assert doc and "import" in doc, f"runtime/{room}/__init__.py: say what the room owns and may import"
