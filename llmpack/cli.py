@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="a .gguf file or an executable made by `llmpack build`")
     p.add_argument("--ctx", type=int, default=None, help="context size for the KV estimate (default: trained context)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=_lazy("llmpack.runtime.model.model_info", "cmd_inspect"))
+    p.set_defaults(func=_lazy("llmpack.builder.inspect", "cmd_inspect"))
 
     p = sub.add_parser("recipes", help="list the built-in model-family recipes")
     p.add_argument("--json", action="store_true")

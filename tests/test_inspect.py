@@ -12,6 +12,7 @@ import pytest
 
 from ggufs import CHATML_TEMPLATE, tiny_vocab
 from llmpack.cli import main
+from llmpack.builder.inspect import recipe_name
 from llmpack.runtime.model.model_info import read_model_info
 from llmpack.runtime.chat.recipes import match_recipe
 
@@ -96,7 +97,7 @@ def test_an_embedded_template_and_the_matching_recipe_are_reported(tiny_chat_mod
     info = read_model_info(tiny_chat_model)
     assert info.chat_template == CHATML_TEMPLATE
     expected = match_recipe(arch="llama", name=["tiny-test-model"], chat_template=CHATML_TEMPLATE)
-    assert expected is not None and info.recipe == expected.name
+    assert expected is not None and recipe_name(info) == expected.name
 
 
 def test_a_model_inside_a_larger_file_reads_the_same(tiny_model, tmp_path):

@@ -1,4 +1,4 @@
-"""How many layers fit on a GPU (`--gpu-layers auto`, and `llmpack inspect`).
+"""How many layers fit on a GPU (`--gpu-layers auto`, and `llmpack inspect` through placement.fit_report).
 
 Each layer costs its weights (from the GGUF's per-layer tensor sizes) plus its share of the KV
 cache at the chosen context; the output layer and a compute reserve come off the top of the
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.hardware.backends import Device
+from llmpack.runtime.model.model_info import read_model_info
 
 COMPUTE_RESERVE = 512 * 1024 * 1024   # scratch buffers; measured 514 MiB at n_batch 512 for a 262k vocabulary
 SAFETY_MARGIN = 256 * 1024 * 1024
@@ -47,22 +48,6 @@ def parse_gpu_layers(spec: int | str | None) -> int | str:
 
 def fit_on(device: Device, model_path, n_ctx: int, offset: int = 0, length: int | None = None) -> int:
     """Layers of this model (+1 for the output layer) that fit in the device's free memory."""
-    from llmpack.runtime.model.model_info import read_model_info
-
     info = read_model_info(model_path, ctx=n_ctx, offset=offset, length=length)
     return fit_gpu_layers(device.memory_free, info.weight_bytes_per_layer, info.non_layer_weight_bytes,
                           info.kv_bytes_per_token_per_layer, n_ctx)
-
-
-def fit_report(info) -> dict:
-    """For `llmpack inspect`: every GPU here, with how many of this model's layers fit in its
-    free memory at info.ctx tokens; or, with none, the line saying why."""
-    from llmpack.runtime.hardware.backends import gpu_devices
-    from llmpack.runtime.hardware.placement import no_gpu_reason
-
-    fits = []
-    for dev in gpu_devices():
-        n = fit_gpu_layers(dev.memory_free, info.weight_bytes_per_layer, info.non_layer_weight_bytes,
-                           info.kv_bytes_per_token_per_layer, info.ctx)
-        fits.append({**dev.to_dict(), "layers_fit": min(n, info.n_layer), "output_fits": n > info.n_layer})
-    return {"ctx": info.ctx, "n_layers": info.n_layer, "devices": fits, "note": None if fits else no_gpu_reason()}

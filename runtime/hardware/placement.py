@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmpack.runtime.hardware.backends import Device, gpu_devices, load_backends, pick_device
-from llmpack.runtime.hardware.gpu_fit import fit_on, parse_gpu_layers
+from llmpack.runtime.hardware.gpu_fit import fit_gpu_layers, fit_on, parse_gpu_layers
+from llmpack.runtime.model.model_info import ModelInfo
 
 
 @dataclass(slots=True)
@@ -30,6 +31,17 @@ def no_gpu_reason() -> str:
     if not found.dynamic:
         return "this llama.cpp build has no GPU backend"
     return "no GPU backend library was found beside the CPU backends"
+
+
+def fit_report(info: ModelInfo) -> dict:
+    """For `llmpack inspect`: every GPU here, with how many of this model's layers fit in its
+    free memory at info.ctx tokens; or, with none, the line saying why."""
+    fits = []
+    for dev in gpu_devices():
+        n = fit_gpu_layers(dev.memory_free, info.weight_bytes_per_layer, info.non_layer_weight_bytes,
+                           info.kv_bytes_per_token_per_layer, info.ctx)
+        fits.append({**dev.to_dict(), "layers_fit": min(n, info.n_layer), "output_fits": n > info.n_layer})
+    return {"ctx": info.ctx, "n_layers": info.n_layer, "devices": fits, "note": None if fits else no_gpu_reason()}
 
 
 def plan_offload(spec: int | str | None, model_path, n_ctx: int, device: str | None = None) -> OffloadPlan:

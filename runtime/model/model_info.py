@@ -1,6 +1,6 @@
-"""What a GGUF model is and how much memory it needs: `llmpack inspect`, and the figures the
-engine uses to size the KV cache and decide GPU offload (`weight_bytes_per_layer`,
-`kv_bytes_per_token`).
+"""What a GGUF model is and how much memory it needs: the facts `llmpack inspect` reports
+(builder/inspect.py formats them) and the figures the engine uses to size the KV cache and decide
+GPU offload (`weight_bytes_per_layer`, `kv_bytes_per_token`).
 
 Metadata comes from gguf_check's own header parse rather than gguf.GGUFReader: the parse is
 already bounds-checked, and GGUFReader takes ~10 s on a 262k-token vocabulary (~0.05 s here).
@@ -10,8 +10,6 @@ cache holds every layer at full context (llama-cpp-python keeps a full-size SWA 
 """
 from __future__ import annotations
 
-import argparse
-import json
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -64,7 +62,7 @@ class ModelInfo:
     vocab_size: int | None
     special_tokens: dict[str, dict[str, Any] | None]  # bos/eos/eot/pad/unk -> {"id", "text"}
     chat_template: str | None = field(repr=False)
-    recipe: str | None
+    basename: str | None             # general.basename, which recipes match like the name
     base_model: bool                 # no chat template and no instruct/chat tag (runtime.base_model)
     weight_bytes: int                # sum of tensor bytes (llama.cpp's "file size")
     weight_bytes_per_layer: list[int]  # tensors named blk.N.*
@@ -142,7 +140,7 @@ def read_model_info(path: str | Path, ctx: int | None = None, offset: int = 0,
         context_length=ctx_len, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
         head_dim_k=dim_k, head_dim_v=dim_v, sliding_window=window, swa_layers=swa,
         vocab_size=_vocab_size(h), special_tokens=_special_tokens(h), chat_template=template,
-        recipe=_match_recipe(arch, [kv.get("general.name"), kv.get("general.basename")], template),
+        basename=kv.get("general.basename"),
         base_model=is_base_model(kv, [Path(path).stem]),
         weight_bytes=sum(t.nbytes for t in h.tensors), weight_bytes_per_layer=per_layer,
         non_layer_weight_bytes=other, kv_bytes_per_token_per_layer=kv_layer,
@@ -205,97 +203,9 @@ def _special_tokens(h: GGUFHeader) -> dict[str, dict[str, Any] | None]:
     return {k: (None if i is None else {"id": i, "text": texts.get(i)}) for k, i in ids.items()}
 
 
-def _match_recipe(arch: str, names: list[Any], template: str | None) -> str | None:
-    """The name of the recipe llmpack.runtime.chat.recipes would pick, or None. Imported on first use:
-    recipes brings in jinja2, which nothing else `llmpack inspect` runs needs."""
-    from llmpack.runtime.chat.recipes import match_recipe
-
-    recipe = match_recipe(arch=arch, name=[n for n in names if isinstance(n, str)], chat_template=template)
-    return None if recipe is None else recipe.name
-
-
-def locate_model(path: str | Path) -> tuple[int, int | None]:
-    """(offset, length) of the GGUF inside a built executable, or (0, None) for a plain file."""
-    from llmpack.builder.packfile import find_embedded_model
-
-    found = find_embedded_model(Path(path))
-    return found if found else (0, None)
-
-
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1024
     raise AssertionError  # unreachable
-
-
-def human_count(n: int) -> str:
-    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return str(n)
-
-
-def format_report(info: ModelInfo) -> str:
-    def heads(values: list[int]) -> str:
-        return str(values[0]) if len(set(values)) <= 1 and values else "per layer " + ",".join(map(str, values))
-
-    tok = ", ".join(f"{k.upper()} {v['id']} {v['text']!r}" for k, v in info.special_tokens.items() if v)
-    types = ", ".join(f"{t} x{v['count']} ({human_bytes(v['bytes'])})" for t, v in info.tensor_types.items())
-    where = f" (embedded at byte {info.offset})" if info.offset else ""
-    lines = [
-        f"{Path(info.path).name}{where}",
-        f"  model          {info.name or '(unnamed)'} [{info.architecture}], GGUF v{info.gguf_version}",
-        f"  recipe         {info.recipe or 'none matched'}",
-        f"  parameters     {human_count(info.parameters)}",
-        f"  file type      {info.file_type}, {info.bits_per_weight:.2f} bits per weight",
-        f"  tensor types   {types}",
-        f"  context        {info.context_length or '?'} tokens (trained)",
-        f"  layers         {info.n_layer}, embedding {info.n_embd}, heads {heads(info.n_head)}, "
-        f"KV heads {heads(info.n_head_kv)}, head dim {info.head_dim_k}/{info.head_dim_v}",
-    ]
-    if info.sliding_window:
-        swa = info.swa_layers
-        which = "pattern unknown" if swa is None else \
-            f"{len(swa)} of {info.n_layer} layers; full attention on " \
-            f"{', '.join(str(i) for i in range(info.n_layer) if i not in swa) or 'none'}"
-        lines.append(f"  sliding window {info.sliding_window} tokens ({which})")
-    lines += [
-        f"  vocabulary     {info.vocab_size} tokens; {tok or 'no special tokens'}",
-        f"  chat template  {'embedded' if info.chat_template else 'none embedded'}",
-        "memory",
-        f"  weights        {human_bytes(info.weight_bytes)} ({human_bytes(info.non_layer_weight_bytes)} outside "
-        f"the layers, up to {human_bytes(max(info.weight_bytes_per_layer, default=0))} per layer)",
-        f"  KV cache       {human_bytes(info.kv_bytes_per_token)} per token (f16); "
-        f"{human_bytes(info.kv_bytes_total)} at {info.ctx} tokens",
-        f"  total          about {human_bytes(info.weight_bytes + info.kv_bytes_total)} plus compute buffers",
-    ]
-    if info.context_length and info.ctx > info.context_length:
-        lines.append(f"  note: {info.ctx} tokens is beyond the trained {info.context_length}; quality may degrade")
-    return "\n".join(lines)
-
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    path = Path(args.model)
-    if not path.is_file():
-        raise LlmpackError(f"{path}: no such file")
-    offset, length = locate_model(path)
-    info = read_model_info(path, ctx=args.ctx, offset=offset, length=length)
-    from llmpack.runtime.hardware.gpu_fit import fit_report
-
-    gpu = fit_report(info)   # loads llama.cpp's backends to see this machine's GPUs
-    print(json.dumps({**info.to_dict(), "gpu": gpu}) if args.json else format_report(info) + "\n" + format_gpu(gpu))
-    return 0
-
-
-def format_gpu(gpu: dict) -> str:
-    """The "gpu" part of `llmpack inspect`: how many layers fit on each GPU of this machine."""
-    lines = [f"GPU (layers that fit at {gpu['ctx']} tokens)"]
-    for d in gpu["devices"]:
-        whole = " + output layer" if d["output_fits"] else ""
-        lines.append(f"  {d['id']:<14} {d['name']}: {d['layers_fit']}/{gpu['n_layers']} layers{whole} fit in "
-                     f"{human_bytes(d['memory_free'])} free of {human_bytes(d['memory_total'])}")
-    if not gpu["devices"]:
-        lines.append(f"  none usable: {gpu['note']}; the model runs on the CPU")
-    return "\n".join(lines)
