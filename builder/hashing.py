@@ -82,12 +82,12 @@ def copy_hashing(src: BinaryIO, offset: int, length: int, write: Callable[[bytes
     return hasher.hexdigest()
 
 
-def hash_path(path: Path, size: int, progress: ProgressArg) -> str:
-    """sha256 of the first `size` bytes of `path`, shown as "verifying model"."""
+def hash_path(path: Path, size: int, progress: ProgressArg, offset: int = 0) -> str:
+    """sha256 of `size` bytes of `path` from `offset`, shown as "verifying model"."""
     bar = ByteProgress(progress, size, "verifying model")
     try:
         with open(path, "rb", buffering=0) as f:
-            return copy_hashing(f, 0, size, None, bar)
+            return copy_hashing(f, offset, size, None, bar)
     finally:
         bar.close()
 

@@ -37,6 +37,8 @@ class EngineConfig:
     n_ctx: int = 4096
     max_num_seqs: int = 32
     n_batch: int = 512
+    model_offset: int = 0              # the GGUF starts here inside model_path (a built program, loaded in place)
+    model_length: int | None = None
     block_size: int = 16
     gpu_layers: int | str = "auto"
     device: str | None = None          # --device: a GPU id such as "Vulkan1", "cpu", or None = auto
@@ -63,9 +65,11 @@ class EngineStats:
 class LLMEngine:
     def __init__(self, config: EngineConfig, progress: Callable[[float], bool | None] | None = None) -> None:
         self.config = config
-        plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device)
+        plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device,
+                            offset=config.model_offset, length=config.model_length)
         self.runner = ModelRunner(RunnerConfig(
-            model_path=str(config.model_path), n_ctx=config.n_ctx, n_batch=config.n_batch,
+            model_path=str(config.model_path), model_offset=config.model_offset, n_ctx=config.n_ctx,
+            n_batch=config.n_batch,
             max_num_seqs=config.max_num_seqs, n_gpu_layers=plan.n_gpu_layers,
             gpu_device=plan.device.handle if plan.device else 0, n_threads=config.n_threads,
             flash_attn=config.flash_attn), progress)

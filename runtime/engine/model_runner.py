@@ -52,6 +52,7 @@ class DecodeError(RuntimeError):
 @dataclass(slots=True)
 class RunnerConfig:
     model_path: str
+    model_offset: int = 0        # > 0: the GGUF starts here inside model_path (a built program, read in place)
     n_ctx: int = 4096
     n_batch: int = 512           # token budget of one step (prefill chunks + decode tokens)
     max_num_seqs: int = 32       # sequences decoded together
@@ -97,6 +98,38 @@ def model_devices(model) -> int | None:
                       "?llama_model_n_devices@@YAHPEBUllama_model@@@Z")
 
 
+class CFile:
+    """A C stdio ``FILE *`` open for reading at `offset`, for llama_model_load_from_file_ptr, which
+    reads a GGUF from a stream's current position (and mmaps it in place when the GGUF's data
+    section is aligned, as a built program's 64 KiB-aligned model is). It comes from the C runtime
+    llama.cpp itself was linked with, since a FILE belongs to one C runtime: glibc (or the
+    platform's libc) on POSIX, msvcrt.dll on Windows (the mingw-built DLLs import it)."""
+
+    def __init__(self, path: str, offset: int) -> None:
+        if os.name == "nt":
+            crt = ctypes.CDLL("msvcrt", use_errno=True)
+            crt._wfopen.argtypes, crt._wfopen.restype = [ctypes.c_wchar_p, ctypes.c_wchar_p], ctypes.c_void_p
+            crt._fseeki64.argtypes, crt._fseeki64.restype = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int], ctypes.c_int
+            fp, seek = crt._wfopen(str(path), "rb"), crt._fseeki64
+        else:
+            crt = ctypes.CDLL(None, use_errno=True)
+            crt.fopen.argtypes, crt.fopen.restype = [ctypes.c_char_p, ctypes.c_char_p], ctypes.c_void_p
+            crt.fseeko.argtypes, crt.fseeko.restype = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int], ctypes.c_int
+            fp, seek = crt.fopen(os.fsencode(path), b"rb"), crt.fseeko
+        crt.fclose.argtypes, crt.fclose.restype = [ctypes.c_void_p], ctypes.c_int
+        if not fp:
+            raise ModelLoadError(f"cannot open {path}: {os.strerror(ctypes.get_errno())}")
+        self._crt, self.fp = crt, fp
+        if seek(fp, offset, os.SEEK_SET) != 0:
+            self.close()
+            raise ModelLoadError(f"cannot read {path} at byte {offset}: {os.strerror(ctypes.get_errno())}")
+
+    def close(self) -> None:
+        if self.fp:
+            self._crt.fclose(self.fp)
+            self.fp = None
+
+
 def _route_llama_log(verbose: bool) -> None:
     """llama.cpp logs every load step to stderr; the product prints its own progress."""
 
@@ -138,8 +171,15 @@ class ModelRunner:
 
             self._progress_cb = lc.llama_progress_callback(_on_progress)
             mparams.progress_callback = self._progress_cb
-        self.model = lc.llama_model_load_from_file(str(cfg.model_path).encode(), mparams)
+        self._file: CFile | None = None   # the open built program, while its model is in use
+        if cfg.model_offset:
+            self._file = CFile(cfg.model_path, cfg.model_offset)
+            self.model = lc.llama_model_load_from_file_ptr(self._file.fp, mparams)
+        else:
+            self.model = lc.llama_model_load_from_file(str(cfg.model_path).encode(), mparams)
         if not self.model:
+            if self._file is not None:
+                self._file.close()
             raise ModelLoadError(f"llama.cpp could not load {cfg.model_path}; run `llmpack inspect` on it for details")
         self.n_layer = lc.llama_model_n_layer(self.model)
         nextn = _model_int(self.model, "llama_model_n_layer_nextn") or 0   # MTP heads sit above the trunk
@@ -169,6 +209,8 @@ class ModelRunner:
         self.ctx = lc.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             lc.llama_model_free(self.model)
+            if self._file is not None:
+                self._file.close()
             raise ModelLoadError(
                 f"llama.cpp could not create a context of {cfg.n_ctx} tokens; try a smaller --ctx or fewer --gpu-layers")
         self.n_ctx = lc.llama_n_ctx(self.ctx)
@@ -259,3 +301,5 @@ class ModelRunner:
         if getattr(self, "model", None):
             lc.llama_model_free(self.model)
             self.model = None
+        if getattr(self, "_file", None) is not None:
+            self._file.close()

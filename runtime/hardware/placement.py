@@ -44,8 +44,10 @@ def fit_report(info: ModelInfo) -> dict:
     return {"ctx": info.ctx, "n_layers": info.n_layer, "devices": fits, "note": None if fits else no_gpu_reason()}
 
 
-def plan_offload(spec: int | str | None, model_path, n_ctx: int, device: str | None = None) -> OffloadPlan:
-    """Resolve `--gpu-layers` and `--device` against this machine's GPUs."""
+def plan_offload(spec: int | str | None, model_path, n_ctx: int, device: str | None = None, *,
+                 offset: int = 0, length: int | None = None) -> OffloadPlan:
+    """Resolve `--gpu-layers` and `--device` against this machine's GPUs (the GGUF is
+    model_path[offset:offset+length]: a built program's own bytes when loaded in place)."""
     layers = parse_gpu_layers(spec)
     if layers == 0:
         return OffloadPlan(0, None, "--gpu-layers 0 keeps the model on the CPU")
@@ -57,7 +59,7 @@ def plan_offload(spec: int | str | None, model_path, n_ctx: int, device: str | N
         return OffloadPlan(-1, chosen)
     if isinstance(layers, int):
         return OffloadPlan(layers, chosen)
-    n = fit_on(chosen, model_path, n_ctx)
+    n = fit_on(chosen, model_path, n_ctx, offset, length)
     if n == 0:
         return OffloadPlan(0, None, f"not one layer fits in the {chosen.memory_free >> 20} MiB free on "
                                     f"{chosen.id} ({chosen.name}); pass --gpu-layers N to try anyway")
