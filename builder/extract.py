@@ -1,6 +1,15 @@
-"""Unpacking a built executable's model, once, into the per-user cache.
+"""Where a built executable's model is read from, and unpacking it once when it must be.
 
-The byte layout lives in packfile.py; this is the runtime side of it. A model is written to
+`model_source` decides (`disk_need` says the same without doing it, for --info, inspect and
+--forget): a model stored uncompressed, the default, is *read in place* from the program's own
+bytes (llama.cpp's llama_model_load_from_file_ptr at the model's 64 KiB-aligned offset), after
+its sha256 is checked once (a ``<sha256>.inplace.ok`` marker records the program's path, size
+and mtime): no copy on disk. A sidecar model (``--sidecar``) is verified once and read where it
+is. Only a compressed model (``--compress zstd``) is unpacked, as below; the launch says first
+where to and how big (`unpacking`). Measurements and the alternatives weighed (reflinks, sidecar
+by default): docs/PORTABILITY.md, "Disk use".
+
+Unpacking (the byte layout lives in packfile.py; this is the runtime side of it): a model is written to
 ``models_dir()/<sha256>.gguf`` through ``<name>.tmp-<pid>`` (hashed while copying, fsynced,
 sha256 verified, then renamed), and a ``<sha256>.gguf.ok`` marker records the verified file's
 size and mtime. A later launch that finds a matching marker uses the file without reading
@@ -23,6 +32,7 @@ import os
 import shutil
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -32,6 +42,7 @@ from llmpack.builder.manifest import Manifest, ModelBlob
 from llmpack.builder.packfile import PackError
 from llmpack.builder.zstd_frames import read_frames
 from llmpack.progress import ByteProgress, ProgressArg
+from llmpack.runtime.model.source import ModelFile
 
 SPARE_BYTES = 64 << 20       # free space required beyond the model itself
 # How long a launch waits for another one unpacking the same model: minutes even for a big
@@ -41,7 +52,63 @@ LOCK_POLL_S = 0.2
 _BUSY = {errno.EACCES, errno.EAGAIN, errno.EWOULDBLOCK, getattr(errno, "EDEADLOCK", errno.EDEADLK), errno.EDEADLK}
 
 
-def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: ProgressArg = None) -> Path:
+Unpacking = Callable[[Path, int], None]   # (folder, bytes): told just before this launch unpacks a model
+
+
+@dataclass(frozen=True)
+class DiskNeed:
+    """What a launch of a built program needs on disk besides the program itself."""
+
+    how: str                 # "in place" (read from the program), "sidecar" (the .gguf beside it), "unpack"
+    bytes: int               # extra disk a launch needs: 0 unless the model is unpacked
+    path: Path | None        # the unpacked copy (how == "unpack"), whether or not it exists yet
+    present: bool = False    # that copy is there already (a first launch made it)
+
+    def to_dict(self) -> dict:
+        return {"how": self.how, "bytes": self.bytes, "path": str(self.path) if self.path else None,
+                "present": self.present}
+
+    def line(self) -> str:
+        if self.how == "in place":
+            return "disk: the model is read from this file where it is; a launch writes no copy"
+        if self.how == "sidecar":
+            return "disk: the model is read from the .gguf file next to the program; a launch writes no copy"
+        state = "already there" if self.present else "written by the first launch"
+        return f"disk: the first launch unpacks the model ({_size(self.bytes)}) to {self.path} ({state})"
+
+
+def disk_need(manifest: Manifest, dest_dir=None) -> DiskNeed:
+    """How a launch will read the model, and the disk that takes (see the module docstring)."""
+    m = manifest.model
+    if m.location == "sidecar":
+        return DiskNeed("sidecar", 0, None)
+    if m.compression == "none":
+        return DiskNeed("in place", 0, None)
+    from llmpack import paths
+
+    final = (Path(dest_dir) if dest_dir is not None else paths.models_dir()) / f"{m.sha256}.gguf"
+    return DiskNeed("unpack", m.size, final, _marker_ok(final, final.with_name(final.name + ".ok"), m, Path(final.name)))
+
+
+def model_source(exe_path, manifest: Manifest, progress: ProgressArg = None,
+                 unpacking: Unpacking | None = None) -> ModelFile:
+    """Where this launch reads the model from (see the module docstring), verified: the program
+    itself at the model's offset, the sidecar file, or the unpacked copy."""
+    exe_path, m = Path(exe_path), manifest.model
+    if m.location == "embedded" and m.compression == "none":
+        from llmpack import paths
+
+        dest = paths.models_dir()
+        try:
+            _verify_in_place(exe_path, m, dest, progress)
+        except OSError as exc:
+            raise _disk_error(exc, dest, m) from None
+        return ModelFile(exe_path, m.offset, m.size, m.sha256)
+    return ModelFile(extract_model(exe_path, manifest, progress=progress, unpacking=unpacking), sha256=m.sha256)
+
+
+def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: ProgressArg = None,
+                  unpacking: Unpacking | None = None) -> Path:
     """Path of the verified model: unpacked once to dest_dir/<sha256>.gguf (default: models_dir());
     a sidecar model is verified once and used in place."""
     from llmpack import paths
@@ -58,13 +125,14 @@ def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: Progres
             return final
         with _exclusive(final.with_name(final.name + ".lock")):
             if not _marker_ok(final, marker, m, Path(final.name)):   # another launch may have done it
-                _unpack(exe_path, m, final, marker, progress)
+                _unpack(exe_path, m, final, marker, progress, unpacking)
         return final
     except OSError as exc:
         raise _disk_error(exc, dest, m) from None
 
 
-def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: ProgressArg) -> None:
+def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: ProgressArg,
+            unpacking: Unpacking | None = None) -> None:
     _remove_stale_tmps(final.parent, m.sha256)
     if final.exists():  # left by a crash between rename and marker, or damaged: check it once
         if final.stat().st_size == m.size and hash_path(final, m.size, progress) == m.sha256:
@@ -72,6 +140,8 @@ def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: P
             return
         unlink_quietly(marker)
         unlink_quietly(final)
+    if unpacking is not None:   # only the launch that really unpacks says so (another may have, meanwhile)
+        unpacking(final.parent, m.size)
     free = shutil.disk_usage(final.parent).free
     if free < m.size + SPARE_BYTES:
         raise PackError(f"not enough disk space to unpack the model: {_size(m.size + SPARE_BYTES)} needed in "
@@ -172,12 +242,27 @@ def _verify_sidecar(exe_path: Path, m: ModelBlob, dest: Path, progress: Progress
     return model
 
 
-def _marker_ok(path: Path, marker: Path, m: ModelBlob, recorded: Path) -> bool:
+def _verify_in_place(exe_path: Path, m: ModelBlob, dest: Path, progress: ProgressArg) -> None:
+    """Check the model inside the program once (sha256); a marker in `dest` records the program's
+    path, size and mtime, so later launches of the same file skip the read."""
+    exe = exe_path.resolve()
+    size = exe.stat().st_size
+    if size < m.offset + m.size:
+        raise PackError(f"{exe_path} is truncated (the model is cut off); download it again")
+    marker = dest / f"{m.sha256}.inplace.ok"
+    if not _marker_ok(exe, marker, m, exe, size):
+        if hash_path(exe, m.size, progress, m.offset) != m.sha256:
+            raise PackError(f"the model inside {exe_path} is corrupted (sha256 mismatch); "
+                            "re-download or rebuild it")
+        _write_marker(exe, marker, m, exe)
+
+
+def _marker_ok(path: Path, marker: Path, m: ModelBlob, recorded: Path, size: int | None = None) -> bool:
     try:
         st, info = path.stat(), json.loads(marker.read_text("utf-8"))
     except (OSError, ValueError):
         return False
-    return (isinstance(info, dict) and info.get("sha256") == m.sha256 and st.st_size == m.size
+    return (isinstance(info, dict) and info.get("sha256") == m.sha256 and st.st_size == (size or m.size)
             and info.get("size") == st.st_size and info.get("mtime_ns") == st.st_mtime_ns
             and info.get("path") == str(recorded))
 

@@ -10,7 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
-from llmpack.builder.packfile import find_embedded_model
+from llmpack.builder.extract import DiskNeed, disk_need
+from llmpack.builder.packfile import PackError, find_embedded_model, read_manifest
 from llmpack.errors import LlmpackError
 from llmpack.runtime.chat.recipes import match_recipe
 from llmpack.runtime.hardware.placement import fit_report
@@ -21,6 +22,14 @@ def locate_model(path: str | Path) -> tuple[int, int | None]:
     """(offset, length) of the GGUF inside a built executable, or (0, None) for a plain file."""
     found = find_embedded_model(Path(path))
     return found if found else (0, None)
+
+
+def launch_disk(path: Path) -> DiskNeed | None:
+    """The disk a launch of a built program needs beyond the file (None for a plain GGUF)."""
+    try:
+        return disk_need(read_manifest(path))
+    except PackError:
+        return None
 
 
 def recipe_name(info: ModelInfo) -> str | None:
@@ -84,10 +93,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     info = read_model_info(path, ctx=args.ctx, offset=offset, length=length)
     recipe = recipe_name(info)
     gpu = fit_report(info)   # loads llama.cpp's backends to see this machine's GPUs
+    disk = launch_disk(path)
     if args.json:
-        print(json.dumps({**info.to_dict(), "recipe": recipe, "gpu": gpu}))
+        print(json.dumps({**info.to_dict(), "recipe": recipe, "gpu": gpu, "disk": disk.to_dict() if disk else None}))
     else:
-        print(format_report(info, recipe) + "\n" + format_gpu(gpu))
+        print(format_report(info, recipe) + "\n" + format_gpu(gpu) + (f"\n{disk.line()}" if disk else ""))
     return 0
 
 

@@ -1,10 +1,12 @@
 """What a built llmpack executable runs: the entry script frozen into the runtime stub.
 
-Double-click (no arguments): read the manifest at the end of this very file, start the server
-(the chat page opens in the browser), unpack the model once into the per-user cache while the
-page shows progress, load it, serve until Ctrl+C. Flags are those of `llmpack run` (without the
-model path) plus ``--info`` and ``--extract-to DIR``; the defaults recorded by `llmpack build`
-apply unless a flag says otherwise.
+Double-click (no arguments): read the manifest at the end of this very file; if this model is
+already being served by an earlier launch, open the browser on that one and exit
+(runtime/server/instance.py); else start the server (the chat page opens in the browser), check
+the model once (or unpack a compressed one) while the page shows progress, load it from this
+file's own bytes, serve until Ctrl+C. Flags are those of `llmpack run` (without the model path)
+plus ``--info``, ``--extract-to DIR``, ``--forget [--yes]`` (builder/forget.py) and
+``--new-instance``; the defaults recorded by `llmpack build` apply unless a flag says otherwise.
 
 A damaged or incomplete file is refused with one line and exit code 2, never a traceback. When
 Windows opened a console just for this program (double-click), fatal errors wait for Enter so
@@ -108,6 +110,11 @@ def build_parser(manifest=None) -> argparse.ArgumentParser:
     parser.add_argument("--info", action="store_true", help="print what this program contains (JSON) and exit")
     parser.add_argument("--extract-to", metavar="DIR", default=None,
                         help="write the model to DIR/<sha256>.gguf (for other tools) and exit")
+    parser.add_argument("--forget", action="store_true",
+                        help="remove this program's unpacked model copy and its saved chats and settings, after asking")
+    parser.add_argument("--yes", action="store_true", help="with --forget: remove without asking")
+    parser.add_argument("--new-instance", action="store_true",
+                        help="start another copy even when this chat is already running")
     return parser
 
 
@@ -151,28 +158,54 @@ def run(argv: list[str]) -> int:
             raise LlmpackError(f"{exe.name} is llmpack's runtime stub, not a chat program; make one with "
                                "`llmpack build MODEL.gguf -o NAME`") from None
         raise problem
-    if args.info:
-        print(json.dumps(manifest.to_dict(), indent=2, sort_keys=True))
+    if args.info:   # plus the disk a launch needs beyond this file ("disk": extract.DiskNeed)
+        print(json.dumps({**manifest.to_dict(), "disk": extract.disk_need(manifest).to_dict()}, indent=2,
+                         sort_keys=True))
         return 0
+    if args.forget:
+        from llmpack.builder.forget import forget   # lazy: only for --forget
+
+        return forget(manifest, yes=args.yes)
     if args.extract_to:
         path = extract.extract_model(exe, manifest, Path(args.extract_to).expanduser(),
                                     progress=True if sys.stderr.isatty() else None)
         print(path)
         return 0
 
-    from llmpack.runtime.server.launch import serve
+    from llmpack.runtime.server import instance   # lazy: the server package loads after the flags are read
+    from llmpack.runtime.server.launch import open_redirect, runtime_dir, serve
     from llmpack.runtime.server.serving import Stopping
+
+    key = manifest.model.sha256[:10]   # the model key (saved chats are kept by it too)
+    running = None if args.new_instance else instance.find_running(runtime_dir(), key)
+    if running is not None:   # a second double-click: show the copy that runs (runtime/server/instance.py)
+        if not args.no_browser and running.redirect is not None:
+            open_redirect(running.redirect)
+        print(f"llmpack is already running this chat at {running.url}"
+              f"{'' if args.no_browser else ': opened it in your browser'} (--new-instance starts another copy).",
+              flush=True)
+        return 0
 
     recipe, display_name = apply_defaults(args, manifest)
     failed: list[BaseException] = []
 
-    def prepare_model(progress) -> Path:
+    def prepare_model(progress):
+        phase = ["checking"]   # verifying the model once; "extracting" when a compressed one is unpacked
+
         def report(done: int, total: int) -> None:
-            if progress("extracting", done / total if total else 1.0) is False:
+            if progress(phase[0], done / total if total else 1.0) is False:
                 raise Stopping("stopped while unpacking")   # the partial file is removed on the way out
 
+        def unpacking(folder: Path, size: int) -> None:
+            print(f"llmpack: first start: unpacking the model ({extract._size(size)}) to {folder}; "
+                  "this happens once.", flush=True)
+
         try:
-            return extract.extract_model(exe, manifest, progress=report)
+            need = extract.disk_need(manifest)
+            if need.how == "unpack" and not need.present:   # the page says where, also while another launch unpacks
+                phase[0] = "extracting"
+                progress("extracting", 0.0, {"path": str(need.path.parent), "bytes": need.bytes})
+            return extract.model_source(exe, manifest, progress=report, unpacking=unpacking)
         except LlmpackError as exc:
             # The server shows this on the page and the console; then we stop (exit 2): a damaged
             # download will not get better by waiting. A browser gets time to show the message.
@@ -182,7 +215,8 @@ def run(argv: list[str]) -> int:
 
     _restore_child_environment()
     _leave_terminal_process_group()
-    rc = serve(args, prepare_model, recipe=recipe, display_name=display_name)
+    rc = serve(args, prepare_model, recipe=recipe, display_name=display_name,
+               instance_key=None if args.new_instance else key)
     if failed:
         _pause(argv)
         return 2

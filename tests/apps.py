@@ -16,7 +16,8 @@ import requests
 
 from llmpack.runtime.server.state import MESSAGES
 
-UNPACKING = MESSAGES["extracting"]   # the console line of the extraction phase
+UNPACKING = MESSAGES["extracting"]   # the console line of the extraction phase (compressed builds)
+CHECKING = MESSAGES["checking"]      # ... of the one-time check of a model read in place
 CHAT = [{"role": "user", "content": "hello there"}]
 
 
@@ -32,7 +33,12 @@ def llmpack_cli(*args: str, check: bool = True, env: dict | None = None, timeout
 def minimal_env(tmp: Path, **extra: str) -> dict[str, str]:
     home = tmp / "home"
     home.mkdir(parents=True, exist_ok=True)
-    return {"HOME": str(home), "PATH": "/usr/bin:/bin", "LLMPACK_CACHE": str(tmp / "cache"), **extra}
+    # XDG_RUNTIME_DIR: the instance lock files and browser redirect files of this test only (0700, as
+    # the real one is: platformdirs falls back to a shared folder, with a warning, otherwise)
+    run = tmp / "xdg-run"
+    run.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return {"HOME": str(home), "PATH": "/usr/bin:/bin", "LLMPACK_CACHE": str(tmp / "cache"),
+            "XDG_RUNTIME_DIR": str(tmp / "xdg-run"), **extra}
 
 
 class App:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from tmpfs import on_small_tmpfs
 from llmpack.builder import packfile
 from llmpack.builder import stub as stub_module
 from llmpack.builder.stub import exe_name, get_stub, stub_info, stub_key
-from apps import UNPACKING, App, assert_clean_exit, cached_model, launch, llmpack_cli, minimal_env
+from apps import CHECKING, UNPACKING, App, assert_clean_exit, cached_model, launch, llmpack_cli, minimal_env
 
 pytestmark = pytest.mark.stub
 
@@ -57,6 +58,14 @@ def tiny_exe(tiny_gguf, stub, tmp_path_factory) -> Path:
     proc = llmpack_cli("build", str(tiny_gguf), "-o", str(out), "--name", "Tiny Chat", "--system", "Be brief.",
                        "--ctx", "512", "--parallel", "4", "--stub", str(stub))
     assert f"wrote {out}" in proc.stdout and "run it" in proc.stdout
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_zstd_exe(tiny_gguf, stub, tmp_path_factory) -> Path:
+    """A compressed build: the one kind whose model is unpacked to the cache at its first launch."""
+    out = tmp_path_factory.mktemp("built-zstd") / "tiny-zstd"
+    llmpack_cli("build", str(tiny_gguf), "-o", str(out), "--compress", "zstd", "--stub", str(stub))
     return out
 
 
@@ -107,7 +116,9 @@ def test_the_bare_stub_explains_itself(stub, tmp_path):
 # --------------------------------------------------------------------------- a tiny model end to end
 
 
-def test_tiny_executable_serves_then_reuses_its_extracted_model(tiny_exe, tiny_gguf, tmp_path):
+def test_tiny_executable_serves_its_model_in_place_and_checks_it_once(tiny_exe, tiny_gguf, tmp_path):
+    """The model is read from the program's own bytes (llama_model_load_from_file_ptr): the cache
+    gets a marker of the one sha256 check, never a copy of the model (issue 20)."""
     sha = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
     app = launch(tiny_exe, tmp_path)
     try:
@@ -125,10 +136,12 @@ def test_tiny_executable_serves_then_reuses_its_extracted_model(tiny_exe, tiny_g
     finally:
         rc = app.stop()
     assert_clean_exit(app, rc)
-    assert UNPACKING in app.stderr   # first run: extracted once...
-    model = cached_model(tmp_path, sha)
-    assert hashlib.sha256(model.read_bytes()).hexdigest() == sha
-    before = model.stat()
+    assert CHECKING in app.stderr and UNPACKING not in app.stderr + app.stdout   # first run: checked once...
+    models = tmp_path / "cache" / "models"
+    assert sorted(p.name for p in models.iterdir()) == [f"{sha}.inplace.ok"]   # ...and no copy
+    marker = models / f"{sha}.inplace.ok"
+    assert json.loads(marker.read_text())["path"] == str(tiny_exe.resolve())
+    before = marker.stat()
 
     # ...and never again; command-line flags beat the recorded defaults
     app = launch(tiny_exe, tmp_path, "--name", "Renamed", "--ctx", "256")
@@ -140,10 +153,42 @@ def test_tiny_executable_serves_then_reuses_its_extracted_model(tiny_exe, tiny_g
     finally:
         rc = app.stop(group=True)   # a terminal's Ctrl+C: every process of the program gets it
     assert_clean_exit(app, rc)
-    assert UNPACKING not in app.stderr
-    after = model.stat()
-    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (before.st_ino, before.st_mtime_ns, before.st_size)
-    assert sorted(p.name for p in model.parent.iterdir()) == [f"{sha}.gguf", f"{sha}.gguf.ok"]
+    assert CHECKING not in app.stderr
+    after = marker.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert sorted(p.name for p in models.iterdir()) == [f"{sha}.inplace.ok"]
+
+
+def test_a_compressed_build_says_where_it_unpacks_and_how_big(tiny_zstd_exe, tiny_gguf, tmp_path):
+    """The console says it in one plain line before unpacking, and /health's loading body carries
+    `"unpack": {"path", "bytes"}` (the page's loading card shows its message)."""
+    sha, size = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest(), tiny_gguf.stat().st_size
+    models = tmp_path / "cache" / "models"
+    models.mkdir(parents=True)
+    lock = models / f"{sha}.gguf.lock"   # held, so the launch stays in its unpacking step while /health is read
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    app = launch(tiny_zstd_exe, tmp_path)
+    try:
+        app.wait_listening()
+        deadline = time.monotonic() + 60
+        while not lock_waiters(lock):
+            assert time.monotonic() < deadline, app.stderr
+            time.sleep(0.05)
+        health = requests.get(app.url + "/health", timeout=5).json()
+        os.close(fd)
+        fd = -1
+        app.wait_healthy()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        rc = app.stop()
+    assert_clean_exit(app, rc)
+    line = f"llmpack: first start: unpacking the model ({size / 1e6:.1f} MB) to {models}; this happens once."
+    assert line in app.stdout.splitlines(), app.stdout
+    assert health["phase"] == "extracting" and health["unpack"] == {"path": str(models), "bytes": size}
+    assert health["message"] == f"First start: unpacking the model ({size / 1e6:.1f} MB) to {models}; this happens once."
+    assert hashlib.sha256(cached_model(tmp_path, sha).read_bytes()).hexdigest() == sha
 
 
 def test_info_help_and_extract_to(tiny_exe, tiny_gguf, tmp_path):
@@ -152,6 +197,8 @@ def test_info_help_and_extract_to(tiny_exe, tiny_gguf, tmp_path):
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
+    # the disk a launch needs beyond the file: none, the model is read in place
+    assert info.pop("disk") == {"how": "in place", "bytes": 0, "path": None, "present": False}
     assert info == packfile.read_manifest(tiny_exe).to_dict()
     assert info["model"]["sha256"] == hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
     assert info["defaults"] == {"ctx": 512, "parallel": 4, "gpu_layers": None, "system": "Be brief.",
@@ -171,15 +218,19 @@ def test_info_help_and_extract_to(tiny_exe, tiny_gguf, tmp_path):
     assert Path(proc.stdout.strip()).read_bytes() == tiny_gguf.read_bytes()
 
 
-def test_a_compressed_build_unpacks_to_the_same_model(tiny_gguf, stub, tmp_path):
-    out = tmp_path / "tiny-zstd"
-    llmpack_cli("build", str(tiny_gguf), "-o", str(out), "--compress", "zstd", "--stub", str(stub))
+def test_a_compressed_build_unpacks_to_the_same_model(tiny_zstd_exe, tiny_gguf, tmp_path):
+    out = tiny_zstd_exe
     m = packfile.read_manifest(out).model
     assert m.compression == "zstd" and m.stored_size < m.size
     proc = subprocess.run([str(out), "--extract-to", str(tmp_path / "x")], capture_output=True, text=True,
                           timeout=120, env=minimal_env(tmp_path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert Path(proc.stdout.strip()).read_bytes() == tiny_gguf.read_bytes()
+    proc = subprocess.run([str(out), "--info"], capture_output=True, text=True, timeout=120,
+                          env=minimal_env(tmp_path), cwd=tmp_path)
+    models = tmp_path / "cache" / "models"
+    assert json.loads(proc.stdout)["disk"] == {"how": "unpack", "bytes": m.size, "present": False,
+                                               "path": str(models / f"{m.sha256}.gguf")}
 
 
 def test_a_damaged_copy_is_refused_in_one_line(tiny_exe, tmp_path):
@@ -221,16 +272,18 @@ def lock_waiters(lock: Path) -> set[int]:
     return waiting
 
 
-def test_two_first_launches_at_once_unpack_the_model_once(tiny_exe, tiny_gguf, tmp_path):
-    """A double double-click: two launches of a new program at the same moment. The test holds
-    the extraction lock until both wait for it, so they really race for it when it is released."""
+def test_two_first_launches_at_once_unpack_the_model_once(tiny_zstd_exe, tiny_gguf, tmp_path):
+    """Two launches of a new (compressed) program at the same moment, the second with
+    --new-instance (without it, it would open the first one's page once that listens). The test
+    holds the extraction lock until both wait for it, so they really race for it when it is released."""
     sha = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
     models = tmp_path / "cache" / "models"
     models.mkdir(parents=True)
     lock = models / f"{sha}.gguf.lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    apps = [launch(tiny_exe, tmp_path / f"launch-{i}", env=minimal_env(tmp_path)) for i in range(2)]
+    apps = [launch(tiny_zstd_exe, tmp_path / f"launch-{i}", "--new-instance", env=minimal_env(tmp_path))
+            for i in range(2)]
     try:
         for app in apps:
             app.wait_listening()
@@ -249,17 +302,18 @@ def test_two_first_launches_at_once_unpack_the_model_once(tiny_exe, tiny_gguf, t
         codes = [app.stop() for app in apps]
     for app, rc in zip(apps, codes):
         assert_clean_exit(app, rc)
-    assert sum(UNPACKING in app.stderr for app in apps) == 1   # one unpacked, the other used its file
+    # one unpacked (and said so), the other waited for it and used its file
+    assert sum("llmpack: first start: unpacking the model" in app.stdout for app in apps) == 1
     assert sorted(p.name for p in models.iterdir()) == [f"{sha}.gguf", f"{sha}.gguf.ok"]   # no temp, no lock
     assert hashlib.sha256((models / f"{sha}.gguf").read_bytes()).hexdigest() == sha
 
 
-def test_a_full_cache_disk_is_one_clear_line(tiny_exe, tmp_path):
+def test_a_full_cache_disk_is_one_clear_line(tiny_zstd_exe, tmp_path):
     """The cache folder is a 256 KiB tmpfs (in a mount namespace of its own: no root needed,
-    nothing left mounted); the model does not fit."""
+    nothing left mounted); the model of a compressed build does not fit."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    proc = subprocess.run(on_small_tmpfs(cache, "256k", [str(tiny_exe), "--no-browser", "--port", "0"]),
+    proc = subprocess.run(on_small_tmpfs(cache, "256k", [str(tiny_zstd_exe), "--no-browser", "--port", "0"]),
                           capture_output=True, text=True, timeout=120, env=minimal_env(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
@@ -282,8 +336,10 @@ def test_an_unusable_cache_folder_is_one_clear_line(tiny_exe, tmp_path):
 def test_inspect_reads_a_built_executable(tiny_exe):
     proc = llmpack_cli("inspect", str(tiny_exe))
     assert "embedded at byte" in proc.stdout and "tiny-test-model" in proc.stdout
+    assert "disk: the model is read from this file where it is; a launch writes no copy" in proc.stdout
     data = json.loads(llmpack_cli("inspect", str(tiny_exe), "--json").stdout)
     assert data["offset"] == packfile.read_manifest(tiny_exe).model.offset
+    assert data["disk"] == {"how": "in place", "bytes": 0, "path": None, "present": False}
 
 
 def test_build_refusals_are_one_line(tiny_gguf, tiny_exe, stub, tmp_path):
@@ -327,7 +383,7 @@ def test_sidecar_build_runs(tiny_gguf, stub, tmp_path):
 
 
 @pytest.mark.demo
-def test_demo_executable_chats_and_starts_again_without_extracting(demo_exe, demo_model, tmp_path):
+def test_demo_executable_chats_in_place_and_starts_again_without_checking(demo_exe, demo_model, tmp_path):
     m = packfile.read_manifest(demo_exe)
     assert m.recipe["name"] == "gemma" and m.defaults["name"] and m.extra["base_model"] is True
     app = launch(demo_exe, tmp_path)
@@ -340,10 +396,10 @@ def test_demo_executable_chats_and_starts_again_without_extracting(demo_exe, dem
     finally:
         rc = app.stop()
     assert_clean_exit(app, rc)
-    assert UNPACKING in app.stderr
-    model = cached_model(tmp_path, m.model.sha256)
-    before = model.stat()
-    assert before.st_size == demo_model.stat().st_size
+    assert CHECKING in app.stderr and UNPACKING not in app.stderr
+    assert not cached_model(tmp_path, m.model.sha256).exists()   # read in place: no 253 MB copy
+    marker = tmp_path / "cache" / "models" / f"{m.model.sha256}.inplace.ok"
+    before = marker.stat()
 
     app = launch(demo_exe, tmp_path)
     try:
@@ -352,16 +408,17 @@ def test_demo_executable_chats_and_starts_again_without_extracting(demo_exe, dem
     finally:
         rc = app.stop(group=True)
     assert_clean_exit(app, rc)
-    assert UNPACKING not in app.stderr
-    assert (model.stat().st_ino, model.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert CHECKING not in app.stderr
+    assert (marker.stat().st_ino, marker.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
 
 
 @pytest.mark.demo
-@pytest.mark.parametrize("phase", ["extracting", "loading"])
-def test_ctrl_c_while_the_model_unpacks_or_loads_stops_cleanly(demo_exe, phase, tmp_path):
+@pytest.mark.parametrize("phase", ["checking", "loading"])
+def test_ctrl_c_while_the_model_is_checked_or_loads_stops_cleanly(demo_exe, phase, tmp_path):
     """A Ctrl+C during the first seconds is a normal thing to do. The load runs in a thread inside
     llama.cpp: exiting under it once aborted the program ("FATAL: exception not rethrown", exit 134).
-    The unpacking and the load are abandoned, not finished first, and no partial model is left."""
+    The first check and the load are abandoned, not finished first, and nothing is left half done.
+    (Stopping an unpacking, of a compressed build, is the same code path: Stopping from its progress.)"""
     for run in range(3):   # not retries: every run must pass (the abort came only now and then)
         tmp = tmp_path / str(run)
         app = launch(demo_exe, tmp)
@@ -374,8 +431,8 @@ def test_ctrl_c_while_the_model_unpacks_or_loads_stops_cleanly(demo_exe, phase, 
         assert "could not load" not in app.stderr and "model ready" not in app.stdout, app.stdout + app.stderr
         models = tmp / "cache" / "models"
         left = sorted(p.name for p in models.iterdir()) if models.exists() else []
-        if phase == "extracting":
-            assert not [n for n in left if n.endswith(".gguf") or ".tmp" in n], left
+        if phase == "checking":
+            assert not [n for n in left if n.endswith(".ok") or ".tmp" in n], left
 
 
 @pytest.mark.demo
@@ -412,3 +469,151 @@ def test_llmpack_demo_builds_launches_and_forwards_ctrl_c(demo_model, stub, tmp_
         rc = app.stop(group=True)
     assert_clean_exit(app, rc)
     assert "up to date" in app.stderr and out.stat().st_mtime_ns == mtime
+
+
+# --------------------------------------------------------------------------- --forget and a second launch
+
+
+def page_token(app: App) -> str:
+    """The chat secret the program printed (its page link ends in ?token=...)."""
+    line = next(x for x in app.stdout.splitlines() if "chat page at " in x)
+    return line.split("?token=", 1)[1].split()[0]
+
+
+def run_on_a_terminal(cmd: list[str], env: dict, cwd: Path, answer: str | None) -> tuple[int, str]:
+    """Run `cmd` with a pseudo-terminal as its console; type `answer` once it asks."""
+    import pty
+
+    main, side = pty.openpty()
+    proc = subprocess.Popen(cmd, stdin=side, stdout=side, stderr=side, env=env, cwd=cwd, close_fds=True)
+    os.close(side)
+    seen = b""
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline, seen
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:   # EIO: the program exited and closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+        if answer is not None and b"[y/N]" in seen:
+            os.write(main, answer.encode() + b"\n")
+            answer = None
+    os.close(main)
+    return proc.wait(60), seen.decode("utf-8", "replace")
+
+
+def test_forget_removes_the_model_copy_and_the_saved_chats_after_asking(tiny_zstd_exe, tiny_gguf, tmp_path):
+    sha = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
+    env = minimal_env(tmp_path, LLMPACK_DATA_DIR=str(tmp_path / "data"))
+    app = launch(tiny_zstd_exe, tmp_path, env=env)
+    try:
+        app.wait_listening()
+        app.wait_healthy()
+        headers = {"X-Llmpack-Token": page_token(app), "X-Llmpack-Chat": "1"}
+        chat = {"title": "Keep me?", "messages": [{"role": "user", "content": "hello " * 1000}]}
+        assert requests.put(app.url + "/api/chats/c1", json=chat, headers=headers, timeout=30).status_code == 200
+        assert requests.put(app.url + "/api/settings", json={"temperature": 0.5}, headers=headers,
+                            timeout=30).status_code == 200
+        running = subprocess.run([str(tiny_zstd_exe), "--forget", "--yes"], capture_output=True, text=True,
+                                 timeout=120, env=env, cwd=tmp_path)   # refused while it serves
+        assert running.returncode == 2 and "is running at " + app.url in running.stderr, running.stderr
+    finally:
+        rc = app.stop()
+    assert_clean_exit(app, rc)
+    from llmpack.runtime.server.chats import ChatStore
+
+    store = ChatStore(tmp_path / "data" / "chats.sqlite3")
+    store.put("someone-else", {"id": "x", "title": "other model", "mode": "chat", "created": 1, "updated": 1,
+                               "messages": []})
+    models = tmp_path / "cache" / "models"
+    assert (models / f"{sha}.gguf").is_file() and store.usage(sha[:10])[:1] == (1,)
+
+    # no console to ask on: refused, nothing removed
+    proc = subprocess.run([str(tiny_zstd_exe), "--forget"], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and "add --yes" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert (models / f"{sha}.gguf").is_file()
+
+    # asked on a terminal: "n" keeps everything, "y" removes it
+    total = sum(p.stat().st_size for p in models.iterdir()) + store.usage(sha[:10])[1]
+    size_mb = f"({total / 1e6:.1f} MB)? [y/N]"
+    rc, out = run_on_a_terminal([str(tiny_zstd_exe), "--forget"], env, tmp_path, "n")
+    assert rc == 1 and f"Remove the unpacked model {models / (sha + '.gguf')} and 1 saved chat and the page " \
+                       f"settings of this model in {store.path} {size_mb}" in out, out
+    assert (models / f"{sha}.gguf").is_file() and store.usage(sha[:10]) != (0, 0, False)
+    rc, out = run_on_a_terminal([str(tiny_zstd_exe), "--forget"], env, tmp_path, "y")
+    assert rc == 0 and "Removed the unpacked model" in out, out
+    assert sorted(p.name for p in models.iterdir()) == []
+    assert store.usage(sha[:10]) == (0, 0, False) and store.usage("someone-else")[0] == 1   # others' chats stay
+
+    proc = subprocess.run([str(tiny_zstd_exe), "--forget", "--yes"], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("Nothing to remove"), proc.stdout + proc.stderr
+
+
+BROWSER_SCRIPT = """#!/bin/sh
+# a stand-in browser: records what it was asked to open
+printf '%s\\n' "$1" >> "$0.opened"
+"""
+
+
+def test_a_second_launch_opens_the_running_one_instead_of_starting_again(tiny_exe, tiny_gguf, tmp_path):
+    sha = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
+    browser = tmp_path / "browser.sh"
+    browser.write_text(BROWSER_SCRIPT)
+    browser.chmod(0o755)
+    env = minimal_env(tmp_path, BROWSER=str(browser))
+    lock = tmp_path / "xdg-run" / "llmpack" / f"instance-{sha[:10]}.json"
+    first = launch(tiny_exe, tmp_path, env=env)
+    try:
+        first.wait_listening()
+        first.wait_answering()
+        info = json.loads(lock.read_text())
+        ppid = int(Path(f"/proc/{info['pid']}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert ppid == first.proc.pid   # the server process, child of the onefile bootloader
+        assert info["port"] == int(first.url.rsplit(":", 1)[1]) and info["key"] == sha[:10]
+        assert info["url"] == first.url and oct(lock.stat().st_mode & 0o777) == "0o600"
+        assert page_token(first) not in lock.read_text()   # the lock file holds no secret
+
+        second = subprocess.run([str(tiny_exe), "--port", "0"], capture_output=True, text=True, timeout=120,
+                                env=env, cwd=tmp_path)
+        assert second.returncode == 0, second.stderr
+        assert second.stdout.strip() == (f"llmpack is already running this chat at {first.url}: opened it in "
+                                         "your browser (--new-instance starts another copy).")
+        opened = Path(str(browser) + ".opened")
+        deadline = time.monotonic() + 30
+        while not opened.exists():
+            assert time.monotonic() < deadline, "the browser was never started"
+            time.sleep(0.05)
+        url = opened.read_text().split()[0]
+        assert url == Path(info["redirect"]).as_uri()   # the running one's own redirect file...
+        assert f"{first.url}/?token={page_token(first)}" in Path(info["redirect"]).read_text()   # ...to its page
+
+        forced = launch(tiny_exe, tmp_path / "forced", "--new-instance", env=env)
+        try:
+            assert forced.wait_listening() != first.url   # --new-instance: a second copy after all
+        finally:
+            assert_clean_exit(forced, forced.stop())
+        assert json.loads(lock.read_text())["url"] == first.url   # the extra copy left the lock alone
+    finally:
+        os.kill(info["pid"], signal.SIGKILL)   # a crash: its lock file stays behind, stale
+        first.wait_exit(30)
+    assert lock.exists()
+
+    # a stale lock (its process is gone) is replaced; so is one whose process lives but whose
+    # /health does not answer for this model (this test's own pid, a port nobody listens on)
+    for stale_pid in (info["pid"], os.getpid()):
+        if stale_pid == os.getpid():
+            lock.write_text(json.dumps({**info, "pid": os.getpid(), "url": "http://127.0.0.1:9", "port": 9}))
+        app = launch(tiny_exe, tmp_path / f"after-{stale_pid}", env=env)
+        try:
+            app.wait_listening()
+            app.wait_answering()
+            assert json.loads(lock.read_text())["url"] == app.url
+        finally:
+            rc = app.stop()
+        assert_clean_exit(app, rc)
+        assert not lock.exists()   # removed when it stopped

@@ -23,6 +23,7 @@ import { fmtInt, loadJSON, saveJSON, titleFrom } from "./util.js";
 const HEALTH_POLL_MS = 300;
 const SIDEBAR_KEY = "llmpack.sidebar.v1";
 const PHASES = {
+  checking: "Checking the model (only needed the first time)…",
   extracting: "Unpacking the model (only needed the first time)…",
   loading: "Loading the model into memory…",
 };

@@ -233,6 +233,31 @@ class ChatStore:
                         (model, json.dumps(settings, ensure_ascii=False)))
         return settings
 
+    def usage(self, model: str) -> tuple[int, int, bool]:
+        """(chats, bytes of their text, whether settings are saved) of one model; nothing is
+        created when there is no chat file yet (`--forget` asks before it removes anything)."""
+        if not self.path.is_file():
+            return 0, 0, False
+        with closing(self._connect()) as con:
+            n, size = con.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(messages AS BLOB)) + LENGTH(title)), 0) "
+                                  "FROM chats WHERE model = ?", (model,)).fetchone()
+            settings = con.execute("SELECT 1 FROM settings WHERE model = ?", (model,)).fetchone() is not None
+        return int(n), int(size), settings
+
+    def forget(self, model: str) -> int:
+        """Delete every chat and the settings of one model (`--forget`); how many chats went."""
+        if not self.path.is_file():
+            return 0
+        with closing(self._connect()) as con, con:
+            n = con.execute("DELETE FROM chats WHERE model = ?", (model,)).rowcount
+            con.execute("DELETE FROM settings WHERE model = ?", (model,))
+        try:
+            with closing(self._connect()) as con:
+                con.execute("VACUUM")   # give the space back, not just mark it free
+        except sqlite3.OperationalError:   # another app has the file busy: the rows are gone all the same
+            pass
+        return n
+
     def import_chat(self, model: str, exported: Any) -> dict:
         """Store an exported chat (to_json's shape) under a new id, for this model."""
         if not isinstance(exported, dict) or exported.get("format") != EXPORT_FORMAT:

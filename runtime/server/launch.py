@@ -22,7 +22,9 @@ from llmpack.errors import LlmpackError
 from llmpack.progress import PhaseBars
 from llmpack.runtime.hardware.placement import startup_line
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
+from llmpack.runtime.server import instance
 from llmpack.runtime.server.attachments import ATTACH_BODY
+from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
 from llmpack.runtime.server.state import MESSAGES, ServerState
 from llmpack.runtime.server.serving import Progress, build_model
@@ -95,7 +97,7 @@ def url_for(host: str, port: int) -> str:
 class Server:
     """A bound, not yet running server; `run()` serves until `stop()` (any thread)."""
 
-    def __init__(self, args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *,
+    def __init__(self, args: argparse.Namespace, prepare_model: Callable[[Progress], Path | ModelFile], *,
                  recipe: Any = None, display_name: str | None = None, quiet: bool = False) -> None:
         import waitress
 
@@ -126,11 +128,14 @@ class Server:
         self._console = PhaseBars(MESSAGES, enabled=not quiet)   # extracting, loading
 
     # -- model
-    def progress(self, phase: str, fraction: float) -> bool:
+    def progress(self, phase: str, fraction: float, unpack: dict | None = None) -> bool:
         """Show progress on the page and the console. False once the server is stopping: the
-        work then gives up (llama.cpp's load callback returns it, unpacking raises Stopping)."""
+        work then gives up (llama.cpp's load callback returns it, unpacking raises Stopping).
+        `unpack` ({"path", "bytes"}): where a model is about to be unpacked, for /health."""
         if self._stop.is_set():
             return False
+        if unpack is not None:
+            self.state.unpack = unpack
         self.state.set_progress(phase, fraction)
         self._console(phase, fraction)
         return True
@@ -146,11 +151,11 @@ class Server:
 
     def _prepare(self) -> None:
         try:
-            path = Path(self.prepare_model(self.progress))
+            prepared = self.prepare_model(self.progress)   # a Path, or a ModelFile (a region of a built program)
             if not self.progress("loading", 0.0):
                 self._console.close()
                 return
-            model = build_model(path, self.args, recipe=self.recipe, display_name=self.display_name,
+            model = build_model(prepared, self.args, recipe=self.recipe, display_name=self.display_name,
                                 progress=self.progress, warn=self._say)
         except Exception as exc:  # noqa: BLE001 - shown on the page and the console
             if self._stop.is_set():   # abandoned because we are stopping: not an error
@@ -239,10 +244,14 @@ class Server:
                 pass
 
 
-def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *, recipe: Any = None,
-          display_name: str | None = None) -> int:
+def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path | ModelFile], *,
+          recipe: Any = None, display_name: str | None = None, instance_key: str | None = None) -> int:
+    """`instance_key` (a built program's model key): leave a lock file while serving, for a second
+    launch of the same model to find (runtime/server/instance.py)."""
     server = Server(args, prepare_model, recipe=recipe, display_name=display_name)
+    server.state.instance = instance_key
     opened: list[Path | None] = []
+    held: Path | None = None
     previous: dict = {}
     try:
         previous = _install_signals(server)   # before announcing: a Ctrl+C right after must stop cleanly
@@ -250,14 +259,19 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *
         server.console_close = signals.on_console_close(server.stop, server.closed.wait)
         server.announce()
         server.start_preparing()
+        if instance_key:   # a second launch opens the browser through the same redirect file
+            opened.append(write_redirect(server.page_url))
+            held = instance.claim(runtime_dir(), instance_key, server.url, opened[0])
         if not getattr(args, "no_browser", False):
-            threading.Thread(target=lambda: opened.append(open_browser(server.page_url)), daemon=True).start()
+            threading.Thread(target=lambda: opened.append(open_browser(server.page_url, *opened[:1])),
+                             daemon=True).start()
         server.run()
     except KeyboardInterrupt:
         pass
     finally:
         server.close()
         signals.restore(previous)
+        instance.release(held)
         for path in filter(None, opened):
             _remove(path)
     print("llmpack: stopped", flush=True)
@@ -288,12 +302,29 @@ def runtime_dir() -> Path:
     raise OSError("no private folder for the browser's launch file")
 
 
-def open_browser(url: str) -> Path | None:
+def open_browser(url: str, redirect: Path | None = None) -> Path | None:
     """Open `url` (which carries the chat secret) in the user's browser without putting it on a
     command line, where other users can read it (/proc/*/cmdline, Task Manager): a 0600 HTML file
     in the runtime folder redirects to it, and the browser is given that file's path, as Jupyter
     does. Goes through Python's webbrowser (os.startfile on Windows). Returns the file, for the
-    server to delete when it stops; None when it could not be written (the printed link remains)."""
+    server to delete when it stops; None when it could not be written (the printed link remains).
+    `redirect`: that file, already written (write_redirect)."""
+    path = redirect or write_redirect(url)
+    if path is not None:
+        open_redirect(path)
+    return None if redirect else path
+
+
+def open_redirect(path: Path) -> None:
+    """Hand the browser a redirect file (ours, or the running copy's: runtime/server/instance.py)."""
+    try:
+        webbrowser.open(path.as_uri())
+    except Exception:  # noqa: BLE001 - no browser is fine: the URL is printed
+        pass
+
+
+def write_redirect(url: str) -> Path | None:
+    """The 0600 redirect file for `url` (see open_browser); None when it cannot be written."""
     port = urllib.parse.urlsplit(url).port
     try:
         path = (runtime_dir() / f"open-{port}.html").absolute()   # as_uri() needs an absolute path
@@ -307,10 +338,6 @@ def open_browser(url: str) -> Path | None:
             f.write(page)
     except OSError:
         return None
-    try:
-        webbrowser.open(path.as_uri())
-    except Exception:  # noqa: BLE001 - no browser is fine: the URL is printed
-        pass
     return path
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 
 MESSAGES = {
     "starting": "Starting",
+    "checking": "Checking the model (first run only)",
     "extracting": "Unpacking the model (first run only)",
     "loading": "Loading the model into memory",
 }
@@ -50,14 +51,20 @@ class ServerState:
     def __init__(self, display_name: str | None = None) -> None:
         self._lock = threading.Lock()
         self.display_name = display_name
-        self.phase = "starting"       # starting | extracting | loading | ready | error
+        self.phase = "starting"       # starting | checking | extracting | loading | ready | error
         self.progress = 0.0
         self.message = MESSAGES["starting"]
+        self.unpack: dict | None = None   # {"path", "bytes"} while a model is unpacked: /health says where
+        self.instance: str | None = None  # the model key a second launch looks for (runtime/server/instance.py)
         self.model: ServedModel | None = None
         self.ready = threading.Event()
         self.active = ActiveRequests()
 
     def set_progress(self, phase: str, fraction: float, message: str | None = None) -> None:
+        if phase == "extracting" and self.unpack and message is None:
+            n = self.unpack["bytes"]
+            size = f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"   # as the console line says it
+            message = f"First start: unpacking the model ({size}) to {self.unpack['path']}; this happens once."
         with self._lock:
             if self.phase in ("ready", "error"):
                 return
@@ -91,13 +98,20 @@ class ServerState:
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
                     "base_model": bool(model.meta.get("base_model")),
                     "backend": model.backend}
+            if self.instance:
+                body["instance"] = self.instance
             if not authorized:
                 del body["system_prompt"]
             return body, 200
         if phase == "error":
             return {"status": "error", "message": message}, 500
-        return {"status": "loading", "phase": phase, "progress": round(progress, 4),
-                "message": message, "display_name": self.display_name}, 503
+        body = {"status": "loading", "phase": phase, "progress": round(progress, 4),
+                "message": message, "display_name": self.display_name}
+        if phase == "extracting" and self.unpack:
+            body["unpack"] = dict(self.unpack)
+        if self.instance:
+            body["instance"] = self.instance
+        return body, 503
 
 
 class ActiveRequests:
