@@ -162,8 +162,10 @@ def onefile_exe() -> Path:
     """A real PyInstaller onefile program (~30 s to build once, then cached)."""
     sources = {"llmpack": ["__init__.py", "errors.py", "paths.py", "progress.py"],
                "llmpack/builder": ["__init__.py", "packfile.py", "extract.py", "manifest.py", "hashing.py",
-                                   "fileio.py", "zstd_frames.py", "elf.py", "pe.py"]}
-    repo_dir = {"llmpack": REPO / "llmpack", "llmpack/builder": REPO / "builder"}
+                                   "fileio.py", "zstd_frames.py", "elf.py", "pe.py"],
+               "llmpack/runtime": ["__init__.py"], "llmpack/runtime/model": ["__init__.py", "source.py"]}
+    repo_dir = {"llmpack": REPO / "llmpack", "llmpack/builder": REPO / "builder", "llmpack/runtime": REPO / "runtime",
+                "llmpack/runtime/model": REPO / "runtime" / "model"}
     key = hashlib.sha256(HELLO.encode())
     for pkg, names in sources.items():
         for name in names:
