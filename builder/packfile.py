@@ -73,9 +73,13 @@ Who does what: this module owns the layout's constants, the trailer (written and
 builder/manifest.py is the manifest's schema; builder/hashing.py hashes what is moved;
 builder/extract.py unpacks the model at run time.
 
-Extraction (builder/extract.py): a model is unpacked once to ``models_dir()/<sha256>.gguf`` via a
-``.tmp-<pid>`` file (fsync, sha256 verified, os.replace), then a ``<sha256>.gguf.ok`` marker
-records size and mtime; later launches trust that marker instead of re-reading the model.
+At run time (builder/extract.py) an uncompressed model is read where it is: llama.cpp loads the
+GGUF from the program's own bytes at model.offset (64 KiB aligned, so its data section is aligned
+for mmap as llama_model_load_from_file_ptr requires), after a one-time sha256 check recorded in a
+``<sha256>.inplace.ok`` marker. Only a compressed model is unpacked, once, to
+``models_dir()/<sha256>.gguf`` via a ``.tmp-<pid>`` file (fsync, sha256 verified, os.replace),
+then a ``<sha256>.gguf.ok`` marker records size and mtime; later launches trust the markers
+instead of re-reading the model.
 """
 from __future__ import annotations
 
