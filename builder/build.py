@@ -243,7 +243,9 @@ def report(result: BuildResult) -> None:
     print(f"wrote {result.path} ({_mb(result.path.stat().st_size)}) in {result.seconds:.1f} s")
     model_line = f"{d.get('name')}: {_mb(m.model.size)}"
     if m.model.compression == "zstd":
-        model_line += f", stored zstd-compressed as {_mb(stored)}"
+        # the one kind of build that cannot be read in place (builder/extract.py)
+        model_line += (f", stored zstd-compressed as {_mb(stored)} (its first launch unpacks "
+                       f"{_mb(m.model.size)} to the user's cache; --compress none is read in place)")
     print(f"  model      {model_line}, chat format {result.chat_source}, context {d.get('ctx')} tokens")
     if result.sidecar:
         print(f"  model file {result.model_path} (keep it next to the program)")
