@@ -177,7 +177,10 @@ def run(argv: list[str]) -> int:
     from llmpack.runtime.server.serving import Stopping
 
     key = manifest.model.sha256[:10]   # the model key (saved chats are kept by it too)
-    running = None if args.new_instance else instance.find_running(runtime_dir(), key)
+    try:
+        running = None if args.new_instance else instance.find_running(runtime_dir(), key)
+    except OSError:   # no private runtime folder: no lock either, so start
+        running = None
     if running is not None:   # a second double-click: show the copy that runs (runtime/server/instance.py)
         if not args.no_browser and running.redirect is not None:
             open_redirect(running.redirect)

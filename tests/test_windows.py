@@ -28,7 +28,7 @@ from typing import Iterator
 import pytest
 import requests
 
-from apps import UNPACKING, App, llmpack_cli
+from apps import CHECKING, UNPACKING, App, llmpack_cli
 from needs import skip_or_fail
 from llmpack.builder import packfile
 from llmpack.builder.extract import extract_model
@@ -91,8 +91,10 @@ def linux_reply(demo_model, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("built-linux") / "chat"
     llmpack_cli("build", str(demo_model), "-o", str(out), "--stub", str(get_stub()))
     tmp = tmp_path_factory.mktemp("linux-run")
+    (tmp / "xdg-run").mkdir(mode=0o700)   # its own runtime folder: no other running copy is found there
     app = App([str(out), "--no-browser", "--port", str(free_port())],
-              {"HOME": str(tmp), "PATH": "/usr/bin:/bin", "LLMPACK_CACHE": str(tmp / "cache")}, tmp)
+              {"HOME": str(tmp), "PATH": "/usr/bin:/bin", "LLMPACK_CACHE": str(tmp / "cache"),
+               "XDG_RUNTIME_DIR": str(tmp / "xdg-run")}, tmp)
     try:
         app.wait_listening()
         app.wait_healthy()
@@ -190,7 +192,9 @@ def test_windows_bootloader_is_compiled_here_not_pyinstallers_prebuilt(windows_s
 # --------------------------------------------------------------------------- chat.exe under Wine
 
 
-def test_chat_exe_starts_unpacks_once_to_localappdata_and_chats_like_linux(chat_exe, pc, linux_reply):
+def test_chat_exe_reads_its_model_in_place_and_chats_like_linux(chat_exe, pc, linux_reply):
+    """The model is loaded from chat.exe itself (a FILE* of msvcrt.dll, the C runtime our mingw
+    DLLs use); %LOCALAPPDATA% gets the marker of its one sha256 check, no copy."""
     sha = packfile.read_manifest(chat_exe).model.sha256
     app = start(pc, chat_exe)
     try:
@@ -199,8 +203,8 @@ def test_chat_exe_starts_unpacks_once_to_localappdata_and_chats_like_linux(chat_
         # no display, so no Vulkan driver: the CPU, and one line that says why
         assert health["backend"]["gpu_layers"] == 0 and "Vulkan" in health["backend"]["note"], health
         assert sum("GPU not used" in ln for ln in app.out) == 1, app.stdout
-        assert UNPACKING in app.stdout + app.stderr
-        assert [p.name for p in model_files(pc) if not p.name.endswith(".lock")] == [f"{sha}.gguf", f"{sha}.gguf.ok"]
+        assert CHECKING in app.stdout + app.stderr and UNPACKING not in app.stdout + app.stderr
+        assert [p.name for p in model_files(pc)] == [f"{sha}.inplace.ok"]
         assert stream_chat(app.url) == linux_reply
         # saved chats live in the Windows per-user data folder
         headers = {"X-Llmpack-Chat": "1", "X-Llmpack-Token": chat_token(app)}
@@ -216,7 +220,7 @@ def test_chat_exe_starts_unpacks_once_to_localappdata_and_chats_like_linux(chat_
     again = start(pc, chat_exe)
     try:
         again.wait_healthy()
-        assert UNPACKING not in again.stdout + again.stderr
+        assert CHECKING not in again.stdout + again.stderr
         assert model_files(pc)[0].stat().st_mtime_ns == unpacked
         headers = {"X-Llmpack-Chat": "1", "X-Llmpack-Token": chat_token(again)}
         saved = requests.get(again.url + "/api/chats/wine1", headers=headers, timeout=30)
@@ -225,16 +229,42 @@ def test_chat_exe_starts_unpacks_once_to_localappdata_and_chats_like_linux(chat_
         assert ctrl_c(again) == 0, again.stderr
 
 
-def test_ctrl_c_while_unpacking_leaves_no_partial_file(chat_exe, new_pc):
+def test_ctrl_c_while_checking_the_model_leaves_nothing_half_done(chat_exe, new_pc):
     pc = new_pc
     app = start(pc, chat_exe)
     try:
-        app.wait_phase("extracting", timeout=180)
+        app.wait_phase("checking", timeout=180)
     finally:
         rc = ctrl_c(app)
     assert rc == 0, app.stderr
     assert "Traceback" not in app.stderr
-    assert [p.name for p in model_files(pc) if ".tmp-" in p.name or p.suffix == ".gguf"] == []
+    assert [p.name for p in model_files(pc) if ".tmp-" in p.name or p.suffix in (".gguf", ".ok")] == []
+
+
+def test_a_second_launch_opens_the_running_one_and_forget_cleans_up(chat_exe, new_pc):
+    """Under Windows the lock's process is checked with OpenProcess (os.kill would end it)."""
+    pc = new_pc
+    env = pc.env()
+    app = start(pc, chat_exe)
+    try:
+        app.wait_answering()
+        second = subprocess.run(["wine", str(chat_exe), "--no-browser", "--port", str(free_port())],
+                                capture_output=True, text=True, env=env, cwd=chat_exe.parent,
+                                stdin=subprocess.DEVNULL, timeout=300)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert f"llmpack is already running this chat at {app.url} (--new-instance" in second.stdout, second.stdout
+        app.wait_healthy()
+        headers = {"X-Llmpack-Chat": "1", "X-Llmpack-Token": chat_token(app)}
+        chat = {"title": "forget me", "messages": [{"role": "user", "content": "hi"}]}
+        assert requests.put(app.url + "/api/chats/f1", json=chat, headers=headers, timeout=30).status_code == 200
+    finally:
+        assert ctrl_c(app) == 0, app.stderr
+    assert model_files(pc)
+    forget = subprocess.run(["wine", str(chat_exe), "--forget", "--yes"], capture_output=True, text=True, env=env,
+                            stdin=subprocess.DEVNULL, timeout=300)
+    assert forget.returncode == 0 and "Removed " in forget.stdout and "1 saved chat" in forget.stdout, \
+        forget.stdout + forget.stderr
+    assert model_files(pc) == []
 
 
 def test_a_tampered_copy_is_refused_with_one_line(chat_exe, new_pc, tmp_path):

@@ -21,10 +21,10 @@ from llmpack import signals
 from llmpack.errors import LlmpackError
 from llmpack.progress import PhaseBars
 from llmpack.runtime.hardware.placement import startup_line
+from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
 from llmpack.runtime.server import instance
 from llmpack.runtime.server.attachments import ATTACH_BODY
-from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
 from llmpack.runtime.server.state import MESSAGES, ServerState
 from llmpack.runtime.server.serving import Progress, build_model
@@ -261,7 +261,10 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path | M
         server.start_preparing()
         if instance_key:   # a second launch opens the browser through the same redirect file
             opened.append(write_redirect(server.page_url))
-            held = instance.claim(runtime_dir(), instance_key, server.url, opened[0])
+            try:
+                held = instance.claim(runtime_dir(), instance_key, server.url, opened[0])
+            except OSError:   # no private folder: this copy serves all the same, unseen by a second launch
+                pass
         if not getattr(args, "no_browser", False):
             threading.Thread(target=lambda: opened.append(open_browser(server.page_url, *opened[:1])),
                              daemon=True).start()
