@@ -75,7 +75,7 @@ def test_loading_view_then_html_reply_is_text(scripted_model: Path, page):
     release = threading.Event()
 
     def prepare(progress):
-        progress("extracting", 0.4)
+        progress("extracting", 0.4, {"path": "/home/me/.cache/llmpack/models", "bytes": 491_400_064})
         release.wait(60)
         return scripted_model
 
@@ -84,6 +84,9 @@ def test_loading_view_then_html_reply_is_text(scripted_model: Path, page):
         page.goto(srv.server.page_url)
         page.wait_for_selector("[data-testid=loading]:not([hidden])")
         wait_until(lambda: "Unpacking" in page.locator("[data-testid=phase]").inner_text(), timeout=10)
+        # where the model goes and how big it is (/health's "unpack", in its message)
+        assert page.locator("#loading-message").inner_text() == \
+            "First start: unpacking the model (491.4 MB) to /home/me/.cache/llmpack/models; this happens once."
         release.set()
         page.wait_for_selector("#app:not([hidden])")
 
