@@ -23,7 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from llmpack import __version__, signals
+from llmpack.builder import packfile, splice
+from llmpack.builder.sign import check_signing, sign_exe
+from llmpack.builder.splice import fits_windows, sidecar_name
+from llmpack.builder.stub import get_stub, llama_cpp_version, resolve_target, stub_info
+from llmpack.demo_models import demo_model, demo_model_path
 from llmpack.errors import LlmpackError
+from llmpack.runtime.chat.recipes import Recipe, resolve_chat
+from llmpack.runtime.model.base_model import is_base_model
+from llmpack.runtime.model.gguf_check import validate_gguf
+from llmpack.runtime.model.model_info import FILE_TYPE_NAMES
+
 
 class BuildError(LlmpackError):
     """`llmpack build` cannot make the requested executable."""
@@ -43,8 +53,6 @@ class BuildResult:
 def recipe_dict(chat) -> dict:
     """The recipe a built executable stores: exactly the chat format `chat` resolved to, in the
     recipe (TOML) shape, so the executable never depends on the recipes that ship with it."""
-    from llmpack.runtime.chat.recipes import Recipe
-
     if chat.recipe is not None and chat.source == f"recipe:{chat.recipe.name}":
         data = chat.recipe.to_dict()
     else:  # the template embedded in the GGUF, with a matched recipe's defaults where they apply
@@ -85,8 +93,6 @@ def _check_output(model: Path, out: Path, stub: Path, sidecar: bool) -> None:
     if out.exists() and out.resolve() == model.resolve():
         raise BuildError(f"-o {out} would overwrite the model itself; choose another name")
     if sidecar:
-        from llmpack.builder.splice import sidecar_name
-
         beside = out.parent / sidecar_name(out)
         if beside.exists() and beside.resolve() == model.resolve():
             return   # the model already sits where the sidecar goes: splice verifies it in place
@@ -109,8 +115,6 @@ def _target_name(out: Path, target: str | None) -> str:
 
 def _must_go_beside(stub: Path, model: Path, out: Path, compress: str | None) -> bool:
     """A Windows program of 4 GiB or more does not start: such a model goes beside it, said once."""
-    from llmpack.builder.splice import fits_windows, sidecar_name
-
     if _stub_kind(stub) != "pe" or compress not in (None, "none"):
         return False
     size = model.stat().st_size
@@ -127,13 +131,6 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
                      stub=None, compress: str = "none", sidecar: bool = False, target: str | None = None,
                      sign_pfx=None, progress: Any = "auto") -> BuildResult:
     """Write `out` (and with sidecar=True, `<out stem>.gguf` beside it); see the module doc."""
-    from llmpack.builder import packfile, splice
-    from llmpack.builder.stub import get_stub, llama_cpp_version, resolve_target, stub_info
-    from llmpack.runtime.model.base_model import is_base_model
-    from llmpack.runtime.model.gguf_check import validate_gguf
-    from llmpack.runtime.model.model_info import FILE_TYPE_NAMES
-    from llmpack.runtime.chat.recipes import resolve_chat
-
     started = time.monotonic()
     model, out = Path(model).expanduser(), Path(out).expanduser()
     if not model.is_file():
@@ -158,8 +155,6 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     chat = resolve_chat(recipe, arch=header.architecture, name=[n for n in (model_name, model.stem) if n],
                         embedded_template=kv.get("tokenizer.chat_template"), bos_token="", eos_token="")
     if sign_pfx is not None:
-        from llmpack.builder.sign import check_signing
-
         check_signing(Path(sign_pfx).expanduser())   # before minutes of work, not after
     stub_path = get_stub(stub, target=None if stub else resolve_target(_target_name(out, target)))
     sidecar = sidecar or _must_go_beside(stub_path, model, out, compress)
@@ -205,8 +200,6 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
         raise _write_error(exc, out, model.stat().st_size + stub_path.stat().st_size) from None
     os.chmod(out, 0o755)
     if sign_pfx is not None:
-        from llmpack.builder.sign import sign_exe
-
         sign_exe(out, Path(sign_pfx).expanduser(), name=display)
     return BuildResult(path=out, manifest=manifest, model_path=model_out, size=size,
                        seconds=time.monotonic() - started, chat_source=chat.source, sidecar=sidecar)
@@ -285,8 +278,6 @@ def serve_flags(args: argparse.Namespace) -> list[str]:
 
 
 def _needs_build(out: Path, stub: Path, model: Path) -> bool:
-    from llmpack.builder import packfile
-
     if not out.exists():
         return True
     try:
@@ -298,9 +289,6 @@ def _needs_build(out: Path, stub: Path, model: Path) -> bool:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from llmpack.builder.stub import get_stub
-    from llmpack.demo_models import demo_model, demo_model_path
-
     demo = demo_model(args.which)
     model = demo_model_path(demo.key)
     out = Path(args.output).expanduser() if args.output else Path(demo.program + (".exe" if os.name == "nt" else ""))

@@ -48,6 +48,7 @@ from llmpack.builder.stub_bundle import (BuildEnv, StubError, StubTarget, llama_
                                          write_spec)
 from llmpack.builder.stub_wheel import installed_stub, write_stub_wheel
 from llmpack.builder.windows.target import WindowsTarget
+from llmpack.paths import stubs_dir
 from llmpack.progress import Bar
 
 STUB_NAME = "llmpack-stub"
@@ -64,7 +65,7 @@ def entry_script() -> Path:
 
 
 def llama_cpp_version() -> str | None:
-    from importlib import metadata
+    from importlib import metadata   # lazy: its imports cost ~20 ms, and `llmpack build --stub` never asks
 
     try:
         return metadata.version("llama_cpp_python")
@@ -103,7 +104,7 @@ def _libs_hash(lib: Path) -> str:
 
 
 def _pyinstaller_version() -> str:
-    from importlib import metadata
+    from importlib import metadata   # lazy: its imports cost ~20 ms; only building a stub asks
 
     try:
         return metadata.version("pyinstaller")
@@ -177,8 +178,6 @@ def exe_name(target: StubTarget | None = None) -> str:
 
 
 def stubs_dir_safe() -> Path:
-    from llmpack.paths import stubs_dir
-
     return stubs_dir()
 
 
@@ -222,6 +221,7 @@ def get_stub(path_override=None, *, target: StubTarget | None = None, force: boo
 
 def _ensure_webui_vendor() -> None:
     """markdown-it and highlight.js (npm, pinned in webui/vendor.lock.json) into webui/vendor/."""
+    # lazy: webui.vendor pulls in urllib.request (http.client, email, ssl): only when the cached stub is looked up
     from llmpack.webui.vendor import VendorError, ensure_vendor
 
     try:

@@ -35,7 +35,7 @@ class Bar:
         if not enabled:
             return
         if _isatty(self.file):
-            from tqdm import tqdm
+            from tqdm import tqdm   # lazy: a bar on a terminal only; logs and pipes never import it
 
             if total is None:        # unknown length: elapsed time and the latest step
                 fmt = "{desc}: {elapsed}{postfix}"
