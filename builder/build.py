@@ -29,6 +29,7 @@ from llmpack.builder.splice import fits_windows, sidecar_name
 from llmpack.builder.stub import get_stub, llama_cpp_version, resolve_target, stub_info
 from llmpack.demo_models import demo_model, demo_model_path
 from llmpack.errors import LlmpackError
+from llmpack.progress import human_bytes
 from llmpack.runtime.chat.recipes import Recipe, resolve_chat
 from llmpack.runtime.model.base_model import is_base_model
 from llmpack.runtime.model.gguf_check import validate_gguf
@@ -120,8 +121,8 @@ def _must_go_beside(stub: Path, model: Path, out: Path, compress: str | None) ->
     size = model.stat().st_size
     if fits_windows(stub.stat().st_size, size):
         return False
-    print(f"llmpack: {out.name} would be {_mb(stub.stat().st_size + size)}, and Windows does not start a program of "
-          f"4 GB or more: the model goes beside it as {sidecar_name(out)}. Send both files, in one folder.",
+    print(f"llmpack: {out.name} would be {human_bytes(stub.stat().st_size + size)}, and Windows does not start a "
+          f"program of 4 GB or more: the model goes beside it as {sidecar_name(out)}. Send both files, in one folder.",
           file=sys.stderr, flush=True)
     return True
 
@@ -207,14 +208,10 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
 
 def _write_error(exc: OSError, out: Path, need: int) -> BuildError:
     if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        return BuildError(f"the disk filled up while writing {out} (about {_mb(need)} needed); "
+        return BuildError(f"the disk filled up while writing {out} (about {human_bytes(need)} needed); "
                           "free some space or pass -o with a folder on another disk")
     return BuildError(f"cannot write {out}: {exc.strerror or type(exc).__name__} ({exc.filename or out}); "
                       "pass -o with a folder you can write to")
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def run_hint(path: Path) -> str:
@@ -233,10 +230,10 @@ def report(result: BuildResult) -> None:
     m = result.manifest
     d = m.defaults or {}
     stored = m.model.stored_size
-    print(f"wrote {result.path} ({_mb(result.path.stat().st_size)}) in {result.seconds:.1f} s")
-    model_line = f"{d.get('name')}: {_mb(m.model.size)}"
+    print(f"wrote {result.path} ({human_bytes(result.path.stat().st_size)}) in {result.seconds:.1f} s")
+    model_line = f"{d.get('name')}: {human_bytes(m.model.size)}"
     if m.model.compression == "zstd":
-        model_line += f", stored zstd-compressed as {_mb(stored)}"
+        model_line += f", stored zstd-compressed as {human_bytes(stored)}"
     print(f"  model      {model_line}, chat format {result.chat_source}, context {d.get('ctx')} tokens")
     if result.sidecar:
         print(f"  model file {result.model_path} (keep it next to the program)")

@@ -49,7 +49,7 @@ from llmpack.builder.stub_bundle import (BuildEnv, StubError, StubTarget, llama_
 from llmpack.builder.stub_wheel import installed_stub, write_stub_wheel
 from llmpack.builder.windows.target import WindowsTarget
 from llmpack.paths import stubs_dir
-from llmpack.progress import Bar
+from llmpack.progress import Bar, human_bytes
 
 STUB_NAME = "llmpack-stub"
 INFO_SUFFIX = ".json"
@@ -270,7 +270,7 @@ def build_stub(key: str, final: Path, target: StubTarget | None = None, *, quiet
         os.replace(tmp_final, final)
         if not quiet:
             print(f"llmpack: {target.name} runtime stub ready in {time.monotonic() - started:.0f} s: {final} "
-                  f"({final.stat().st_size / 1e6:.1f} MB)", file=sys.stderr, flush=True)
+                  f"({human_bytes(final.stat().st_size)})", file=sys.stderr, flush=True)
         _prune(root, key)
         return final
     finally:
@@ -385,7 +385,7 @@ def cmd_stub(args: argparse.Namespace) -> int:
     info = stub_info(stub)
     size = stub.stat().st_size
     print(f"runtime stub  {stub}")
-    print(f"size          {size / 1e6:.1f} MB")
+    print(f"size          {human_bytes(size)}")
     print(f"key           {info.get('key') or stub.parent.name}")
     print(f"llama.cpp     llama-cpp-python {info.get('llama_cpp_version') or '?'} ({target.platform})")
     if took > 5:

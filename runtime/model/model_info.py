@@ -201,11 +201,3 @@ def _special_tokens(h: GGUFHeader) -> dict[str, dict[str, Any] | None]:
         if raw in eot_texts:
             ids["eot"], texts[i], eot_texts = i, raw.decode(), set()
     return {k: (None if i is None else {"id": i, "text": texts.get(i)}) for k, i in ids.items()}
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    raise AssertionError  # unreachable
