@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 import urllib.parse
-import warnings
 import webbrowser
 from pathlib import Path
 from typing import Any, Callable
@@ -38,11 +37,12 @@ class ServerError(LlmpackError):
 
 
 def waitress_settings(max_num_seqs: int) -> dict[str, Any]:
-    """waitress tuned for token streaming: every small write goes out at once (send_bytes=1),
-    a thread per open stream (>= 64 plus the engine's batch), a disconnected client noticed
-    while its request still runs (request lookahead -> waitress.client_disconnected)."""
+    """waitress tuned for token streaming: a thread per open stream (>= 64 plus the engine's
+    batch), a disconnected client noticed while its request still runs (request lookahead ->
+    waitress.client_disconnected). Every small write (one SSE event) goes out at once: that is
+    waitress's default since 1.3, which deprecated the send_bytes option that used to ask for it."""
     threads = max(128, max_num_seqs + 64)
-    return dict(threads=threads, connection_limit=threads + 512, channel_timeout=300, send_bytes=1,
+    return dict(threads=threads, connection_limit=threads + 512, channel_timeout=300,
                 channel_request_lookahead=1, asyncore_use_poll=True, ident="llmpack",
                 max_request_body_size=ATTACH_BODY + 4 * MAX_BODY, expose_tracebacks=False,
                 clear_untrusted_proxy_headers=True, cleanup_interval=15)
@@ -109,10 +109,8 @@ class Server:
             self.options = ServerOptions(host=host, port=self.port, api_key=getattr(args, "api_key", None) or None,
                                          cors=bool(getattr(args, "cors", False)), chat_token=secrets.token_urlsafe(24))
             self.app = create_app(self.state, self.options)
-            with warnings.catch_warnings():   # send_bytes is deprecated, but it is what flushes each chunk
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self.server = waitress.create_server(
-                    self.app, sockets=[self.sock], **waitress_settings(getattr(args, "parallel", None) or 32))
+            self.server = waitress.create_server(
+                self.app, sockets=[self.sock], **waitress_settings(getattr(args, "parallel", None) or 32))
         except BaseException:
             self.sock.close()
             raise
