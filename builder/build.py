@@ -148,7 +148,8 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
                              f"(get it back with `{model} --extract-to DIR`)")
     _check_flags(ctx, parallel, gpu_layers)
     # The bounds-checked header is all a build needs (read_model_info's vocabulary scan would
-    # add ~0.3 s on a 262k-token model for figures the manifest does not use).
+    # cost more than the header on a 262k-token model, for figures the manifest does not use:
+    # docs/BENCHMARKS.md, "GGUF header parse").
     header = validate_gguf(model)          # GGUFError: one line
     kv = header.kv
     model_name = kv.get("general.name") if isinstance(kv.get("general.name"), str) else None

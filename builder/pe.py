@@ -11,11 +11,12 @@ certificate table also lives in the overlay and signs the old bytes, so a signed
 Why in-house rather than pefile (which the tests used to cross-check with, beside a third,
 test-only parser): the three fields read here (checksum, certificate table, end of the last
 section) are 40 lines of ``struct``; the built program reads them at every start (packfile's
-trailer search) and would otherwise bundle pefile into every stub; pefile's checksum needs the
-whole file in one buffer and loops in Python, while a build streams gigabytes and feeds
-:class:`Checksum` piece by piece (numpy sums 16 MiB in ~14 ms); and truncated or odd input must
-give None, never an exception (tests/test_pe_headers.py). The checksum is checked against the
-value Microsoft's linker wrote into PyInstaller's own bootloader (tests/test_packfile.py).
+trailer search) and would otherwise bundle pefile into every stub; pefile's checksum wants the
+whole file as one buffer and walks it dword by dword in Python, while a build streams gigabytes
+and feeds :class:`Checksum` piece by piece with numpy (docs/BENCHMARKS.md, "PE checksum"); and
+truncated or odd input must give None, never an exception (tests/test_pe_headers.py). The
+checksum is checked against the value Microsoft's linker wrote into PyInstaller's own
+bootloader (tests/test_packfile.py).
 
 Errors are :class:`PeError` (a ValueError whose str() is one line for the user); splice.py
 turns them into PackError, so this module imports nothing of llmpack's (no import cycle with

@@ -65,7 +65,7 @@ def entry_script() -> Path:
 
 
 def llama_cpp_version() -> str | None:
-    from importlib import metadata   # lazy: its imports cost ~20 ms, and `llmpack build --stub` never asks
+    from importlib import metadata   # lazy: a large share of start-up (BENCHMARKS.md), and `build --stub` never asks
 
     try:
         return metadata.version("llama_cpp_python")
@@ -104,7 +104,7 @@ def _libs_hash(lib: Path) -> str:
 
 
 def _pyinstaller_version() -> str:
-    from importlib import metadata   # lazy: its imports cost ~20 ms; only building a stub asks
+    from importlib import metadata   # lazy: a large share of start-up (BENCHMARKS.md); only building a stub asks
 
     try:
         return metadata.version("pyinstaller")

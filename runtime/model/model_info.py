@@ -3,7 +3,8 @@
 GPU offload (`weight_bytes_per_layer`, `kv_bytes_per_token`).
 
 Metadata comes from gguf_check's own header parse rather than gguf.GGUFReader: the parse is
-already bounds-checked, and GGUFReader takes ~10 s on a 262k-token vocabulary (~0.05 s here).
+already bounds-checked, and GGUFReader is far slower on a 262k-token vocabulary
+(docs/BENCHMARKS.md, "GGUF header parse").
 Figures follow llama.cpp's conventions so they can be checked against its load log: "model
 params" is the sum of tensor element counts, "file size" the sum of tensor bytes, and the KV
 cache holds every layer at full context (llama-cpp-python keeps a full-size SWA cache).
@@ -195,7 +196,7 @@ def _special_tokens(h: GGUFHeader) -> dict[str, dict[str, Any] | None]:
     wanted = {i for i in ids.values() if isinstance(i, int)}
     eot_texts = {t.encode() for t in EOT_TEXTS} if ids["eot"] is None else set()
     texts: dict[int, str] = {}
-    for i, raw in enumerate(h.iter_strings("tokenizer.ggml.tokens")):   # one pass, ~0.1 s for 262k
+    for i, raw in enumerate(h.iter_strings("tokenizer.ggml.tokens")):   # one pass (docs/BENCHMARKS.md, "GGUF header parse")
         if i in wanted:
             texts[i] = raw.decode("utf-8", "replace")
         if raw in eot_texts:
