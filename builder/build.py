@@ -27,7 +27,6 @@ from llmpack.builder import packfile, splice
 from llmpack.builder.sign import check_signing, sign_exe
 from llmpack.builder.splice import fits_windows, sidecar_name
 from llmpack.builder.stub import get_stub, llama_cpp_version, resolve_target, stub_info
-from llmpack.demo_models import demo_model, demo_model_path
 from llmpack.errors import LlmpackError
 from llmpack.progress import human_bytes
 from llmpack.runtime.chat.recipes import Recipe, resolve_chat
@@ -287,6 +286,9 @@ def _needs_build(out: Path, stub: Path, model: Path) -> bool:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    # lazy: demo_models imports importlib.metadata, a large share of start-up; only `llmpack demo` needs it
+    from llmpack.demo_models import demo_model, demo_model_path
+
     demo = demo_model(args.which)
     model = demo_model_path(demo.key)
     out = Path(args.output).expanduser() if args.output else Path(demo.program + (".exe" if os.name == "nt" else ""))

@@ -47,7 +47,6 @@ from llmpack import __version__
 from llmpack.builder.stub_bundle import (BuildEnv, StubError, StubTarget, llama_lib_dir, runtime_sources, shared_libs,
                                          write_spec)
 from llmpack.builder.stub_wheel import installed_stub, write_stub_wheel
-from llmpack.builder.windows.target import WindowsTarget
 from llmpack.paths import stubs_dir
 from llmpack.progress import Bar, human_bytes
 
@@ -161,6 +160,9 @@ def resolve_target(name: str | None) -> StubTarget:
     if name in (None, "native", native.name):
         return native
     if name == "windows-x64":
+        # lazy: the Windows cross-build's six modules only for --target windows-x64 (or an .exe)
+        from llmpack.builder.windows.target import WindowsTarget
+
         return WindowsTarget()
     raise StubError(f"a stub for {name} cannot be made on this computer; choose one of {', '.join(TARGETS)}")
 
