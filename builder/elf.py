@@ -55,7 +55,10 @@ class _Elf:
             if shentsize < _SHDR.size:
                 raise fail("section headers of an unknown size")
             if shnum == 0:  # extended numbering: the real count is in section 0's sh_size
-                shnum = _SHDR.unpack(read(self.shoff, _SHDR.size))[5]
+                first = read(self.shoff, _SHDR.size)
+                if len(first) < _SHDR.size:
+                    raise fail("truncated section header table")
+                shnum = _SHDR.unpack(first)[5]
             for i in range(shnum):
                 at = self.shoff + i * shentsize
                 raw = read(at, _SHDR.size)
@@ -78,7 +81,10 @@ class ElfStub:
         insert_at = archive_offset
 
         for i in range(e.phnum):
-            p_type, _, p_offset, _, _, p_filesz, _, _ = _PHDR.unpack(read(e.phoff + i * e.phentsize, _PHDR.size))
+            raw = read(e.phoff + i * e.phentsize, _PHDR.size)
+            if len(raw) < _PHDR.size:
+                raise fail("truncated program header table")
+            p_type, _, p_offset, _, _, p_filesz, _, _ = _PHDR.unpack(raw)
             if p_filesz and p_offset + p_filesz > insert_at:
                 raise fail(f"program header {i} (type {p_type:#x}) covers the archive")
         if e.phoff + e.phnum * e.phentsize > insert_at:
