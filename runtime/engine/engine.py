@@ -18,7 +18,7 @@ from typing import Callable
 
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.detokenizer import Detokenizer
-from llmpack.runtime.hardware.placement import backend_report, plan_offload
+from llmpack.runtime.engine.grammar_sampler import check_with_llama
 from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner, RunnerConfig
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
@@ -26,6 +26,7 @@ from llmpack.runtime.engine.sampler import SequenceSampler, compute_logprobs
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.engine.scheduler import Scheduler
 from llmpack.runtime.engine.sequence import Sequence
+from llmpack.runtime.hardware.placement import backend_report, plan_offload
 
 __all__ = ["EngineConfig", "EngineStats", "LLMEngine", "EngineDeadError", "PromptTooLongError", "QueueFullError",
            "Request", "RequestStream"]
@@ -119,7 +120,6 @@ class LLMEngine:
         params = params or SamplingParams()
         params.validate()
         if params.grammar is not None:   # parse it here: on the engine thread a bad one would be fatal
-            from llmpack.runtime.engine.grammar_sampler import check_with_llama
             check_with_llama(params.grammar, self.runner.vocab)
         ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:

@@ -23,11 +23,12 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
 import llama_cpp as lc
+import numpy as np
+from llama_cpp import llama_cpp as bindings  # the package's own libllama handle
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime.hardware.backends import load_backends
 
 _backend_ready = False
 # llama_flash_attn_type. Neither setting makes the CPU kernels batch-invariant (a sequence's
@@ -79,8 +80,6 @@ def offloaded_layers(n_gpu_layers: int, n_layer: int, n_layer_all: int, n_device
 def _model_int(model, *names: str) -> int | None:
     """An int32 getter of llama.cpp that llama-cpp-python does not bind, by any of its exported
     names; None when this build has none of them."""
-    from llama_cpp import llama_cpp as bindings   # the package's own libllama handle
-
     for name in names:
         fn = getattr(bindings._lib, name, None)
         if fn is not None:
@@ -120,8 +119,6 @@ class ModelRunner:
     def __init__(self, cfg: RunnerConfig, progress: Callable[[float], bool | None] | None = None) -> None:
         global _backend_ready
         if not _backend_ready:
-            from llmpack.runtime.hardware.backends import load_backends
-
             load_backends()           # GGML_BACKEND_DL: CPU variant + GPU backends, before any model
             _route_llama_log(cfg.verbose)
             lc.llama_backend_init()

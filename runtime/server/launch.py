@@ -17,15 +17,21 @@ import webbrowser
 from pathlib import Path
 from typing import Any, Callable
 
+import platformdirs
+import waitress
+from waitress import wasyncore
+
 from llmpack import signals
 from llmpack.errors import LlmpackError
 from llmpack.progress import PhaseBars
 from llmpack.runtime.hardware.placement import startup_line
+from llmpack.runtime.model.gguf_check import validate_gguf
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
 from llmpack.runtime.server.attachments import ATTACH_BODY
+from llmpack.runtime.server.chats import data_dir
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
-from llmpack.runtime.server.state import MESSAGES, ServerState
 from llmpack.runtime.server.serving import Progress, build_model
+from llmpack.runtime.server.state import MESSAGES, ServerState
 
 PORT_TRIES = 20
 # How long Ctrl+C waits for the preparing thread. The model load gives up at its next progress
@@ -97,8 +103,6 @@ class Server:
 
     def __init__(self, args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *,
                  recipe: Any = None, display_name: str | None = None, quiet: bool = False) -> None:
-        import waitress
-
         self.args, self.prepare_model, self.recipe = args, prepare_model, recipe
         self.quiet = quiet
         self.state = ServerState(display_name)
@@ -187,8 +191,6 @@ class Server:
                   file=sys.stderr, flush=True)
 
     def run(self) -> None:
-        from waitress import wasyncore
-
         try:
             while not self._stop.is_set():
                 wasyncore.loop(timeout=0.25, map=self.server._map, use_poll=True, count=1)
@@ -208,8 +210,6 @@ class Server:
             return
         self._closed = True
         self._stop.set()
-        from waitress import wasyncore
-
         self.state.active.close()
         deadline = time.monotonic() + 3
         while len(self.state.active) and time.monotonic() < deadline:
@@ -273,10 +273,6 @@ def runtime_dir() -> Path:
     """This user's private folder for files that live as long as a launch (0700 where POSIX
     modes exist): the per-user runtime folder (/run/user/UID/llmpack, %LOCALAPPDATA%\\Temp\\llmpack), else
     a `runtime` folder in the data folder, as Jupyter keeps its own."""
-    import platformdirs
-
-    from llmpack.runtime.server.chats import data_dir
-
     for folder in (Path(platformdirs.user_runtime_dir("llmpack", appauthor=False)), data_dir() / "runtime"):
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -332,8 +328,6 @@ def _install_signals(server: Server) -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from llmpack.runtime.model.gguf_check import validate_gguf
-
     path = Path(args.model)
     validate_gguf(path)   # a clear error before anything listens
     return serve(args, lambda progress: path)

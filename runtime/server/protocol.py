@@ -13,29 +13,12 @@ from typing import Any
 
 from llmpack.runtime.engine.outputs import TokenLogprob
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
+from llmpack.runtime.server.api_error import bad
 from llmpack.runtime.server.state import ServedModel
+from llmpack.runtime.server.structured import output_plan, render_messages
 
-_ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error"}
 INT64 = 2**63
 MAX_CHOICES = 128
-
-
-class ApiError(Exception):
-    """An error answered in OpenAI's shape: {"error": {message, type, param, code}}."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str | None = None, headers: dict | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-        self.type = type or _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-        self.headers = headers or {}
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-def bad(param: str | None, message: str, code: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param, code=code)
 
 
 # ---------------------------------------------------------------- parameters
@@ -214,8 +197,6 @@ class Prepared:
 
 
 def parse_chat(body: Any, model: ServedModel) -> Prepared:
-    from llmpack.runtime.server.structured import output_plan, render_messages
-
     body = check_keys(body, CHAT_KEYS)
     _unsupported(body)
     stream, usage = stream_flags(body)
@@ -235,8 +216,6 @@ def parse_chat(body: Any, model: ServedModel) -> Prepared:
 
 
 def parse_completion(body: Any, model: ServedModel) -> Prepared:
-    from llmpack.runtime.server.structured import output_plan
-
     body = check_keys(body, COMPLETION_KEYS)
     _unsupported(body)
     stream, usage = stream_flags(body)
