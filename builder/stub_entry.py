@@ -22,6 +22,8 @@ from pathlib import Path
 
 SELFTEST_FLAG = "--llmpack-selftest"
 FAILED_MODEL_GRACE_S = 30.0   # keep serving the error page this long when a browser was opened
+# Flags whose value `llmpack build` records in the manifest as the built file's defaults.
+BUILT_DEFAULTS = ("ctx", "parallel", "gpu_layers", "system")
 
 
 def _frozen() -> bool:
@@ -104,6 +106,9 @@ def build_parser(manifest=None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"llmpack {__version__}")
     add_model_args(parser)
     add_serve_args(parser)
+    # What was decided at build time is each flag's default, parsed by the same types as typed flags.
+    parser.set_defaults(**{k: (str(v) if k == "gpu_layers" else v) for k, v in defaults.items()
+                           if k in BUILT_DEFAULTS and v is not None})
     parser.add_argument("--name", default=None, help="display name shown on the chat page")
     parser.add_argument("--info", action="store_true", help="print what this program contains (JSON) and exit")
     parser.add_argument("--extract-to", metavar="DIR", default=None,
@@ -111,14 +116,14 @@ def build_parser(manifest=None) -> argparse.ArgumentParser:
     return parser
 
 
-def apply_defaults(args: argparse.Namespace, manifest) -> tuple[dict | None, str | None]:
-    """Fill flags the user did not pass from the manifest; returns (recipe dict, display name)."""
-    defaults = manifest.defaults or {}
-    for key in ("ctx", "parallel", "gpu_layers", "system"):
-        if getattr(args, key, None) is None and defaults.get(key) is not None:
-            setattr(args, key, defaults[key])
-    args.base_model = manifest.extra.get("base_model")   # decided at build time, with the model's file name
-    return (manifest.recipe or None), (args.name or defaults.get("name") or None)
+def built_config(args: argparse.Namespace, manifest):
+    """The server's config: the flags (whose defaults are the build's), plus what only the build
+    knows: the recipe, the display name and whether it is a base model (from the model's file name)."""
+    from llmpack.cli import serve_config   # lazy: --info and --extract-to do not need the CLI's imports
+
+    name = args.name or (manifest.defaults or {}).get("name") or None
+    return serve_config(args, display_name=name, recipe_data=manifest.recipe or None,
+                        base_model=manifest.extra.get("base_model"))
 
 
 def _stop_soon(delay: float) -> None:
@@ -163,7 +168,7 @@ def run(argv: list[str]) -> int:
     from llmpack.runtime.server.launch import serve
     from llmpack.runtime.server.serving import Stopping
 
-    recipe, display_name = apply_defaults(args, manifest)
+    config = built_config(args, manifest)
     failed: list[BaseException] = []
 
     def prepare_model(progress) -> Path:
@@ -177,12 +182,12 @@ def run(argv: list[str]) -> int:
             # The server shows this on the page and the console; then we stop (exit 2): a damaged
             # download will not get better by waiting. A browser gets time to show the message.
             failed.append(exc)
-            _stop_soon(0.2 if args.no_browser else FAILED_MODEL_GRACE_S)
+            _stop_soon(FAILED_MODEL_GRACE_S if config.open_browser else 0.2)
             raise
 
     _restore_child_environment()
     _leave_terminal_process_group()
-    rc = serve(args, prepare_model, recipe=recipe, display_name=display_name)
+    rc = serve(config, prepare_model)
     if failed:
         _pause(argv)
         return 2

@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 from llmpack.runtime.chat.recipes import chat_format_for_model
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine, RequestStream
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
-from llmpack.runtime.engine.sampling_params import SamplingParams
+from llmpack.runtime.engine.sampling_params import CHAT_MAX_TOKENS, SamplingParams
 from llmpack.runtime.model.gguf_check import validate_gguf
 from llmpack.runtime.model.model_info import read_model_info
 
@@ -70,7 +70,7 @@ class LLM:
     def chat(self, messages: list[dict] | list[list[dict]], params: SamplingParams | None = None) -> list[RequestOutput]:
         conversations: Iterable[list[dict]] = [messages] if messages and isinstance(messages[0], dict) else messages  # type: ignore[assignment]
         fmt = self.chat_format
-        params = params or SamplingParams(max_tokens=256)
+        params = params or SamplingParams(max_tokens=CHAT_MAX_TOKENS)
         if fmt.stop:   # a copy: the caller's params stay as they were
             params = dataclasses.replace(params, stop=list(dict.fromkeys([*params.stop, *fmt.stop])))
         prompts = [self.engine.tokenize_prompt(fmt.render(conv)) for conv in conversations]

@@ -16,7 +16,7 @@ import requests
 from gguf import GGUFReader, GGUFValueType
 
 from ggufs import CHATML_TEMPLATE, EOS_ID, tiny_vocab, write_tiny_model
-from llmpack.cli import build_parser
+from llmpack.cli import build_parser, serve_config
 from llmpack.runtime.server.launch import Server
 
 __all__ = ["LiveServer", "live_server", "chat_server", "instruct_server", "wait_until", "wait_idle", "write_scripted_model",
@@ -29,9 +29,9 @@ class LiveServer:
 
     def __init__(self, model: Path, *flags: str, prepare: Callable[..., Path] | None = None,
                  display_name: str | None = None, recipe: Any = None) -> None:
-        self.args = build_parser().parse_args(["run", str(model), "--no-browser", "--port", "0", *flags])
-        self.server = Server(self.args, prepare or (lambda progress: Path(model)), recipe=recipe,
-                             display_name=display_name, quiet=True)
+        args = build_parser().parse_args(["run", str(model), "--no-browser", "--port", "0", *flags])
+        self.config = serve_config(args, display_name=display_name, recipe_data=recipe)
+        self.server = Server(self.config, prepare or (lambda progress: Path(model)), quiet=True)
         self.url = self.server.url
         self.port = self.server.port
         self.state = self.server.state

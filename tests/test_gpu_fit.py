@@ -6,7 +6,8 @@ import pytest
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.hardware.backends import gpu_devices
-from llmpack.runtime.hardware.gpu_fit import COMPUTE_RESERVE, SAFETY_MARGIN, fit_gpu_layers, parse_gpu_layers
+from llmpack.runtime.engine.config import parse_gpu_layers
+from llmpack.runtime.hardware.gpu_fit import COMPUTE_RESERVE, SAFETY_MARGIN, fit_gpu_layers
 from llmpack.runtime.hardware.placement import plan_offload
 
 MiB = 1024 * 1024

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from llmpack.runtime.engine.outputs import TokenLogprob
-from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
+from llmpack.runtime.engine.sampling_params import (CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, InvalidParameterError,
+                                                   SamplingParams)
 from llmpack.runtime.server.api_error import bad
 from llmpack.runtime.server.state import ServedModel
 from llmpack.runtime.server.structured import output_plan, render_messages
@@ -137,13 +138,9 @@ def sampling_params(body: dict, model: ServedModel, *, chat: bool, logprobs: int
         value = _get(body, name)
         if value is not None:
             kw[name] = value
-    max_tokens = _get(body, "max_completion_tokens") if chat else None
-    if max_tokens is None:
-        max_tokens = _get(body, "max_tokens")
-    if max_tokens is not None and max_tokens < 1:
-        raise bad("max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens",
-                  f"max_tokens must be at least 1, got {max_tokens}")
-    kw["max_tokens"] = max_tokens if max_tokens is not None else (None if chat else 16)
+    length_key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _get(body, length_key)
+    kw["max_tokens"] = max_tokens if max_tokens is not None else (CHAT_MAX_TOKENS if chat else COMPLETION_MAX_TOKENS)
     best_of = _get(body, "best_of")
     if best_of is not None and best_of != kw.get("n", 1):
         raise bad("best_of", "'best_of' is not supported (it may only equal n)", "unsupported_parameter")
@@ -161,8 +158,8 @@ def sampling_params(body: dict, model: ServedModel, *, chat: bool, logprobs: int
     kw["grammar"] = grammar
     try:
         params = SamplingParams(**kw)
-    except InvalidParameterError as exc:
-        raise bad(exc.param, str(exc)) from None
+    except InvalidParameterError as exc:   # SamplingParams validates; the error names what the client sent
+        raise bad(length_key if exc.param == "max_tokens" else exc.param, str(exc)) from None
     except (TypeError, ValueError) as exc:
         raise bad(None, f"invalid sampling parameters: {exc}") from None
     return params
