@@ -15,10 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
+
+from llmpack import __version__
+from llmpack.builder import extract, packfile
+from llmpack.cli import add_model_args, add_serve_args, serve_config
+from llmpack.errors import LlmpackError
 
 SELFTEST_FLAG = "--llmpack-selftest"
 FAILED_MODEL_GRACE_S = 30.0   # keep serving the error page this long when a browser was opened
@@ -36,8 +43,6 @@ def _self_path() -> Path:
     override = os.environ.get("LLMPACK_SELF")   # running the entry script unfrozen, for debugging
     if override:
         return Path(override).resolve()
-    from llmpack.errors import LlmpackError
-
     raise LlmpackError("this is llmpack's runtime entry point; it runs inside an executable made by "
                        "`llmpack build` (set LLMPACK_SELF=PATH to debug one unfrozen)")
 
@@ -75,7 +80,7 @@ def _started_by_double_click(argv: list[str]) -> bool:
     if os.name != "nt" or argv:
         return False
     try:
-        import ctypes
+        import ctypes   # lazy: Windows only
 
         buf = (ctypes.c_uint32 * 8)()
         n = ctypes.windll.kernel32.GetConsoleProcessList(buf, 8)  # type: ignore[attr-defined]
@@ -93,9 +98,6 @@ def _pause(argv: list[str]) -> None:
 
 
 def build_parser(manifest=None) -> argparse.ArgumentParser:
-    from llmpack import __version__
-    from llmpack.cli import add_model_args, add_serve_args
-
     defaults = (manifest.defaults if manifest is not None else None) or {}
     name = defaults.get("name") or "this model"
     parser = argparse.ArgumentParser(
@@ -119,8 +121,6 @@ def build_parser(manifest=None) -> argparse.ArgumentParser:
 def built_config(args: argparse.Namespace, manifest):
     """The server's config: the flags (whose defaults are the build's), plus what only the build
     knows: the recipe, the display name and whether it is a base model (from the model's file name)."""
-    from llmpack.cli import serve_config   # lazy: --info and --extract-to do not need the CLI's imports
-
     name = args.name or (manifest.defaults or {}).get("name") or None
     return serve_config(args, display_name=name, recipe_data=manifest.recipe or None,
                         base_model=manifest.extra.get("base_model"))
@@ -128,8 +128,6 @@ def built_config(args: argparse.Namespace, manifest):
 
 def _stop_soon(delay: float) -> None:
     """Ask the running server to stop (as Ctrl+C would) after `delay` seconds."""
-    import signal
-
     def later() -> None:
         time.sleep(delay)
         try:
@@ -141,9 +139,6 @@ def _stop_soon(delay: float) -> None:
 
 
 def run(argv: list[str]) -> int:
-    from llmpack.builder import extract, packfile
-    from llmpack.errors import LlmpackError
-
     exe = _self_path()
     manifest, problem = None, None
     try:
@@ -165,6 +160,7 @@ def run(argv: list[str]) -> int:
         print(path)
         return 0
 
+    # lazy: the server (flask, waitress, llama.cpp) loads only to serve, not for --info or --extract-to
     from llmpack.runtime.server.launch import serve
     from llmpack.runtime.server.serving import Stopping
 
@@ -198,17 +194,15 @@ def selftest() -> int:
     """Used by `llmpack stub` right after building: everything a launch needs is in the bundle."""
     out: dict = {"ok": False}
     try:
+        # lazy: the self-test imports everything a launch needs, only when the builder asks
         import llama_cpp
         import pypdf       # PDF attachments (runtime/server/documents.py imports it on first use)
         import zstandard   # models built with --compress
 
-        from llmpack import __version__
-        from llmpack.builder import extract, packfile  # noqa: F401
         from llmpack.runtime.engine import engine  # noqa: F401
         from llmpack.runtime.chat.recipes import load_recipes
         from llmpack.runtime.server import launch  # noqa: F401
         from llmpack.runtime.server.app import webui_dir
-
         from llmpack.runtime.hardware.backends import load_backends
 
         backends = load_backends()   # from the bundle folder: fails here if a backend is missing
@@ -229,8 +223,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [SELFTEST_FLAG]:
         return selftest()
-    from llmpack.errors import LlmpackError
-
     try:
         return run(argv)
     except LlmpackError as exc:
@@ -242,8 +234,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit:
         raise
     except Exception:  # a bug, not a user error: show it in full
-        import traceback
-
         traceback.print_exc()
         print("llmpack: internal error (above); please report it with the output of --info",
               file=sys.stderr, flush=True)
@@ -253,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     if os.name == "nt":
-        import multiprocessing
+        import multiprocessing   # lazy: Windows only
 
         multiprocessing.freeze_support()
     sys.exit(main())
