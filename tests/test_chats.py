@@ -64,7 +64,9 @@ def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data_dir: Pat
         assert requests.get(url, headers={"X-Llmpack-Chat": "1"}, cookies=jar, timeout=10).status_code == 401
 
         assert requests.put(url + "/c1", json=CHAT, headers=ok, timeout=10).status_code == 200
-        assert requests.put(url + "/bad id!", json=CHAT, headers=ok, timeout=10).status_code in (400, 404)
+        # an id the store could never hold is the client's mistake (400), not a missing chat (404)
+        bad_id = requests.put(url + "/bad id!", json=CHAT, headers=ok, timeout=10)
+        assert bad_id.status_code == 400 and bad_id.json()["error"]["code"] == "invalid_chat_id", bad_id.text
         bad = requests.put(url + "/c2", json={"messages": "no"}, headers=ok, timeout=10)
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_chat"
         listed = requests.get(url, headers=ok, timeout=10).json()["data"]
