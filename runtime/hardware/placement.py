@@ -45,13 +45,14 @@ def fit_report(info: ModelInfo) -> dict:
 
 
 def plan_offload(layers: int | str, model_path, n_ctx: int, device: str | None = None,
-                 info: ModelInfo | None = None) -> OffloadPlan:
-    """Resolve `--gpu-layers` (already parsed: N, -1, "all" or "auto") and `--device` against this
-    machine's GPUs. `auto` needs the model's layer sizes: `info` when the caller has read the
-    header already, else it is read here."""
+                 info: ModelInfo | None = None, devices: list[Device] | None = None) -> OffloadPlan:
+    """Resolve `--gpu-layers` (already parsed: N, -1, "all" or "auto") and `--device` against
+    `devices` (default: this machine's GPUs, gpu_devices(); a caller that already listed them, or a
+    test with chosen free memory, passes its own). `auto` needs the model's layer sizes: `info`
+    when the caller has read the header already, else it is read here."""
     if layers == 0:
         return OffloadPlan(0, None, "--gpu-layers 0 keeps the model on the CPU")
-    chosen = pick_device(gpu_devices(), device)
+    chosen = pick_device(gpu_devices() if devices is None else devices, device)
     if chosen is None:
         reason = "--device cpu keeps the model on the CPU" if (device or "").lower() == "cpu" else no_gpu_reason()
         return OffloadPlan(0, None, reason)
