@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -20,7 +22,7 @@ from llmpack.cli import build_parser, serve_config
 from llmpack.runtime.server.launch import Server
 
 __all__ = ["LiveServer", "live_server", "chat_server", "instruct_server", "wait_until", "wait_idle", "write_scripted_model",
-           "SCRIPTED_REPLY", "scripted_model", "sse_events", "stream_post"]
+           "SCRIPTED_REPLY", "scripted_model", "sse_events", "stream_post", "post_on_socket"]
 
 
 class LiveServer:
@@ -130,6 +132,16 @@ def sse_events(resp: requests.Response) -> Iterator[str]:
 def stream_post(url: str, body: Any, **kw: Any) -> requests.Response:
     kw.setdefault("timeout", 120)
     return requests.post(url, json=body, stream=True, **kw)
+
+
+def post_on_socket(port: int, path: str, body: Any) -> socket.socket:
+    """A POST on a connection the caller owns, so it can hang up mid-response like a client that
+    goes away (read the response with recv; shutdown + close is the hang-up)."""
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (path.encode(), port, len(data), data))
+    return sock
 
 
 # ---- a model whose answer is known -------------------------------------------------------------

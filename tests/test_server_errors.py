@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import LiveServer, live_server, sse_events, stream_post, wait_idle, wait_until
+from server_fixtures import LiveServer, live_server, post_on_socket, sse_events, stream_post, wait_idle, wait_until
 
 from ggufs import CHATML_TEMPLATE
 from llmpack.errors import LlmpackError
@@ -250,15 +250,6 @@ def test_page_and_static_files(srv: LiveServer):
 
 
 # ---- disconnects free the KV cache ----------------------------------------------------------------
-def post_on_socket(port: int, path: str, body: dict) -> socket.socket:
-    """A POST on a connection the test owns, so it can hang up mid-response like a client that goes away."""
-    data = json.dumps(body).encode()
-    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-    sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (path.encode(), port, len(data), data))
-    return sock
-
-
 def test_stream_disconnect_aborts_and_frees_kv(srv: LiveServer):
     engine = srv.engine
     base = wait_idle(engine)
