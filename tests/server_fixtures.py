@@ -1,6 +1,8 @@
 """Live servers for the server tests: the real engine on a real model, real waitress, real HTTP.
 
-`from server_fixtures import *` in a test module brings in the fixtures and helpers.
+`from server_fixtures import *` in a test module brings in the module-scoped chat_server and the
+helpers. The session-scoped servers and models (demo_server, instruct_server, scripted_model) are
+in conftest.py: a session fixture imported into several test modules is set up once per module.
 """
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from ggufs import CHATML_TEMPLATE, EOS_ID, tiny_vocab, write_tiny_model
 from llmpack.cli import build_parser, serve_config
 from llmpack.runtime.server.launch import Server
 
-__all__ = ["LiveServer", "live_server", "chat_server", "instruct_server", "wait_until", "wait_idle", "write_scripted_model",
-           "SCRIPTED_REPLY", "scripted_model", "sse_events", "stream_post", "post_on_socket"]
+__all__ = ["LiveServer", "live_server", "chat_server", "wait_until", "wait_idle", "write_scripted_model",
+           "SCRIPTED_REPLY", "sse_events", "stream_post", "post_on_socket",
+           "chat_headers"]
 
 
 class LiveServer:
@@ -73,6 +76,11 @@ class LiveServer:
         assert not self._thread.is_alive(), "the server did not stop"
 
 
+def chat_headers(srv: LiveServer) -> dict:
+    """What the chat page sends to /api/chats and /api/settings: its mark and this launch's secret."""
+    return {"X-Llmpack-Chat": "1", "X-Llmpack-Token": srv.server.options.chat_token}
+
+
 @contextlib.contextmanager
 def live_server(model: Path, *flags: str, **kw: Any) -> Iterator[LiveServer]:
     srv = LiveServer(model, *flags, **kw)
@@ -86,18 +94,6 @@ def live_server(model: Path, *flags: str, **kw: Any) -> Iterator[LiveServer]:
 def chat_server(tiny_chat_model: Path) -> Iterator[LiveServer]:
     """The tiny ChatML model served with default flags."""
     with live_server(tiny_chat_model) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="session")
-def instruct_server() -> Iterator[LiveServer]:
-    """The instruct demo model (Qwen2.5-Coder 0.5B Instruct), served once per test session for
-    every test that needs a model that really answers: loading it takes seconds, not minutes.
-    Its packages are test dependencies: when they are missing the tests fail (PathsError says
-    how to install them), never skip."""
-    from llmpack.demo_models import demo_model_path
-
-    with live_server(demo_model_path("qwen"), "--ctx", "8192", "--parallel", "4") as srv:
         yield srv
 
 
@@ -179,8 +175,3 @@ def write_scripted_model(path: Path, reply: list[str] = SCRIPTED_REPLY) -> Path:
     del reader
     assert np.isfinite(GGUFReader(path).tensors[0].data).all()
     return Path(path)
-
-
-@pytest.fixture(scope="session")
-def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_scripted_model(tmp_path_factory.mktemp("scripted") / "scripted.gguf")
