@@ -25,7 +25,7 @@ from llmpack.runtime.server.launch import Server
 
 __all__ = ["LiveServer", "live_server", "chat_server", "wait_until", "wait_idle", "write_scripted_model",
            "SCRIPTED_REPLY", "sse_events", "stream_post", "post_on_socket",
-           "chat_headers"]
+           "chat_headers", "LockStep"]
 
 
 class LiveServer:
@@ -95,6 +95,61 @@ def chat_server(tiny_chat_model: Path) -> Iterator[LiveServer]:
     """The tiny ChatML model served with default flags."""
     with live_server(tiny_chat_model) as srv:
         yield srv
+
+
+class LockStep:
+    """Streams in lock step with the client: while it is entered, each streamed output with text
+    that a live server's engine makes (past the first) waits until the client called seen() for
+    the one before. A server or page that holds chunks back (the whole reply, or a few at a time)
+    never lets the client see one, so the wait runs out and the output lands in `held_back`.
+    Proves "sent as made" with no clock compared; `timeout` only bounds how long a broken server
+    makes the test wait. Not for a shared server's tests that run alongside others.
+
+        with LockStep(srv.engine) as step:
+            ... read the stream; step.seen() after each chunk ...
+        assert step.held_back == [] and received == step.emitted
+    """
+
+    def __init__(self, engine: Any, timeout: float = 30) -> None:
+        self.engine, self.timeout = engine, timeout
+        self.emitted: list[str] = []     # each output's text, in order
+        self.held_back: list[str] = []   # the output the client had not seen when the next was due
+        self.requests = 0
+        self._seen = threading.Semaphore(0)
+
+    def seen(self) -> None:
+        self._seen.release()
+
+    def __enter__(self) -> LockStep:
+        real = self.engine.add_request
+
+        def add_request(*args: Any, **kw: Any) -> Any:
+            self.requests += 1
+            return _Gated(real(*args, **kw), self)
+
+        self.engine.add_request = add_request
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        del self.engine.add_request   # the instance attribute goes: the engine's own method is back
+
+
+class _Gated:
+    def __init__(self, stream: Any, step: LockStep) -> None:
+        self.stream, self.step = stream, step
+
+    def __iter__(self) -> Iterator[Any]:
+        step = self.step
+        for out in self.stream:
+            text = "".join(c.text for c in out.outputs)
+            if text:
+                if step.emitted and not step.held_back and not step._seen.acquire(timeout=step.timeout):
+                    step.held_back.append(step.emitted[-1])
+                step.emitted.append(text)
+            yield out
+
+    def abort(self) -> None:
+        self.stream.abort()
 
 
 def wait_until(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:

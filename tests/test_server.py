@@ -13,7 +13,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import SCRIPTED_REPLY, LiveServer, live_server, sse_events, stream_post, wait_idle
+from server_fixtures import SCRIPTED_REPLY, LiveServer, LockStep, live_server, sse_events, stream_post, wait_idle
 
 from llmpack.runtime.server.protocol import tokenize_prompt
 
@@ -241,45 +241,11 @@ def test_any_model_name_is_served_by_the_one_model(chat_server: LiveServer, caps
 
 
 # ---- streaming is really streamed ---------------------------------------------------------------
-class _LockStep:
-    """Wraps an engine stream so that each output with text is made only after the client has read
-    the one before: a server that holds chunks back (the whole reply, or a few at a time) leaves
-    the client with nothing to read, and the wait here runs out. No clock is compared; the timeout
-    only bounds how long a broken server makes the test wait."""
-
-    def __init__(self, stream, emitted: list[str], read: threading.Semaphore) -> None:
-        self.stream, self.emitted, self.read = stream, emitted, read
-        self.held_back: list[str] = []   # outputs the client had not read when the next one was due
-
-    def __iter__(self):
-        for out in self.stream:
-            text = "".join(c.text for c in out.outputs)
-            if text:
-                if self.emitted and not self.held_back and not self.read.acquire(timeout=30):
-                    self.held_back.append(self.emitted[-1])
-                self.emitted.append(text)
-            yield out
-
-    def abort(self):
-        self.stream.abort()
-
-
-def test_stream_chunks_reach_client_as_produced(chat_server: LiveServer, monkeypatch):
-    engine = chat_server.engine
-    emitted: list[str] = []
-    read = threading.Semaphore(0)
-    streams: list[_LockStep] = []
-    real = engine.add_request
-
-    def add_request(*args, **kw):
-        streams.append(_LockStep(real(*args, **kw), emitted, read))
-        return streams[-1]
-
-    monkeypatch.setattr(engine, "add_request", add_request)
+def test_stream_chunks_reach_client_as_produced(chat_server: LiveServer):
     received: list[str] = []
     body = {"model": chat_server.model_id, "messages": HELLO, "max_tokens": 40, "stream": True,
             "ignore_eos": True, "temperature": 0}
-    with stream_post(chat_server.url + "/v1/chat/completions", body) as resp:
+    with LockStep(chat_server.engine) as step, stream_post(chat_server.url + "/v1/chat/completions", body) as resp:
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
         assert "content-length" not in resp.headers
         for data in sse_events(resp):
@@ -288,9 +254,9 @@ def test_stream_chunks_reach_client_as_produced(chat_server: LiveServer, monkeyp
             delta = json.loads(data)["choices"][0]["delta"].get("content")
             if delta:
                 received.append(delta)
-                read.release()
-    assert len(streams) == 1 and streams[0].held_back == [], "a chunk was not sent until later ones were made"
-    assert received == emitted and len(received) > 10   # one SSE event per engine output, in order
+                step.seen()
+    assert step.requests == 1 and step.held_back == [], "a chunk was not sent until later ones were made"
+    assert received == step.emitted and len(received) > 10   # one SSE event per engine output, in order
 
 
 # ---- concurrency -------------------------------------------------------------------------------
