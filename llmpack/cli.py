@@ -31,6 +31,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="llama.cpp flash attention (default auto: on wherever the backend supports it)")
     p.add_argument("--device", default=None, help="GPU to offload to: an id such as Vulkan1 (listed in /health), "
                    "cpu for none, or auto (default: the discrete GPU with the most free memory)")
+    p.add_argument("--verbose", action="store_true",
+                   help="technical details on the console: why no GPU is used, the CPU backend")
 
 
 def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int | None]:
