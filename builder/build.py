@@ -24,6 +24,7 @@ from typing import Any
 
 from llmpack import __version__, signals
 from llmpack.errors import LlmpackError
+from llmpack.runtime.model.naming import human_name
 
 class BuildError(LlmpackError):
     """`llmpack build` cannot make the requested executable."""
@@ -166,7 +167,7 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     _check_output(model, out, stub_path, sidecar)
 
     trained = kv.get(f"{header.architecture}.context_length") or 4096
-    display = name or model_name or model.stem
+    display = name or human_name(kv, model.stem)   # general.name may name the quantization it was made from
     ftype = kv.get("general.file_type")
     defaults = {"ctx": ctx or min(chat.context or 4096, trained), "parallel": parallel,
                 "gpu_layers": None if gpu_layers is None else str(gpu_layers), "system": system,

@@ -3,9 +3,12 @@ backend cannot load, /health's `backend` object and the start-up line. The real 
 backends on emulated CPUs and lavapipe is tests/test_portability.py's."""
 from __future__ import annotations
 
+import os
+import sys
 from types import SimpleNamespace
 
 import pytest
+from apps import App
 
 from llmpack.runtime.hardware import backends
 from llmpack.runtime.hardware.backends import BackendError, Device, _explain, _no_gpu_note, load_backends, pick_device
@@ -131,11 +134,6 @@ def test_startup_line_names_the_gpu_and_the_layers_on_it():
 def test_the_console_says_where_the_model_runs_in_words_and_verbose_says_why(tiny_model, tmp_path, verbose):
     """`llmpack run` for real: the start-up line is /health's summary; the technical note (on a
     machine without a usable GPU, the Vulkan line about lavapipe) only with --verbose."""
-    import os
-    import sys
-
-    from apps import App
-
     flags = ["--verbose"] if verbose else []
     app = App([sys.executable, "-m", "llmpack", "run", str(tiny_model), "--no-browser", "--port", "0", *flags],
               {**os.environ, "LLMPACK_DATA_DIR": str(tmp_path)}, tmp_path)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 
 from llmpack import __version__
 from llmpack.errors import LlmpackError
+from llmpack.runtime.model.naming import human_name
 from llmpack.runtime.server.state import ServedModel
 
 # progress(phase, fraction) returns False once the server is stopping: the work gives up
@@ -133,7 +134,7 @@ def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, dis
     read_into_memory(path, stage(METADATA_DONE, READ_DONE))
     engine = LLMEngine(cfg, progress=stage(READ_DONE, LLAMA_DONE) if progress else None)
     try:
-        name = display_name or path.stem
+        name = display_name or human_name(info.naming, path.stem)   # not general.name's "... AWQ"
         key = _model_key(path, info.name)
         stop = list(chat.stop) if chat else []
         system = getattr(args, "system", None)
