@@ -25,7 +25,8 @@ from engine_throughput import MAX_SEQS, N_CTX, bench_args, bare_loop, prompts_fo
 from servers import start_llmpack  # noqa: E402
 
 from llmpack.paths import demo_model_path  # noqa: E402
-from llmpack.runtime.engine.model_runner import ModelRunner, RunnerConfig  # noqa: E402
+from llmpack.runtime.engine.config import EngineConfig
+from llmpack.runtime.engine.model_runner import ModelRunner  # noqa: E402
 
 
 def one_client(url: str, model: str, i: int, tokens: int, out: list) -> None:
@@ -71,7 +72,7 @@ def main() -> None:
     model = str(demo_model_path())
     print(f"{os.cpu_count()} cores; demo model; {args.tokens}-token streamed completions; median of {args.repeat}")
 
-    runner = ModelRunner(RunnerConfig(model_path=model, n_ctx=N_CTX, max_num_seqs=MAX_SEQS))
+    runner = ModelRunner(EngineConfig(model_path=model, n_ctx=N_CTX, max_num_seqs=MAX_SEQS))
     bare_loop(runner, prompts_for(runner.tokenize, 1), 8)
     bare = {n: statistics.median(bare_loop(runner, prompts_for(runner.tokenize, n), args.tokens)
                                  for _ in range(args.repeat)) for n in sizes}

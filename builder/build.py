@@ -63,17 +63,6 @@ def recipe_dict(chat) -> dict:
     return data
 
 
-def _check_flags(ctx: int | None, parallel: int | None, gpu_layers: Any) -> None:
-    if ctx is not None and ctx < 16:
-        raise BuildError(f"--ctx must be at least 16 tokens, not {ctx}")
-    if parallel is not None and parallel < 1:
-        raise BuildError(f"--parallel must be 1 or more, not {parallel}")
-    if gpu_layers is not None:
-        text = str(gpu_layers).strip().lower()
-        if text not in ("auto", "all") and not text.lstrip("-").isdigit():
-            raise BuildError(f"--gpu-layers must be a number, 'all' or 'auto', not {gpu_layers!r}")
-
-
 def _stub_kind(stub: Path) -> str:
     with open(stub, "rb") as f:
         head = f.read(4)
@@ -134,6 +123,8 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     from llmpack.runtime.model.gguf_check import validate_gguf
     from llmpack.runtime.model.model_info import FILE_TYPE_NAMES
     from llmpack.runtime.chat.recipes import resolve_chat
+    from llmpack.runtime.engine.config import parse_gpu_layers
+    from llmpack.runtime.model.context import choose_n_ctx
 
     started = time.monotonic()
     model, out = Path(model).expanduser(), Path(out).expanduser()
@@ -149,7 +140,7 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
         else:
             raise BuildError(f"{model} is already a program made by llmpack; pass its .gguf model "
                              f"(get it back with `{model} --extract-to DIR`)")
-    _check_flags(ctx, parallel, gpu_layers)
+    gpu_layers = None if gpu_layers is None else parse_gpu_layers(gpu_layers)   # the flag's own parser
     # The bounds-checked header is all a build needs (read_model_info's vocabulary scan would
     # add ~0.3 s on a 262k-token model for figures the manifest does not use).
     header = validate_gguf(model)          # GGUFError: one line
@@ -166,10 +157,10 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     sidecar = sidecar or _must_go_beside(stub_path, model, out, compress)
     _check_output(model, out, stub_path, sidecar)
 
-    trained = kv.get(f"{header.architecture}.context_length") or 4096
     display = name or human_name(kv, model.stem)   # general.name may name the quantization it was made from
     ftype = kv.get("general.file_type")
-    defaults = {"ctx": ctx or min(chat.context or 4096, trained), "parallel": parallel,
+    defaults = {"ctx": choose_n_ctx(ctx, chat.context, kv.get(f"{header.architecture}.context_length")),
+                "parallel": parallel,
                 "gpu_layers": None if gpu_layers is None else str(gpu_layers), "system": system,
                 "name": display}
     sinfo = stub_info(stub_path)

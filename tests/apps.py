@@ -17,6 +17,8 @@ import requests
 from llmpack.runtime.server.state import MESSAGES
 
 UNPACKING = MESSAGES["extracting"]   # the console line of the extraction phase
+READY = "llmpack: model ready"       # the console line once /health is 200 (server/launch.py)
+LOAD_FAILED = "llmpack: error: could not load the model"
 CHAT = [{"role": "user", "content": "hello there"}]
 
 
@@ -44,6 +46,7 @@ class App:
         self.out: list[str] = []
         self.err: list[str] = []
         self._lines: queue.Queue[str] = queue.Queue()
+        self._ready = threading.Event()
         self._readers = [threading.Thread(target=self._pump, args=(self.proc.stdout, self.out, True), daemon=True),
                          threading.Thread(target=self._pump, args=(self.proc.stderr, self.err, False), daemon=True)]
         for t in self._readers:
@@ -55,6 +58,8 @@ class App:
             sink.append(line)
             if announce:
                 self._lines.put(line)
+            if line.startswith(READY):
+                self._ready.set()
 
     def wait_listening(self, timeout: float = 120) -> str:
         deadline = time.monotonic() + timeout
@@ -81,19 +86,16 @@ class App:
         raise AssertionError(f"/health never answered:\n{self.stderr}")
 
     def wait_healthy(self, timeout: float = 300) -> dict:
+        """Until the program says the model is ready (its console line, not /health polled on a
+        clock), then /health, which must be 200 from then on. A load error fails at once."""
         deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
+        while not self._ready.wait(0.5):
             assert self.proc.poll() is None, f"exited ({self.proc.returncode}):\n{self.stderr}"
-            try:
-                r = requests.get(self.url + "/health", timeout=5)
-                last = (r.status_code, r.text)
-                if r.status_code == 200:
-                    return r.json()
-            except requests.RequestException as exc:
-                last = exc
-            time.sleep(0.1)
-        raise AssertionError(f"/health never became 200 (last: {last}):\n{self.stderr}")
+            assert LOAD_FAILED not in self.stderr, self.stderr
+            assert time.monotonic() < deadline, f"no {READY!r} line in {timeout} s:\n{self.stdout}\n{self.stderr}"
+        r = requests.get(self.url + "/health", timeout=30)
+        assert r.status_code == 200, f"{READY!r} was printed but /health says {r.status_code}: {r.text}"
+        return r.json()
 
     def wait_phase(self, phase: str, timeout: float = 120, above: float = 0.0) -> None:
         """Until /health says the server is in `phase` (extracting, loading) with progress past

@@ -9,7 +9,7 @@ import requests
 
 from llmpack.runtime.server.chats import ChatError, ChatStore, clean_chat, to_json, to_markdown
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import live_server
+from server_fixtures import chat_headers, live_server
 
 CHAT = {"title": "Soup", "created": 1000, "updated": 2000,
         "messages": [{"role": "user", "content": "A soup?"},
@@ -43,17 +43,17 @@ def test_import_reads_what_export_writes(tmp_path: Path):
     assert md.startswith("# Soup\n") and "## You\n\nA soup?\n" in md and "## Model\n\nTry **leek**.\n" in md
 
 
-def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data_dir: Path):
+def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data: Path):
     with live_server(tiny_chat_model) as srv:
         token = srv.server.options.chat_token
         url = srv.url + "/api/chats"
-        ok = {"X-Llmpack-Chat": "1", "X-Llmpack-Token": token}
+        ok = chat_headers(srv)
         assert requests.get(url, timeout=10).status_code == 401
         assert requests.get(url, headers={"X-Llmpack-Token": token}, timeout=10).status_code == 401  # no mark
         assert requests.get(url, headers={**ok, "X-Llmpack-Token": "guess"}, timeout=10).status_code == 401
         cross = requests.get(url, headers={**ok, "Sec-Fetch-Site": "same-site"}, timeout=10)
         assert cross.status_code == 403 and cross.json()["error"]["code"] == "cross_site"
-        assert not chat_data_dir.exists()   # nothing written until the page saves a chat
+        assert not chat_data.exists()   # nothing written until the page saves a chat
 
         # the link the app opens serves the page, which keeps the secret itself: no cookie, which
         # browsers would also send to every other port of this host (tests/test_chat_secret.py)
@@ -64,7 +64,9 @@ def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data_dir: Pat
         assert requests.get(url, headers={"X-Llmpack-Chat": "1"}, cookies=jar, timeout=10).status_code == 401
 
         assert requests.put(url + "/c1", json=CHAT, headers=ok, timeout=10).status_code == 200
-        assert requests.put(url + "/bad id!", json=CHAT, headers=ok, timeout=10).status_code in (400, 404)
+        # an id the store could never hold is the client's mistake (400), not a missing chat (404)
+        bad_id = requests.put(url + "/bad id!", json=CHAT, headers=ok, timeout=10)
+        assert bad_id.status_code == 400 and bad_id.json()["error"]["code"] == "invalid_chat_id", bad_id.text
         bad = requests.put(url + "/c2", json={"messages": "no"}, headers=ok, timeout=10)
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_chat"
         listed = requests.get(url, headers=ok, timeout=10).json()["data"]
@@ -76,7 +78,7 @@ def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data_dir: Pat
         assert requests.get(f"{url}/{imported['id']}", headers=ok, timeout=10).json()["messages"] == CHAT["messages"]
         assert requests.delete(url + "/c1", headers=ok, timeout=10).status_code == 200
         assert requests.get(url + "/c1", headers=ok, timeout=10).status_code == 404
-        assert (chat_data_dir / "chats.sqlite3").is_file()
+        assert (chat_data / "chats.sqlite3").is_file()
 
         settings = srv.url + "/api/settings"
         assert requests.get(settings, timeout=10).status_code == 401
@@ -86,10 +88,3 @@ def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data_dir: Pat
         assert requests.get(settings, headers=ok, timeout=10).json() == {"data": saved}
         bad = requests.put(settings, json={"temperature": "hot"}, headers=ok, timeout=10)
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_settings"
-
-
-@pytest.fixture
-def chat_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "data"
-    monkeypatch.setenv("LLMPACK_DATA_DIR", str(folder))
-    return folder

@@ -18,7 +18,7 @@ from test_packfile import archive, elf_stub  # noqa: F401 - the fake stub fixtur
 
 from llmpack.builder import extract, packfile
 from llmpack.builder.build import build_executable
-from llmpack.builder.stub_entry import apply_defaults, build_parser
+from llmpack.builder.stub_entry import build_parser, built_config
 from llmpack.runtime.model.model_info import read_model_info
 from llmpack.runtime.model.naming import human_name
 from llmpack.runtime.server.launch import Server
@@ -72,10 +72,8 @@ def _serve_built(program: Path, tmp: Path) -> Server:
     """What the built program does when it starts (builder/stub_entry.run): its flags and the
     manifest's defaults, the model unpacked from itself, the server; signals and browser aside."""
     manifest = packfile.read_manifest(program)
-    args = build_parser(manifest).parse_args(["--no-browser", "--port", "0"])
-    recipe, display_name = apply_defaults(args, manifest)
-    server = Server(args, lambda progress: extract.extract_model(program, manifest, tmp / "models"),
-                    recipe=recipe, display_name=display_name, quiet=True)
+    config = built_config(build_parser(manifest).parse_args(["--no-browser", "--port", "0"]), manifest)
+    server = Server(config, lambda progress: extract.extract_model(program, manifest, tmp / "models"), quiet=True)
     server.start_preparing()
     threading.Thread(target=server.run, daemon=True).start()
     assert server.state.ready.wait(120) and server.state.phase == "ready", server.state.message

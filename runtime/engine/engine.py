@@ -18,32 +18,20 @@ from typing import Callable
 
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.detokenizer import Detokenizer
-from llmpack.runtime.hardware.placement import backend_report, plan_offload
-from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner, RunnerConfig
+from llmpack.runtime.engine.grammar_sampler import check_with_llama
+from llmpack.runtime.engine.config import EngineConfig
+from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
 from llmpack.runtime.engine.sampler import SequenceSampler, compute_logprobs
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.engine.scheduler import Scheduler
 from llmpack.runtime.engine.sequence import Sequence
+from llmpack.runtime.hardware.placement import backend_report, plan_offload
+from llmpack.runtime.model.model_info import ModelInfo
 
 __all__ = ["EngineConfig", "EngineStats", "LLMEngine", "EngineDeadError", "PromptTooLongError", "QueueFullError",
            "Request", "RequestStream"]
-
-
-@dataclass(slots=True)
-class EngineConfig:
-    model_path: str
-    n_ctx: int = 4096
-    max_num_seqs: int = 32
-    n_batch: int = 512
-    block_size: int = 16
-    gpu_layers: int | str = "auto"
-    device: str | None = None          # --device: a GPU id such as "Vulkan1", "cpu", or None = auto
-    enable_prefix_cache: bool = True
-    max_waiting: int = 256
-    n_threads: int | None = None
-    flash_attn: str = "auto"          # "auto" | "on" | "off" (see model_runner.FLASH_ATTN)
 
 
 @dataclass(slots=True)
@@ -61,14 +49,12 @@ class EngineStats:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, progress: Callable[[float], bool | None] | None = None) -> None:
+    def __init__(self, config: EngineConfig, progress: Callable[[float], bool | None] | None = None,
+                 info: ModelInfo | None = None) -> None:
+        """`info`: the model's header, when the caller has read it (`--gpu-layers auto` needs it)."""
         self.config = config
-        plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device)
-        self.runner = ModelRunner(RunnerConfig(
-            model_path=str(config.model_path), n_ctx=config.n_ctx, n_batch=config.n_batch,
-            max_num_seqs=config.max_num_seqs, n_gpu_layers=plan.n_gpu_layers,
-            gpu_device=plan.device.handle if plan.device else 0, n_threads=config.n_threads,
-            flash_attn=config.flash_attn), progress)
+        plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device, info)
+        self.runner = ModelRunner(config, plan.n_gpu_layers, plan.device.handle if plan.device else 0, progress)
         self.backend = backend_report(plan, self.runner)   # what /health and the start-up line say
         self.n_ctx = self.runner.n_ctx
         self.n_vocab = self.runner.n_vocab
@@ -76,9 +62,9 @@ class LLMEngine:
         self.bos_prefix = self._find_bos_prefix()
         num_blocks = self.n_ctx // config.block_size
         self.max_model_len = num_blocks * config.block_size
-        self.bm = BlockManager(num_blocks, config.block_size, self.runner.cfg.n_seq_max, self.runner,
+        self.bm = BlockManager(num_blocks, config.block_size, self.runner.n_seq_max, self.runner,
                                config.enable_prefix_cache)
-        self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.cfg.n_batch)   # llama.cpp's cap
+        self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.n_batch)   # llama.cpp's cap
         self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
         self._aborts: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._pending = 0                      # requests in the inbox, not yet seen by the loop
@@ -122,7 +108,6 @@ class LLMEngine:
         params = params or SamplingParams()
         params.validate()
         if params.grammar is not None:   # parse it here: on the engine thread a bad one would be fatal
-            from llmpack.runtime.engine.grammar_sampler import check_with_llama
             check_with_llama(params.grammar, self.runner.vocab)
         ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:

@@ -24,20 +24,15 @@ from __future__ import annotations
 import ctypes
 import math
 
+import llama_cpp as lc
 import numpy as np
 
-import llama_cpp as lc
-
+from llmpack.runtime.engine.grammar_sampler import GrammarConstraint
 from llmpack.runtime.engine.outputs import TokenLogprob
 from llmpack.runtime.engine.sampling_params import SamplingParams
-
-# Same memory layout as llama_token_data {int32 id; float logit; float p;}
-_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
-assert _TOKEN_DATA.itemsize == ctypes.sizeof(lc.llama_token_data)
-
+from llmpack.runtime.engine.token_data import TAIL, TOKEN_DATA
 
 _LEVELS = [math.exp(-x) for x in (2, 4, 6, 8, 10, 12, 16, 20, 24, 32)] + [0.0]
-_TAIL = 1e-6  # with no top_p, the probability mass we allow ourselves to drop
 
 
 class SequenceSampler:
@@ -47,8 +42,6 @@ class SequenceSampler:
         self.params = params
         self.grammar = None   # a GrammarConstraint when the request constrains its output
         if params.grammar is not None:
-            from llmpack.runtime.engine.grammar_sampler import GrammarConstraint
-
             self.grammar = GrammarConstraint(params.grammar, vocab, params.stop_token_ids)
         self.chain = None
         if not params.greedy:
@@ -99,7 +92,7 @@ class SequenceSampler:
         else:
             mass = float(w.sum(dtype=np.float64))
             if cut is None:                  # no truncation asked for: drop only a negligible tail
-                cut = 1.0 - _TAIL
+                cut = 1.0 - TAIL
             target = cut * mass
             ids = self._best(w, lambda above: float(np.sum(w, where=above, dtype=np.float64)) >= target)
         if cut is not None:                  # the scanned set holds the whole top_p prefix
@@ -130,7 +123,7 @@ class SequenceSampler:
         if self.chain is None:
             return int(row.argmax())
         ids = self.kept_tokens(row)
-        cand = np.empty(len(ids), dtype=_TOKEN_DATA)
+        cand = np.empty(len(ids), dtype=TOKEN_DATA)
         cand["id"] = ids
         cand["logit"] = row[ids]
         cand["p"] = 0.0

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmpack.runtime.hardware.backends import Device, gpu_devices, load_backends, pick_device
-from llmpack.runtime.hardware.gpu_fit import fit_gpu_layers, fit_on, parse_gpu_layers
-from llmpack.runtime.model.model_info import ModelInfo
+from llmpack.runtime.hardware.gpu_fit import fit_gpu_layers, fit_on
+from llmpack.runtime.model.model_info import ModelInfo, read_model_info
 
 
 NO_GPU = "no graphics card found that llmpack can use"
@@ -48,12 +48,15 @@ def fit_report(info: ModelInfo) -> dict:
     return {"ctx": info.ctx, "n_layers": info.n_layer, "devices": fits, "note": None if fits else no_gpu_reason()}
 
 
-def plan_offload(spec: int | str | None, model_path, n_ctx: int, device: str | None = None) -> OffloadPlan:
-    """Resolve `--gpu-layers` and `--device` against this machine's GPUs."""
-    layers = parse_gpu_layers(spec)
+def plan_offload(layers: int | str, model_path, n_ctx: int, device: str | None = None,
+                 info: ModelInfo | None = None, devices: list[Device] | None = None) -> OffloadPlan:
+    """Resolve `--gpu-layers` (already parsed: N, -1, "all" or "auto") and `--device` against
+    `devices` (default: this machine's GPUs, gpu_devices(); a caller that already listed them, or a
+    test with chosen free memory, passes its own). `auto` needs the model's layer sizes: `info`
+    when the caller has read the header already, else it is read here."""
     if layers == 0:
         return OffloadPlan(0, None, "--gpu-layers 0 keeps the model on the CPU", "as --gpu-layers 0 asks")
-    chosen = pick_device(gpu_devices(), device)
+    chosen = pick_device(gpu_devices() if devices is None else devices, device)
     if chosen is None:
         if (device or "").lower() == "cpu":
             return OffloadPlan(0, None, "--device cpu keeps the model on the CPU", "as --device cpu asks")
@@ -62,7 +65,7 @@ def plan_offload(spec: int | str | None, model_path, n_ctx: int, device: str | N
         return OffloadPlan(-1, chosen)
     if isinstance(layers, int):
         return OffloadPlan(layers, chosen)
-    n = fit_on(chosen, model_path, n_ctx)
+    n = fit_on(chosen, info or read_model_info(model_path, ctx=n_ctx), n_ctx)
     if n == 0:
         return OffloadPlan(0, None, f"not one layer fits in the {chosen.memory_free >> 20} MiB free on "
                                     f"{chosen.id} ({chosen.name}); pass --gpu-layers N to try anyway",

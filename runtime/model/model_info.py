@@ -18,6 +18,7 @@ from typing import Any
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.model.base_model import is_base_model
+from llmpack.runtime.model.context import DEFAULT_N_CTX
 from llmpack.runtime.model.gguf_check import ArrayInfo, GGUFHeader, validate_gguf
 from llmpack.runtime.model.naming import NAME_KEYS
 
@@ -131,7 +132,7 @@ def read_model_info(path: str | Path, ctx: int | None = None, offset: int = 0,
             other += t.nbytes
 
     ctx_len = akey("context_length")
-    use_ctx = ctx or ctx_len or 4096
+    use_ctx = ctx or ctx_len or DEFAULT_N_CTX
     kv_token = sum(kv_layer)
     template = kv.get("tokenizer.chat_template")
     return ModelInfo(

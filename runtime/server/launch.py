@@ -2,7 +2,6 @@
 the background (the page shows progress), serve on waitress until Ctrl+C / SIGTERM."""
 from __future__ import annotations
 
-import argparse
 import errno
 import html
 import os
@@ -17,15 +16,21 @@ import webbrowser
 from pathlib import Path
 from typing import Any, Callable
 
+import platformdirs
+import waitress
+from waitress import wasyncore
+
 from llmpack import signals
 from llmpack.errors import LlmpackError
 from llmpack.progress import PhaseBars
 from llmpack.runtime.hardware.placement import startup_line
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
 from llmpack.runtime.server.attachments import ATTACH_BODY
+from llmpack.runtime.server.chats import data_dir
+from llmpack.runtime.server.config import ServeConfig
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
-from llmpack.runtime.server.state import MESSAGES, ServerState
 from llmpack.runtime.server.serving import Progress, build_model
+from llmpack.runtime.server.state import MESSAGES, ServerState
 
 PORT_TRIES = 20
 # How long Ctrl+C waits for the preparing thread. The model load gives up at its next progress
@@ -95,30 +100,27 @@ def url_for(host: str, port: int) -> str:
 class Server:
     """A bound, not yet running server; `run()` serves until `stop()` (any thread)."""
 
-    def __init__(self, args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *,
-                 recipe: Any = None, display_name: str | None = None, quiet: bool = False) -> None:
-        import waitress
-
-        self.args, self.prepare_model, self.recipe = args, prepare_model, recipe
+    def __init__(self, config: ServeConfig, prepare_model: Callable[[Progress], Path], *, quiet: bool = False) -> None:
+        self.config, self.prepare_model = config, prepare_model
         self.quiet = quiet
-        self.state = ServerState(display_name)
-        host = getattr(args, "host", None) or "127.0.0.1"
-        self.sock = bind_socket(host, int(getattr(args, "port", 8080)))
+        self.state = ServerState(config.display_name)
+        host = config.host
+        self.sock = bind_socket(host, config.port)
         try:   # from here on a failure (or Ctrl+C) must not leave the port bound until exit
             self.port = self.sock.getsockname()[1]
-            self.options = ServerOptions(host=host, port=self.port, api_key=getattr(args, "api_key", None) or None,
-                                         cors=bool(getattr(args, "cors", False)), chat_token=secrets.token_urlsafe(24))
+            self.options = ServerOptions(host=host, port=self.port, api_key=config.api_key or None,
+                                         cors=config.cors, chat_token=secrets.token_urlsafe(24))
             self.app = create_app(self.state, self.options)
             with warnings.catch_warnings():   # send_bytes is deprecated, but it is what flushes each chunk
                 warnings.simplefilter("ignore", DeprecationWarning)
                 self.server = waitress.create_server(
-                    self.app, sockets=[self.sock], **waitress_settings(getattr(args, "parallel", None) or 32))
+                    self.app, sockets=[self.sock], **waitress_settings(config.parallel))
         except BaseException:
             self.sock.close()
             raise
         self.url = url_for(host, self.port)
         self.page_url = f"{self.url}/?token={self.options.chat_token}"   # unlocks saved chats (chat_routes)
-        self.display_name = display_name
+        self.display_name = config.display_name
         self._stop = threading.Event()
         self._closed = False
         self.closed = threading.Event()   # set when close() has finished (a closing console window waits on it)
@@ -150,8 +152,7 @@ class Server:
             if not self.progress("loading", 0.0):
                 self._console.close()
                 return
-            model = build_model(path, self.args, recipe=self.recipe, display_name=self.display_name,
-                                progress=self.progress, warn=self._say)
+            model = build_model(path, self.config, progress=self.progress, warn=self._say)
         except Exception as exc:  # noqa: BLE001 - shown on the page and the console
             if self._stop.is_set():   # abandoned because we are stopping: not an error
                 self._console.close()
@@ -167,7 +168,7 @@ class Server:
         self.state.set_ready(model)
         self._console.close()
         if model.backend:
-            self._say(startup_line(model.backend, verbose=bool(getattr(self.args, "verbose", False))))
+            self._say(startup_line(model.backend, verbose=self.config.verbose))
         self._say(f"llmpack: model ready ({model.display_name}, context {model.n_ctx} tokens)")
 
     def _say(self, text: str) -> None:
@@ -187,8 +188,6 @@ class Server:
                   file=sys.stderr, flush=True)
 
     def run(self) -> None:
-        from waitress import wasyncore
-
         try:
             while not self._stop.is_set():
                 wasyncore.loop(timeout=0.25, map=self.server._map, use_poll=True, count=1)
@@ -208,8 +207,6 @@ class Server:
             return
         self._closed = True
         self._stop.set()
-        from waitress import wasyncore
-
         self.state.active.close()
         deadline = time.monotonic() + 3
         while len(self.state.active) and time.monotonic() < deadline:
@@ -239,9 +236,8 @@ class Server:
                 pass
 
 
-def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *, recipe: Any = None,
-          display_name: str | None = None) -> int:
-    server = Server(args, prepare_model, recipe=recipe, display_name=display_name)
+def serve(config: ServeConfig, prepare_model: Callable[[Progress], Path]) -> int:
+    server = Server(config, prepare_model)
     opened: list[Path | None] = []
     previous: dict = {}
     try:
@@ -250,7 +246,7 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path], *
         server.console_close = signals.on_console_close(server.stop, server.closed.wait)
         server.announce()
         server.start_preparing()
-        if not getattr(args, "no_browser", False):
+        if config.open_browser:
             threading.Thread(target=lambda: opened.append(open_browser(server.page_url)), daemon=True).start()
         server.run()
     except KeyboardInterrupt:
@@ -273,10 +269,6 @@ def runtime_dir() -> Path:
     """This user's private folder for files that live as long as a launch (0700 where POSIX
     modes exist): the per-user runtime folder (/run/user/UID/llmpack, %LOCALAPPDATA%\\Temp\\llmpack), else
     a `runtime` folder in the data folder, as Jupyter keeps its own."""
-    import platformdirs
-
-    from llmpack.runtime.server.chats import data_dir
-
     for folder in (Path(platformdirs.user_runtime_dir("llmpack", appauthor=False)), data_dir() / "runtime"):
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -329,11 +321,3 @@ def _install_signals(server: Server) -> dict:
         server.stop()
 
     return signals.install(on_signal, ("SIGINT", "SIGTERM", "SIGBREAK"))
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from llmpack.runtime.model.gguf_check import validate_gguf
-
-    path = Path(args.model)
-    validate_gguf(path)   # a clear error before anything listens
-    return serve(args, lambda progress: path)

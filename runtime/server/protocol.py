@@ -12,30 +12,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from llmpack.runtime.engine.outputs import TokenLogprob
-from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
+from llmpack.runtime.engine.sampling_params import (CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, InvalidParameterError,
+                                                   SamplingParams)
+from llmpack.runtime.server.api_error import bad
 from llmpack.runtime.server.state import ServedModel
+from llmpack.runtime.server.structured import output_plan, render_messages
 
-_ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error"}
 INT64 = 2**63
 MAX_CHOICES = 128
-
-
-class ApiError(Exception):
-    """An error answered in OpenAI's shape: {"error": {message, type, param, code}}."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str | None = None, headers: dict | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-        self.type = type or _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-        self.headers = headers or {}
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-def bad(param: str | None, message: str, code: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param, code=code)
 
 
 # ---------------------------------------------------------------- parameters
@@ -155,13 +139,9 @@ def sampling_params(body: dict, model: ServedModel, *, chat: bool, logprobs: int
         value = _get(body, name)
         if value is not None:
             kw[name] = value
-    max_tokens = _get(body, "max_completion_tokens") if chat else None
-    if max_tokens is None:
-        max_tokens = _get(body, "max_tokens")
-    if max_tokens is not None and max_tokens < 1:
-        raise bad("max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens",
-                  f"max_tokens must be at least 1, got {max_tokens}")
-    kw["max_tokens"] = max_tokens if max_tokens is not None else (None if chat else 16)
+    length_key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _get(body, length_key)
+    kw["max_tokens"] = max_tokens if max_tokens is not None else (CHAT_MAX_TOKENS if chat else COMPLETION_MAX_TOKENS)
     best_of = _get(body, "best_of")
     if best_of is not None and best_of != kw.get("n", 1):
         raise bad("best_of", "'best_of' is not supported (it may only equal n)", "unsupported_parameter")
@@ -179,8 +159,8 @@ def sampling_params(body: dict, model: ServedModel, *, chat: bool, logprobs: int
     kw["grammar"] = grammar
     try:
         params = SamplingParams(**kw)
-    except InvalidParameterError as exc:
-        raise bad(exc.param, str(exc)) from None
+    except InvalidParameterError as exc:   # SamplingParams validates; the error names what the client sent
+        raise bad(length_key if exc.param == "max_tokens" else exc.param, str(exc)) from None
     except (TypeError, ValueError) as exc:
         raise bad(None, f"invalid sampling parameters: {exc}") from None
     return params
@@ -222,8 +202,6 @@ def wants_progress(body: dict, stream: bool) -> bool:
 
 
 def parse_chat(body: Any, model: ServedModel) -> Prepared:
-    from llmpack.runtime.server.structured import output_plan, render_messages
-
     body = check_keys(body, CHAT_KEYS)
     _unsupported(body)
     stream, usage = stream_flags(body)
@@ -244,8 +222,6 @@ def parse_chat(body: Any, model: ServedModel) -> Prepared:
 
 
 def parse_completion(body: Any, model: ServedModel) -> Prepared:
-    from llmpack.runtime.server.structured import output_plan
-
     body = check_keys(body, COMPLETION_KEYS)
     _unsupported(body)
     stream, usage = stream_flags(body)

@@ -1,20 +1,24 @@
-"""From a GGUF path and the `run` flags to a `ServedModel`: the chat format (recipe, embedded
+"""From a GGUF path and the `ServeConfig` to a `ServedModel`: the chat format (recipe, embedded
 template or a matched family), the engine, and what the routes echo (id, aliases, fingerprint,
 stop ids). The server launcher calls `build_model` on a background thread while the page shows
 the loading progress."""
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import hashlib
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from llmpack import __version__
 from llmpack.errors import LlmpackError
+from llmpack.runtime.chat.recipes import chat_format_for_model
+from llmpack.runtime.engine.config import EngineConfig
+from llmpack.runtime.engine.engine import LLMEngine
+from llmpack.runtime.model.context import choose_n_ctx
+from llmpack.runtime.model.model_info import read_model_info
 from llmpack.runtime.model.naming import human_name
+from llmpack.runtime.server.config import ServeConfig
 from llmpack.runtime.server.state import ServedModel
 
 # progress(phase, fraction) returns False once the server is stopping: the work gives up
@@ -74,17 +78,6 @@ def _model_key(path: Path, name: str | None) -> str:
     return hashlib.sha256(f"{name}|{path.name}|{size}".encode()).hexdigest()[:10]
 
 
-def _engine_kwargs(cfg_cls: type, **wanted: Any) -> dict[str, Any]:
-    names = {f.name for f in dataclasses.fields(cfg_cls)}
-    return {k: v for k, v in wanted.items() if k in names and v is not None}
-
-
-def _gpu_layers(value: Any) -> int | str:
-    if value is None:
-        return "auto"
-    return int(value) if isinstance(value, str) and value.strip().lstrip("-").isdigit() else value
-
-
 def _special_stop_ids(engine: Any, texts: list[str]) -> list[int]:
     """Stop strings that are single special tokens (<end_of_turn>, <|im_end|>) also stop by id:
     their text may never appear in the output."""
@@ -100,55 +93,44 @@ def _special_stop_ids(engine: Any, texts: list[str]) -> list[int]:
     return ids
 
 
-def build_model(path: Path, args: argparse.Namespace, *, recipe: Any = None, display_name: str | None = None,
-                progress: Progress | None = None, warn: Callable[[str], None] | None = None) -> ServedModel:
+def build_model(path: Path, config: ServeConfig, *, progress: Progress | None = None,
+                warn: Callable[[str], None] | None = None) -> ServedModel:
     """Read the GGUF, resolve the chat format, read the file into memory, start the engine
     (blocking), and describe the result for the routes. progress("loading", f) moves through
     all of it (METADATA_DONE, READ_DONE, LLAMA_DONE); "ready" is the state's 100 %."""
-    from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
-    from llmpack.runtime.model.model_info import read_model_info
-    from llmpack.runtime.chat.recipes import chat_format_for_model
-
     def stage(start: float, end: float) -> Callable[[float], "bool | None"]:
         return lambda f: progress("loading", start + (end - start) * f) if progress else None
 
     info = read_model_info(path)
-    explicit = recipe if isinstance(recipe, (str, os.PathLike)) else getattr(args, "recipe", None)
+    explicit = config.recipe
     try:
-        chat = chat_format_for_model(info, str(explicit) if explicit else None,
-                                     recipe_data=recipe if isinstance(recipe, Mapping) else None)
+        chat = chat_format_for_model(info, str(explicit) if explicit else None, recipe_data=config.recipe_data)
     except LlmpackError as exc:
         if explicit:
             raise
         chat = None
         (warn or print)(f"llmpack: warning: {exc}; /v1/chat/completions is disabled, /v1/completions works")
-    trained = info.context_length or 4096
-    decided = getattr(args, "base_model", None)   # a built file decided at build time, from the model's file name
-    n_ctx = getattr(args, "ctx", None) or min((chat.context if chat else None) or 4096, trained)
-    cfg = EngineConfig(str(path), **_engine_kwargs(
-        EngineConfig, n_ctx=n_ctx, max_num_seqs=getattr(args, "parallel", None) or 32,
-        gpu_layers=_gpu_layers(getattr(args, "gpu_layers", None)), max_waiting=getattr(args, "max_waiting", None),
-        flash_attn=getattr(args, "flash_attn", None),
-        device=getattr(args, "device", None)))
+    n_ctx = choose_n_ctx(config.ctx, chat.context if chat else None, info.context_length)
+    cfg = EngineConfig(str(path), n_ctx=n_ctx, max_num_seqs=config.parallel, gpu_layers=config.gpu_layers,
+                       max_waiting=config.max_waiting, flash_attn=config.flash_attn, device=config.device)
     stage(0, METADATA_DONE)(1.0)
     read_into_memory(path, stage(METADATA_DONE, READ_DONE))
-    engine = LLMEngine(cfg, progress=stage(READ_DONE, LLAMA_DONE) if progress else None)
+    engine = LLMEngine(cfg, progress=stage(READ_DONE, LLAMA_DONE) if progress else None, info=info)
     try:
-        name = display_name or human_name(info.naming, path.stem)   # not general.name's "... AWQ"
+        model_id = config.display_name or path.stem   # what API clients name it
+        name = config.display_name or human_name(info.naming, path.stem)   # not general.name's "... AWQ"
         key = _model_key(path, info.name)
         stop = list(chat.stop) if chat else []
-        system = getattr(args, "system", None)
-        model_id = display_name or path.stem
         return ServedModel(
             engine=engine, model_id=model_id, display_name=name, n_ctx=engine.n_ctx, chat=chat,
-            system_prompt=system if system is not None else (chat.system if chat else None),
+            system_prompt=config.system if config.system is not None else (chat.system if chat else None),
             sampling=dict(chat.sampling) if chat else {}, stop=stop,
             stop_token_ids=_special_stop_ids(engine, [*stop, *(chat.eot_tokens if chat else ())]),
             fingerprint=f"fp_llmpack-{__version__}-{key}", model_key=key, backend=engine.backend,
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, path.stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
                   "chat_format": chat.source if chat else None, "display_name": name,
-                  "base_model": decided if isinstance(decided, bool) else info.base_model})
+                  "base_model": config.base_model if config.base_model is not None else info.base_model})
     except BaseException:
         engine.shutdown()
         raise
