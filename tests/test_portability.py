@@ -156,7 +156,7 @@ def test_lavapipe_takes_every_layer_and_agrees_with_the_cpu(tiny_model):
     need(LAVAPIPE_ICD.exists() and VULKAN_LOADER.exists(),
          "Mesa's lavapipe is not installed (apt-get install mesa-vulkan-drivers libvulkan1)")
     run = [sys.executable, "-m", "llmpack", "run", str(tiny_model)]
-    gpu = serve([*run, "--gpu-layers", "all"], LAVAPIPE)
+    gpu = serve([*run, "--gpu-layers", "all", "--verbose"], LAVAPIPE)
     try:
         backend, gpu_lp = gpu.health["backend"], gpu.complete()
     finally:
@@ -164,7 +164,8 @@ def test_lavapipe_takes_every_layer_and_agrees_with_the_cpu(tiny_model):
     assert backend["gpu_device"] == "Vulkan0" and backend["note"] is None, backend
     assert backend["gpu_layers"] == backend["n_layers"] == 2
     assert "llvmpipe" in backend["devices"][0]["name"] and backend["devices"][0]["memory_total"] > 0
-    assert "llmpack: GPU Vulkan0 (llvmpipe" in gpu_out and ": 2/2 layers" in gpu_out
+    assert "llmpack: Running on your graphics card (llvmpipe" in gpu_out   # the line for anyone
+    assert "llmpack: GPU Vulkan0 (llvmpipe" in gpu_out and ": 2/2 layers" in gpu_out   # --verbose
     cpu = serve([*run, "--gpu-layers", "0"], LAVAPIPE)
     try:
         assert cpu.health["backend"]["gpu_layers"] == 0
