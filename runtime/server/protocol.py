@@ -51,6 +51,22 @@ CHAT_KEYS = _COMMON | _SHAPE | {"messages", "max_completion_tokens", "logprobs",
 COMPLETION_KEYS = _COMMON | _SHAPE | {"prompt", "logprobs", "echo", "suffix", "best_of"}
 _SAMPLING_FIELDS = {f.name for f in fields(SamplingParams)}
 
+# max_tokens when a request names none: a chat reply runs until the model ends it (or the context
+# is full); /v1/completions keeps OpenAI's (and SamplingParams') 16. The chat page's text
+# completion mode asks for more per "continue": a base model rarely stops by itself.
+CHAT_MAX_TOKENS: int | None = None
+COMPLETION_MAX_TOKENS: int | None = SamplingParams.__dataclass_fields__["max_tokens"].default
+PAGE_COMPLETION_MAX_TOKENS = 256
+PAGE_SAMPLING = ("temperature", "top_p", "top_k", "min_p")
+
+
+def request_defaults(model: ServedModel) -> dict[str, Any]:
+    """The values a chat request that names none of them is served with (SamplingParams' own,
+    then the model's recipe), as /health tells the chat page, which shows them in Settings."""
+    base = {f.name: f.default for f in fields(SamplingParams) if f.name in PAGE_SAMPLING}
+    base.update({k: v for k, v in model.sampling.items() if k in PAGE_SAMPLING})
+    return {**base, "max_tokens": CHAT_MAX_TOKENS, "completion_max_tokens": PAGE_COMPLETION_MAX_TOKENS}
+
 
 def _check_type(name: str, value: Any) -> Any:
     if value is None:
@@ -160,7 +176,7 @@ def sampling_params(body: dict, model: ServedModel, *, chat: bool, logprobs: int
     if max_tokens is not None and max_tokens < 1:
         raise bad("max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens",
                   f"max_tokens must be at least 1, got {max_tokens}")
-    kw["max_tokens"] = max_tokens if max_tokens is not None else (None if chat else 16)
+    kw["max_tokens"] = max_tokens if max_tokens is not None else (CHAT_MAX_TOKENS if chat else COMPLETION_MAX_TOKENS)
     best_of = _get(body, "best_of")
     if best_of is not None and best_of != kw.get("n", 1):
         raise bad("best_of", "'best_of' is not supported (it may only equal n)", "unsupported_parameter")

@@ -87,9 +87,11 @@ class ServerState:
             failure = getattr(model.engine, "failure", None)
             if failure is not None:
                 return {"status": "error", "message": f"The engine stopped ({failure}); restart llmpack."}, 500
+            from llmpack.runtime.server.protocol import request_defaults   # protocol imports this module
+
             body = {"status": "ok", "model": model.model_id, "display_name": model.display_name,
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
-                    "base_model": bool(model.meta.get("base_model")),
+                    "defaults": request_defaults(model), "base_model": bool(model.meta.get("base_model")),
                     "backend": model.backend}
             if not authorized:
                 del body["system_prompt"]
