@@ -5,7 +5,7 @@ import { foldAll, foldIfLong } from "./fold.js";
 import { renderMarkdown } from "./markdown.js";
 import { INTERRUPTED } from "./save.js";
 import { state, ui } from "./state.js";
-import { copyWithFeedback, el, fmtInt } from "./util.js";
+import { copyWithFeedback, el } from "./util.js";
 import { countOf, durationText, speedText } from "./words.js";
 
 export function isNearBottom() {
@@ -237,9 +237,11 @@ export function updateStatusbar() {
   const used = last && last.stats.ctx_used;
   if (used && state.nCtx) {
     const full = used / state.nCtx > 0.85;
-    ui.ctxUsed.textContent = fmtInt(used) + " / " + fmtInt(state.nCtx) + " tokens used" + (full ? " · nearly full, consider a New chat" : "");
+    const share = Math.min(100, Math.max(1, Math.round((used / state.nCtx) * 100)));
+    ui.ctxUsed.textContent = "This chat fills " + share + "% of what the model can remember" + (full ? " · start a New chat soon" : "");
     ui.ctxUsed.classList.toggle("warn", full);
-    ui.ctxUsed.title = full ? "This chat is nearly as long as the model can handle. Start a New chat for best results." : "How much of the model's context this chat uses.";
+    ui.ctxUsed.title = countOf(used, "token", "tokens") + " of the model's " + countOf(state.nCtx, "token", "tokens") +
+      " (its context window)." + (full ? " Past that, it forgets the start of the chat: a New chat works best." : "");
   } else {
     ui.ctxUsed.textContent = "";
     ui.ctxUsed.classList.remove("warn");
