@@ -81,7 +81,7 @@ async function pollHealth() {
   if (status === 200 && (b.status === "ok" || b.status === undefined)) {
     onReady(b);
   } else if (b.status === "error" || (status >= 400 && ![502, 503, 504].includes(status) && b.status !== "loading")) {
-    showError(typeof b.message === "string" && b.message ? b.message : "The server answered HTTP " + status + ".");
+    showError(typeof b.message === "string" && b.message ? b.message : "The app could not get the model ready (HTTP " + status + ").");
   } else {
     showLoading(b);
     setTimeout(pollHealth, HEALTH_POLL_MS);
