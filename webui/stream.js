@@ -200,8 +200,7 @@ function finishGeneration(gen, opts) {
       if (gen.error) {
         addNotice("No reply came. " + gen.error.text + (opts.userMsg ? " Your message is back in the box below." : ""),
           "error", gen.error.detail);
-      }
-      else if (gen.stopped && opts.userMsg) addNotice("Stopped before the reply started. Your message is back in the box below.", "info");
+      } else if (gen.stopped && opts.userMsg) addNotice("Stopped before the reply started. Your message is back in the box below.", "info");
     } else if (gen.error) {
       toast("A reply failed. " + gen.error.text, undefined, undefined, undefined, gen.error.detail);
     }
