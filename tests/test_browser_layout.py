@@ -191,6 +191,11 @@ def test_the_keyboard_skips_to_the_chat_and_each_listed_chat_is_one_stop(scripte
         assert page.evaluate("document.activeElement.textContent").startswith("Chat 1")
         page.keyboard.press("Enter")
         assert page.locator("[data-testid=message-user] .content").inner_text() == "question 1"
+        page.locator("[data-testid=chat-item] .chat-open", has_text="Chat 1").focus()
+        page.keyboard.press("Delete")                       # the delete button is out of the tab order
+        wait_until(lambda: page.locator("[data-testid=chat-item]").count() == 4)
+        assert "Chat deleted." in page.locator("#toast-text").inner_text()
+        assert page.evaluate("document.activeElement.textContent").startswith("Chat 2")   # focus stays in the list
         assert page.problems == []
 
 
