@@ -243,8 +243,9 @@ def test_reimporting_a_chat_opens_the_one_already_there(scripted_model: Path, pa
     with live_server(scripted_model) as srv:
         open_app(page, srv)
         chat_once(page, "keep me once")
+        saved = wait_until(lambda: finished_messages(srv))   # the finished reply's save, not one made while it streamed
         exported = json.dumps({"format": "llmpack-chat", "version": 1, "title": "keep me once",
-                               "messages": get_chats_full(srv)}).encode()
+                               "messages": saved}).encode()
         page.click("[data-testid=new-chat]")
         page.set_input_files("[data-testid=import-file]", files=[
             {"name": "chat.json", "mimeType": "application/json", "buffer": exported}])
@@ -253,12 +254,16 @@ def test_reimporting_a_chat_opens_the_one_already_there(scripted_model: Path, pa
         assert page.locator("[data-testid=message-user] .content").inner_text() == "keep me once"
 
 
-def get_chats_full(srv) -> list:
+def finished_messages(srv) -> list | None:
+    """The one saved chat's messages once its reply was saved finished (with its figures)."""
     import requests
 
-    chat_id = get_chats(srv)[0]["id"]
+    chats = get_chats(srv)
+    if not chats:
+        return None
     headers = {"X-Llmpack-Chat": "1", "X-Llmpack-Token": srv.server.options.chat_token}
-    return requests.get(f"{srv.url}/api/chats/{chat_id}", headers=headers, timeout=10).json()["messages"]
+    messages = requests.get(f"{srv.url}/api/chats/{chats[0]['id']}", headers=headers, timeout=10).json()["messages"]
+    return messages if len(messages) == 2 and "tokens" in messages[1].get("stats", {}) else None
 
 
 def test_a_finished_reply_leaves_no_network_error_behind(scripted_model: Path, page):
