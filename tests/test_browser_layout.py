@@ -266,10 +266,29 @@ def finished_messages(srv) -> list | None:
     return messages if len(messages) == 2 and "tokens" in messages[1].get("stats", {}) else None
 
 
+# Counts the page's cancels of reply streams: a cancel before the server closed the response is
+# what aborts the request (net::ERR_ABORTED), but whether the browser sees it depends on timing.
+COUNT_CANCELS = """
+const realFetch = window.fetch;
+window.__cancelledReplies = 0;
+window.fetch = async (...args) => {
+  const resp = await realFetch(...args);
+  if (!String(args[0]).includes('/v1/chat/completions') || !resp.body) return resp;
+  const reader = resp.body.getReader();
+  const body = new ReadableStream({
+    pull: async (c) => { const r = await reader.read(); if (r.done) c.close(); else c.enqueue(r.value); },
+    cancel: (why) => { window.__cancelledReplies += 1; return reader.cancel(why); },
+  });
+  return new Response(body, {status: resp.status, statusText: resp.statusText, headers: resp.headers});
+};
+"""
+
+
 def test_a_finished_reply_leaves_no_network_error_behind(scripted_model: Path, page):
     failed, errors = [], []
     page.on("requestfailed", lambda r: failed.append(f"{r.url} {r.failure}"))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.add_init_script(COUNT_CANCELS)
     with live_server(scripted_model) as srv:
         open_app(page, srv)
         for text in ("hello", "again"):
@@ -277,6 +296,7 @@ def test_a_finished_reply_leaves_no_network_error_behind(scripted_model: Path, p
             with page.expect_event("requestfinished", lambda r: r.url.endswith("/v1/chat/completions"),
                                    timeout=30_000):
                 chat_once(page, text)
+        assert page.evaluate("window.__cancelledReplies") == 0   # whatever the timing, nothing was cut short
         wait_until(lambda: len(get_chats(srv)) == 1 and get_chats(srv)[0]["n_messages"] == 4)
         page.reload()   # and the page's own requests since then came back whole too
         page.wait_for_selector("#app:not([hidden])")
