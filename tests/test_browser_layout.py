@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from browser_fixtures import *  # noqa: F401,F403
 from browser_fixtures import ARTIFACTS, get_chats, last_reply, new_page, put_chat, set_settings
@@ -256,8 +257,6 @@ def test_reimporting_a_chat_opens_the_one_already_there(scripted_model: Path, pa
 
 def finished_messages(srv) -> list | None:
     """The one saved chat's messages once its reply was saved finished (with its figures)."""
-    import requests
-
     chats = get_chats(srv)
     if not chats:
         return None

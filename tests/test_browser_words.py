@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import requests
 from browser_fixtures import *  # noqa: F401,F403
 from browser_fixtures import ARTIFACTS, last_reply, new_page, put_chat, set_settings
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import live_server, wait_until
+from server_fixtures import LiveServer, live_server, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -152,10 +153,6 @@ def test_reply_figures_read_like_numbers(scripted_model: Path, page):
 
 
 def test_the_loading_card_says_first_run_once(scripted_model: Path, page):
-    import threading
-
-    from server_fixtures import LiveServer
-
     release = threading.Event()
 
     def prepare(progress):
