@@ -223,7 +223,7 @@ export function updateModeUi() {
   ui.app.classList.toggle("completion-mode", complete);
   ui.modeChat.setAttribute("aria-pressed", complete ? "false" : "true");
   ui.modeComplete.setAttribute("aria-pressed", complete ? "true" : "false");
-  ui.prompt.placeholder = complete ? "Write the start of a text; the model continues it…" : "Message…";
+  ui.prompt.placeholder = complete ? "Start a text; the model continues…" : "Message…";   // one line on a phone
   ui.emptyHint.textContent = complete
     ? "Text completion: write the beginning of a text and the model carries on from there."
     : "Type a message below. Your conversation stays on this computer.";
