@@ -44,6 +44,20 @@ def test_health_and_models(chat_server: LiveServer):
     assert one.id == chat_server.model_id
 
 
+def test_health_tells_the_page_the_defaults_requests_get(chat_server: LiveServer):
+    """The chat page shows and uses these (Settings, text completion length); it keeps no copy."""
+    from llmpack.runtime.sampling_params import SamplingParams
+
+    h = requests.get(chat_server.url + "/health").json()
+    plain = SamplingParams()
+    recipe = {k: v for k, v in h["sampling"].items() if k in ("temperature", "top_p", "top_k", "min_p")}
+    assert recipe   # the tiny ChatML model matches a recipe: its values win over SamplingParams'
+    assert h["defaults"] == {"temperature": plain.temperature, "top_p": plain.top_p, "top_k": plain.top_k,
+                             "min_p": plain.min_p, **recipe, "max_tokens": None, "completion_max_tokens": 256}
+    r = chat_server.openai().completions.create(model=chat_server.model_id, prompt="Hello", temperature=0)
+    assert r.usage.completion_tokens <= plain.max_tokens   # /v1/completions keeps OpenAI's default
+
+
 def test_chat_completion(chat_server: LiveServer):
     r = chat_server.openai().chat.completions.create(model=chat_server.model_id, messages=HELLO, max_tokens=12)
     assert r.id.startswith("chatcmpl-") and len(r.id) > 20 and r.object == "chat.completion"
