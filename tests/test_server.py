@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import SCRIPTED_REPLY, LiveServer, LockStep, live_server, sse_events, stream_post, wait_idle
 
+from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.server.protocol import tokenize_prompt
 
 HELLO = [{"role": "user", "content": "hello there"}]
@@ -46,8 +47,6 @@ def test_health_and_models(chat_server: LiveServer):
 
 def test_health_tells_the_page_the_defaults_requests_get(chat_server: LiveServer):
     """The chat page shows and uses these (Settings, text completion length); it keeps no copy."""
-    from llmpack.runtime.sampling_params import SamplingParams
-
     h = requests.get(chat_server.url + "/health").json()
     plain = SamplingParams()
     recipe = {k: v for k, v in h["sampling"].items() if k in ("temperature", "top_p", "top_k", "min_p")}
