@@ -234,10 +234,17 @@ class ChatStore:
         return settings
 
     def import_chat(self, model: str, exported: Any) -> dict:
-        """Store an exported chat (to_json's shape) under a new id, for this model."""
+        """Store an exported chat (to_json's shape) under a new id, for this model. A chat whose
+        messages this model already has word for word is not stored twice: that one comes back,
+        with "duplicate": True."""
         if not isinstance(exported, dict) or exported.get("format") != EXPORT_FORMAT:
             raise ChatError(f"not an exported chat: expected a JSON object with \"format\": \"{EXPORT_FORMAT}\"")
         chat = clean_chat(exported, chat_id=uuid.uuid4().hex[:16])
+        with closing(self._connect()) as con:
+            row = con.execute("SELECT id, title, mode, created, updated FROM chats WHERE model = ? AND messages = ?",
+                              (model, json.dumps(chat["messages"], ensure_ascii=False))).fetchone()
+        if row is not None:
+            return {**dict(row), "duplicate": True}
         return self.put(model, chat)
 
 
@@ -280,7 +287,7 @@ def to_markdown(chat: dict, model_name: str) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(chat["updated"] / 1000))
     out = [f"# {chat['title']}", "", f"*{model_name} · {when}*", ""]
     if chat["mode"] == "complete":   # a text completion is one document
-        out += ["".join(m["content"] for m in chat["messages"]), ""]
+        out += [close_fences("".join(m["content"] for m in chat["messages"])), ""]
         return "\n".join(out)
     names = {"user": "You", "assistant": model_name, "system": "System"}
     for m in chat["messages"]:
@@ -288,9 +295,30 @@ def to_markdown(chat: dict, model_name: str) -> str:
         for f in m.get("attachments", []):   # the name, with the text folded away
             out += [f"<details><summary>Attached: {html.escape(f['name'])}</summary>", "", "````text",
                     f["text"].replace("````", "` ` ` `"), "````", "", "</details>", ""]
-        out += [m["content"].rstrip(), ""]
+        out += [close_fences(m["content"].rstrip()), ""]
     return "\n".join(out)
 
+
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+
+
+def close_fences(text: str) -> str:
+    """`text` with a code fence left open (a reply cut off inside a code block) closed at its
+    end, so the turns after it are not read as code. Fences as CommonMark has them: three or more
+    backticks or tildes, closed by at least as many of the same; a backtick fence's info string
+    holds no backtick."""
+    opener = ""
+    for line in text.splitlines():
+        m = _FENCE.fullmatch(line)
+        if m is None:
+            continue
+        fence, rest = m.groups()
+        if not opener:
+            if not (fence[0] == "`" and "`" in rest):
+                opener = fence
+        elif fence[0] == opener[0] and len(fence) >= len(opener) and not rest.strip():
+            opener = ""
+    return f"{text}\n{opener}" if opener else text
 
 
 def export_name(chat: dict, ext: str) -> str:

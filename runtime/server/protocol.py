@@ -36,7 +36,6 @@ CHAT_KEYS = _COMMON | _SHAPE | {"messages", "max_completion_tokens", "logprobs",
 COMPLETION_KEYS = _COMMON | _SHAPE | {"prompt", "logprobs", "echo", "suffix", "best_of"}
 _SAMPLING_FIELDS = {f.name for f in fields(SamplingParams)}
 
-
 def _check_type(name: str, value: Any) -> Any:
     if value is None:
         return None

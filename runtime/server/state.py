@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable
+
+from llmpack.runtime.engine.sampling_params import CHAT_MAX_TOKENS, CONTINUE_MAX_TOKENS, SamplingParams
 
 MESSAGES = {
     "starting": "Starting",
@@ -44,6 +46,18 @@ class ServedModel:
     def bos_prefix(self) -> list[int]:
         """The ids the tokenizer puts in front of a prompt (the engine knows)."""
         return self.engine.bos_prefix
+
+
+PAGE_SAMPLING = ("temperature", "top_p", "top_k", "min_p")   # what the page's Settings show
+
+
+def request_defaults(model: ServedModel) -> dict[str, Any]:
+    """The values a chat request that names none of them is served with (SamplingParams' own,
+    then the model's recipe), as /health tells the chat page, which shows them in Settings; and
+    how much the page's text-completion mode asks for per "continue"."""
+    base = {f.name: f.default for f in fields(SamplingParams) if f.name in PAGE_SAMPLING}
+    base.update({k: v for k, v in model.sampling.items() if k in PAGE_SAMPLING})
+    return {**base, "max_tokens": CHAT_MAX_TOKENS, "completion_max_tokens": CONTINUE_MAX_TOKENS}
 
 
 class ServerState:
@@ -94,7 +108,7 @@ class ServerState:
                 return {"status": "error", "message": f"The engine stopped ({failure}); restart llmpack."}, 500
             body = {"status": "ok", "model": model.model_id, "display_name": model.display_name,
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
-                    "base_model": bool(model.meta.get("base_model")),
+                    "defaults": request_defaults(model), "base_model": bool(model.meta.get("base_model")),
                     "backend": model.backend}
             if not authorized:
                 del body["system_prompt"]
