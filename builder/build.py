@@ -35,6 +35,7 @@ from llmpack.runtime.model.base_model import is_base_model
 from llmpack.runtime.model.context import choose_n_ctx
 from llmpack.runtime.model.gguf_check import validate_gguf
 from llmpack.runtime.model.model_info import FILE_TYPE_NAMES
+from llmpack.runtime.model.naming import human_name
 
 
 class BuildError(LlmpackError):
@@ -152,7 +153,7 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     sidecar = sidecar or _must_go_beside(stub_path, model, out, compress)
     _check_output(model, out, stub_path, sidecar)
 
-    display = name or model_name or model.stem
+    display = name or human_name(kv, model.stem)   # general.name may name the quantization it was made from
     ftype = kv.get("general.file_type")
     defaults = {"ctx": choose_n_ctx(ctx, chat.context, kv.get(f"{header.architecture}.context_length")),
                 "parallel": parallel,

@@ -62,6 +62,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="llama.cpp flash attention (default auto: on wherever the backend supports it)")
     p.add_argument("--device", default=None, help="GPU to offload to: an id such as Vulkan1 (listed in /health), "
                    "cpu for none, or auto (default: the discrete GPU with the most free memory)")
+    p.add_argument("--verbose", action="store_true",
+                   help="technical details on the console: why no GPU is used, the CPU backend")
 
 
 def serve_config(args: argparse.Namespace, *, display_name: str | None = None, recipe_data: Any = None,
@@ -72,7 +74,7 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
     return ServeConfig(recipe=args.recipe, recipe_data=recipe_data, display_name=display_name, system=args.system,
                        base_model=base_model, ctx=args.ctx, device=args.device, flash_attn=args.flash_attn,
                        max_waiting=args.max_waiting, host=args.host, port=args.port, open_browser=not args.no_browser,
-                       api_key=args.api_key or None, cors=args.cors, **set_)
+                       api_key=args.api_key or None, cors=args.cors, verbose=args.verbose, **set_)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -97,10 +97,10 @@ class App:
         assert r.status_code == 200, f"{READY!r} was printed but /health says {r.status_code}: {r.text}"
         return r.json()
 
-    def wait_phase(self, phase: str, timeout: float = 120) -> None:
-        """Until /health says the server is in `phase` (extracting, loading) and has made some
-        progress in it (so llama.cpp is loading, not Python still reading the header): polled every
-        few ms, since the demo model takes about a second in each."""
+    def wait_phase(self, phase: str, timeout: float = 120, above: float = 0.0) -> None:
+        """Until /health says the server is in `phase` (extracting, loading) with progress past
+        `above` (for loading, serving.READ_DONE: the file is read, llama.cpp is loading): polled
+        every few ms, since the demo model takes about a second in each."""
         deadline = time.monotonic() + timeout
         seen = []
         while time.monotonic() < deadline:
@@ -110,7 +110,7 @@ class App:
                 now = health.get("phase", "ready")
             except requests.RequestException:
                 now, health = "down", {}
-            if now == phase and health.get("progress", 0) > 0:
+            if now == phase and health.get("progress", 0) > above:
                 return
             if not seen or seen[-1] != now:
                 seen.append(now)

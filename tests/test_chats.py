@@ -33,14 +33,44 @@ def test_store_keeps_each_models_chats_apart(tmp_path: Path):
 def test_import_reads_what_export_writes(tmp_path: Path):
     store = ChatStore(tmp_path / "chats.sqlite3")
     chat = store.put("m", clean_chat(CHAT, chat_id="c1"))
-    copy = store.import_chat("m", json.loads(json.dumps(to_json(chat, "Model"))))
-    assert copy["id"] != "c1" and store.get("m", copy["id"])["messages"] == CHAT["messages"]
+    copy = store.import_chat("other-model", json.loads(json.dumps(to_json(chat, "Model"))))
+    assert copy["id"] != "c1" and store.get("other-model", copy["id"])["messages"] == CHAT["messages"]
     with pytest.raises(ChatError, match="not an exported chat"):
         store.import_chat("m", {"messages": []})
     with pytest.raises(ChatError, match=r"messages\[0\]"):
         clean_chat({"messages": [{"role": "robot", "content": "x"}]})
     md = to_markdown(chat, "Model")
     assert md.startswith("# Soup\n") and "## You\n\nA soup?\n" in md and "## Model\n\nTry **leek**.\n" in md
+
+
+def test_importing_a_chat_that_is_already_here_does_not_duplicate_it(tmp_path: Path):
+    store = ChatStore(tmp_path / "chats.sqlite3")
+    chat = store.put("m", clean_chat(CHAT, chat_id="c1"))
+    exported = json.loads(json.dumps(to_json(chat, "Model")))
+    again = store.import_chat("m", exported)
+    assert again["id"] == "c1" and again["duplicate"] is True
+    assert [c["id"] for c in store.list("m")] == ["c1"]
+    changed = {**exported, "messages": [*exported["messages"], {"role": "user", "content": "And bread?"}]}
+    other = store.import_chat("m", changed)
+    assert other["id"] != "c1" and "duplicate" not in other and len(store.list("m")) == 2
+
+
+@pytest.mark.parametrize("fence", ["```", "~~~", "````"])
+def test_markdown_export_closes_a_code_block_a_reply_was_cut_off_in(fence: str):
+    """A reply stopped mid-fence must not turn every later turn of the export into code."""
+    cut = {"title": "Code", "messages": [
+        {"role": "user", "content": "Write a loop"},
+        {"role": "assistant", "content": f"Here:\n\n{fence}python\nfor i in range(3):\n    print(i)"},
+        {"role": "user", "content": "Thanks **a lot**"},
+        {"role": "assistant", "content": "You are welcome."}]}
+    md = to_markdown(clean_chat(cut, chat_id="c"), "Model")
+    before, after = md.split("    print(i)\n", 1)
+    assert after.startswith(fence + "\n\n## You\n\nThanks **a lot**")
+    assert md.count("\n" + fence) == 2   # opened once, closed once
+    inner = "A fence inside a longer one stays text:\n\n````md\n```\nnot a close\n````\n\nend"
+    done = to_markdown(clean_chat({"title": "t", "messages": [{"role": "assistant", "content": inner}]},
+                                  chat_id="d"), "Model")
+    assert done.endswith("````\n\nend\n")   # a closed fence gets nothing added
 
 
 def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data: Path):
@@ -75,6 +105,7 @@ def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data: Path):
         assert md.headers["Content-Disposition"] == 'attachment; filename="Soup.md"' and "## You" in md.text
         exported = requests.get(url + "/c1/export", headers=ok, timeout=10).json()
         imported = requests.post(url + "/import", json=exported, headers=ok, timeout=10).json()
+        assert imported["id"] == "c1" and imported["duplicate"] is True   # already here: not stored twice
         assert requests.get(f"{url}/{imported['id']}", headers=ok, timeout=10).json()["messages"] == CHAT["messages"]
         assert requests.delete(url + "/c1", headers=ok, timeout=10).status_code == 200
         assert requests.get(url + "/c1", headers=ok, timeout=10).status_code == 404

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import SCRIPTED_REPLY, LiveServer, LockStep, live_server, sse_events, stream_post, wait_idle
 
+from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.server.protocol import tokenize_prompt
 
 HELLO = [{"role": "user", "content": "hello there"}]
@@ -42,6 +43,18 @@ def test_health_and_models(chat_server: LiveServer):
     assert models[0].owned_by == "llmpack" and models[0].meta["n_ctx"] == h["n_ctx"]
     one = chat_server.openai().models.retrieve(chat_server.model_id)
     assert one.id == chat_server.model_id
+
+
+def test_health_tells_the_page_the_defaults_requests_get(chat_server: LiveServer):
+    """The chat page shows and uses these (Settings, text completion length); it keeps no copy."""
+    h = requests.get(chat_server.url + "/health").json()
+    plain = SamplingParams()
+    recipe = {k: v for k, v in h["sampling"].items() if k in ("temperature", "top_p", "top_k", "min_p")}
+    assert recipe   # the tiny ChatML model matches a recipe: its values win over SamplingParams'
+    assert h["defaults"] == {"temperature": plain.temperature, "top_p": plain.top_p, "top_k": plain.top_k,
+                             "min_p": plain.min_p, **recipe, "max_tokens": None, "completion_max_tokens": 256}
+    r = chat_server.openai().completions.create(model=chat_server.model_id, prompt="Hello", temperature=0)
+    assert r.usage.completion_tokens <= plain.max_tokens   # /v1/completions keeps OpenAI's default
 
 
 def test_chat_completion(chat_server: LiveServer):

@@ -16,7 +16,8 @@ cannot read or change the chats; the OpenAI API (/v1) keeps its own rules (--api
     PUT    /api/chats/ID                    save (create or replace) a chat
     DELETE /api/chats/ID
     GET    /api/chats/ID/export?format=json|markdown
-    POST   /api/chats/import                an exported JSON chat, stored under a new id
+    POST   /api/chats/import                an exported JSON chat, stored under a new id (unless this
+                                            model has its messages already: then "duplicate": true)
     GET    /api/settings, PUT /api/settings the page's settings for this model (system prompt, sampling)
 """
 from __future__ import annotations
@@ -148,7 +149,8 @@ def import_chat():
         chat = _store().import_chat(key, json_body())
     except ChatError as exc:
         raise ApiError(400, f"Cannot import this file: {exc}.", code="invalid_chat") from None
-    return _no_store(jsonify({k: chat[k] for k in ("id", "title", "mode", "created", "updated")}))
+    return _no_store(jsonify({k: chat[k] for k in ("id", "title", "mode", "created", "updated", "duplicate")
+                              if k in chat}))
 
 
 

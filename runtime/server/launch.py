@@ -166,7 +166,7 @@ class Server:
         self.state.set_ready(model)
         self._console.close()
         if model.backend:
-            self._say(startup_line(model.backend))
+            self._say(startup_line(model.backend, verbose=self.config.verbose))
         self._say(f"llmpack: model ready ({model.display_name}, context {model.n_ctx} tokens)")
 
     def _say(self, text: str) -> None:
