@@ -18,10 +18,10 @@ import random
 import statistics
 import time
 
-from llmpack.paths import demo_model_path
+from llmpack.demo_models import demo_model_path
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.llm import collect
-from llmpack.runtime.engine.model_runner import ModelRunner, RunnerConfig
+from llmpack.runtime.engine.model_runner import ModelRunner
 from llmpack.runtime.engine.sampling_params import SamplingParams
 
 N_CTX = 8192
@@ -41,7 +41,7 @@ def bare_loop(runner: ModelRunner, prompts: list[list[int]], tokens: int) -> flo
     nxt = []
     toks, pos, seqs, want, last = [], [], [], [], []
     for s, p in enumerate(prompts):       # prefill in batches of whole prompts, <= n_batch tokens
-        if len(toks) + len(p) > runner.cfg.n_batch:
+        if len(toks) + len(p) > runner.n_batch:
             runner.decode(toks, pos, seqs, want)
             nxt += [int(runner.logits_row(i).argmax()) for i in last]
             toks, pos, seqs, want, last = [], [], [], [], []
@@ -115,11 +115,11 @@ def bench_args(counts_flag: str, default: str) -> tuple[argparse.Namespace, list
 
 def main() -> None:
     args, sizes = bench_args("sizes", "1,4,16,32")
-    model = str(demo_model_path())
+    model = str(demo_model_path("gemma"))
     print(f"machine: {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores; "
           f"model: {model}; n_ctx {N_CTX}; {args.tokens}-token generations; median of {args.repeat}")
 
-    runner = ModelRunner(RunnerConfig(model_path=model, n_ctx=N_CTX, max_num_seqs=MAX_SEQS))
+    runner = ModelRunner(EngineConfig(model_path=model, n_ctx=N_CTX, max_num_seqs=MAX_SEQS))
     bare = {n: [] for n in sizes}
     prompts = {n: prompts_for(runner.tokenize, n) for n in sizes}
     bare_loop(runner, prompts[1], 8)   # warm-up

@@ -36,12 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from llmpack import paths
 from llmpack.builder.fileio import replace_text, tmp_sibling, unlink_quietly
 from llmpack.builder.hashing import copy_hashing, hash_path
 from llmpack.builder.manifest import Manifest, ModelBlob
 from llmpack.builder.packfile import PackError
 from llmpack.builder.zstd_frames import read_frames
-from llmpack.progress import ByteProgress, ProgressArg
+from llmpack.progress import ByteProgress, ProgressArg, human_bytes
 from llmpack.runtime.model.source import ModelFile
 
 SPARE_BYTES = 64 << 20       # free space required beyond the model itself
@@ -74,7 +75,7 @@ class DiskNeed:
         if self.how == "sidecar":
             return "disk: the model is read from the .gguf file next to the program; a launch writes no copy"
         state = "already there" if self.present else "written by the first launch"
-        return f"disk: the first launch unpacks the model ({_size(self.bytes)}) to {self.path} ({state})"
+        return f"disk: the first launch unpacks the model ({human_bytes(self.bytes)}) to {self.path} ({state})"
 
 
 def disk_need(manifest: Manifest, dest_dir=None) -> DiskNeed:
@@ -84,8 +85,6 @@ def disk_need(manifest: Manifest, dest_dir=None) -> DiskNeed:
         return DiskNeed("sidecar", 0, None)
     if m.compression == "none":
         return DiskNeed("in place", 0, None)
-    from llmpack import paths
-
     final = (Path(dest_dir) if dest_dir is not None else paths.models_dir()) / f"{m.sha256}.gguf"
     return DiskNeed("unpack", m.size, final, _marker_ok(final, final.with_name(final.name + ".ok"), m, Path(final.name)))
 
@@ -96,8 +95,6 @@ def model_source(exe_path, manifest: Manifest, progress: ProgressArg = None,
     itself at the model's offset, the sidecar file, or the unpacked copy."""
     exe_path, m = Path(exe_path), manifest.model
     if m.location == "embedded" and m.compression == "none":
-        from llmpack import paths
-
         dest = paths.models_dir()
         try:
             _verify_in_place(exe_path, m, dest, progress)
@@ -111,8 +108,6 @@ def extract_model(exe_path, manifest: Manifest, dest_dir=None, progress: Progres
                   unpacking: Unpacking | None = None) -> Path:
     """Path of the verified model: unpacked once to dest_dir/<sha256>.gguf (default: models_dir());
     a sidecar model is verified once and used in place."""
-    from llmpack import paths
-
     exe_path, m = Path(exe_path), manifest.model
     dest = Path(dest_dir) if dest_dir is not None else paths.models_dir()
     try:
@@ -144,8 +139,8 @@ def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: P
         unpacking(final.parent, m.size)
     free = shutil.disk_usage(final.parent).free
     if free < m.size + SPARE_BYTES:
-        raise PackError(f"not enough disk space to unpack the model: {_size(m.size + SPARE_BYTES)} needed in "
-                        f"{final.parent}, {_size(free)} free; free some space or set LLMPACK_CACHE")
+        raise PackError(f"not enough disk space to unpack the model: {human_bytes(m.size + SPARE_BYTES)} needed in "
+                        f"{final.parent}, {human_bytes(free)} free; free some space or set LLMPACK_CACHE")
     tmp = tmp_sibling(final)
     bar = ByteProgress(progress, m.size, "unpacking model")
     try:
@@ -171,16 +166,12 @@ def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: P
 def _disk_error(exc: OSError, dest: Path, m: ModelBlob) -> PackError:
     """One line for what goes wrong writing the cache: a full disk, no permission, ..."""
     if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):   # EDQUOT: not on Windows
-        return PackError(f"the disk filled up while unpacking the model into {dest} ({_size(m.size)} needed); "
+        return PackError(f"the disk filled up while unpacking the model into {dest} ({human_bytes(m.size)} needed); "
                          "free some space or set LLMPACK_CACHE to a folder on a bigger disk")
     what = exc.strerror or type(exc).__name__
     where = exc.filename or dest
     return PackError(f"cannot unpack the model into {dest}: {what} ({where}); "
                      "set LLMPACK_CACHE to a folder you can write to")
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 @contextmanager

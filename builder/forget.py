@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from llmpack import paths
-from llmpack.builder.extract import _remove_stale_tmps, _size, disk_need
+from llmpack.builder.extract import _remove_stale_tmps, disk_need
 from llmpack.builder.fileio import unlink_quietly
 from llmpack.builder.manifest import Manifest
 from llmpack.builder.packfile import PackError
+from llmpack.progress import human_bytes
 
 
 def model_files(manifest: Manifest) -> list[Path]:
@@ -59,10 +60,10 @@ def forget(manifest: Manifest, *, yes: bool, ask: Callable[[str], str] = input,
         print("Nothing to remove: this program has left no model copy and no saved chats on this computer.",
               file=out, flush=True)
         return 0
-    question = f"Remove {' and '.join(what)} ({_size(total)})? [y/N] "
+    question = f"Remove {' and '.join(what)} ({human_bytes(total)})? [y/N] "
     if not yes:
         if not _isatty(stdin):
-            raise PackError(f"--forget would remove {' and '.join(what)} ({_size(total)}); there is no console "
+            raise PackError(f"--forget would remove {' and '.join(what)} ({human_bytes(total)}); there is no console "
                             "to ask on, so add --yes to remove them")
         try:
             answer = ask(question)
@@ -77,7 +78,7 @@ def forget(manifest: Manifest, *, yes: bool, ask: Callable[[str], str] = input,
         _remove_stale_tmps(files[0].parent, manifest.model.sha256)
     if n_chats or settings:
         store.forget(key)
-    print(f"Removed {' and '.join(what)} ({_size(total)}).", file=out, flush=True)
+    print(f"Removed {' and '.join(what)} ({human_bytes(total)}).", file=out, flush=True)
     return 0
 
 

@@ -15,15 +15,26 @@ the message can be read before the window closes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
+
+from llmpack import __version__
+from llmpack.builder import extract, packfile
+from llmpack.cli import add_model_args, add_serve_args, serve_config
+from llmpack.errors import LlmpackError
+from llmpack.progress import human_bytes
 
 SELFTEST_FLAG = "--llmpack-selftest"
 FAILED_MODEL_GRACE_S = 30.0   # keep serving the error page this long when a browser was opened
+# Flags whose value `llmpack build` records in the manifest as the built file's defaults.
+BUILT_DEFAULTS = ("ctx", "parallel", "gpu_layers", "system")
 
 
 def _frozen() -> bool:
@@ -36,8 +47,6 @@ def _self_path() -> Path:
     override = os.environ.get("LLMPACK_SELF")   # running the entry script unfrozen, for debugging
     if override:
         return Path(override).resolve()
-    from llmpack.errors import LlmpackError
-
     raise LlmpackError("this is llmpack's runtime entry point; it runs inside an executable made by "
                        "`llmpack build` (set LLMPACK_SELF=PATH to debug one unfrozen)")
 
@@ -75,7 +84,7 @@ def _started_by_double_click(argv: list[str]) -> bool:
     if os.name != "nt" or argv:
         return False
     try:
-        import ctypes
+        import ctypes   # lazy: Windows only
 
         buf = (ctypes.c_uint32 * 8)()
         n = ctypes.windll.kernel32.GetConsoleProcessList(buf, 8)  # type: ignore[attr-defined]
@@ -93,9 +102,6 @@ def _pause(argv: list[str]) -> None:
 
 
 def build_parser(manifest=None) -> argparse.ArgumentParser:
-    from llmpack import __version__
-    from llmpack.cli import add_model_args, add_serve_args
-
     defaults = (manifest.defaults if manifest is not None else None) or {}
     name = defaults.get("name") or "this model"
     parser = argparse.ArgumentParser(
@@ -106,6 +112,9 @@ def build_parser(manifest=None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"llmpack {__version__}")
     add_model_args(parser)
     add_serve_args(parser)
+    # What was decided at build time is each flag's default, parsed by the same types as typed flags.
+    parser.set_defaults(**{k: (str(v) if k == "gpu_layers" else v) for k, v in defaults.items()
+                           if k in BUILT_DEFAULTS and v is not None})
     parser.add_argument("--name", default=None, help="display name shown on the chat page")
     parser.add_argument("--info", action="store_true", help="print what this program contains (JSON) and exit")
     parser.add_argument("--extract-to", metavar="DIR", default=None,
@@ -118,20 +127,19 @@ def build_parser(manifest=None) -> argparse.ArgumentParser:
     return parser
 
 
-def apply_defaults(args: argparse.Namespace, manifest) -> tuple[dict | None, str | None]:
-    """Fill flags the user did not pass from the manifest; returns (recipe dict, display name)."""
-    defaults = manifest.defaults or {}
-    for key in ("ctx", "parallel", "gpu_layers", "system"):
-        if getattr(args, key, None) is None and defaults.get(key) is not None:
-            setattr(args, key, defaults[key])
-    args.base_model = manifest.extra.get("base_model")   # decided at build time, with the model's file name
-    return (manifest.recipe or None), (args.name or defaults.get("name") or None)
+def built_config(args: argparse.Namespace, manifest):
+    """The server's config: the flags (whose defaults are the build's), plus what only the build
+    knows: the recipe, the display name and whether it is a base model (from the model's file name)."""
+    name = args.name or (manifest.defaults or {}).get("name") or None
+    config = serve_config(args, display_name=name, recipe_data=manifest.recipe or None,
+                          base_model=manifest.extra.get("base_model"))
+    # the model key (saved chats are kept by it too): a second launch finds this one by it
+    key = None if getattr(args, "new_instance", False) else manifest.model.sha256[:10]
+    return dataclasses.replace(config, instance_key=key)
 
 
 def _stop_soon(delay: float) -> None:
     """Ask the running server to stop (as Ctrl+C would) after `delay` seconds."""
-    import signal
-
     def later() -> None:
         time.sleep(delay)
         try:
@@ -143,9 +151,6 @@ def _stop_soon(delay: float) -> None:
 
 
 def run(argv: list[str]) -> int:
-    from llmpack.builder import extract, packfile
-    from llmpack.errors import LlmpackError
-
     exe = _self_path()
     manifest, problem = None, None
     try:
@@ -172,24 +177,23 @@ def run(argv: list[str]) -> int:
         print(path)
         return 0
 
-    from llmpack.runtime.server import instance   # lazy: the server package loads after the flags are read
+    # lazy: the server (flask, waitress, llama.cpp) loads only to serve, not for --info or --extract-to
+    from llmpack.runtime.server import instance
     from llmpack.runtime.server.launch import open_redirect, runtime_dir, serve
     from llmpack.runtime.server.serving import Stopping
 
-    key = manifest.model.sha256[:10]   # the model key (saved chats are kept by it too)
+    config = built_config(args, manifest)
     try:
-        running = None if args.new_instance else instance.find_running(runtime_dir(), key)
+        running = instance.find_running(runtime_dir(), config.instance_key) if config.instance_key else None
     except OSError:   # no private runtime folder: no lock either, so start
         running = None
     if running is not None:   # a second double-click: show the copy that runs (runtime/server/instance.py)
-        if not args.no_browser and running.redirect is not None:
+        if config.open_browser and running.redirect is not None:
             open_redirect(running.redirect)
         print(f"llmpack is already running this chat at {running.url}"
-              f"{'' if args.no_browser else ': opened it in your browser'} (--new-instance starts another copy).",
+              f"{': opened it in your browser' if config.open_browser else ''} (--new-instance starts another copy).",
               flush=True)
         return 0
-
-    recipe, display_name = apply_defaults(args, manifest)
     failed: list[BaseException] = []
 
     def prepare_model(progress):
@@ -200,7 +204,7 @@ def run(argv: list[str]) -> int:
                 raise Stopping("stopped while unpacking")   # the partial file is removed on the way out
 
         def unpacking(folder: Path, size: int) -> None:
-            print(f"llmpack: first start: unpacking the model ({extract._size(size)}) to {folder}; "
+            print(f"llmpack: first start: unpacking the model ({human_bytes(size)}) to {folder}; "
                   "this happens once.", flush=True)
 
         try:
@@ -213,13 +217,12 @@ def run(argv: list[str]) -> int:
             # The server shows this on the page and the console; then we stop (exit 2): a damaged
             # download will not get better by waiting. A browser gets time to show the message.
             failed.append(exc)
-            _stop_soon(0.2 if args.no_browser else FAILED_MODEL_GRACE_S)
+            _stop_soon(FAILED_MODEL_GRACE_S if config.open_browser else 0.2)
             raise
 
     _restore_child_environment()
     _leave_terminal_process_group()
-    rc = serve(args, prepare_model, recipe=recipe, display_name=display_name,
-               instance_key=None if args.new_instance else key)
+    rc = serve(config, prepare_model)
     if failed:
         _pause(argv)
         return 2
@@ -230,17 +233,15 @@ def selftest() -> int:
     """Used by `llmpack stub` right after building: everything a launch needs is in the bundle."""
     out: dict = {"ok": False}
     try:
+        # lazy: the self-test imports everything a launch needs, only when the builder asks
         import llama_cpp
         import pypdf       # PDF attachments (runtime/server/documents.py imports it on first use)
         import zstandard   # models built with --compress
 
-        from llmpack import __version__
-        from llmpack.builder import extract, packfile  # noqa: F401
         from llmpack.runtime.engine import engine  # noqa: F401
         from llmpack.runtime.chat.recipes import load_recipes
         from llmpack.runtime.server import launch  # noqa: F401
         from llmpack.runtime.server.app import webui_dir
-
         from llmpack.runtime.hardware.backends import load_backends
 
         backends = load_backends()   # from the bundle folder: fails here if a backend is missing
@@ -261,8 +262,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [SELFTEST_FLAG]:
         return selftest()
-    from llmpack.errors import LlmpackError
-
     try:
         return run(argv)
     except LlmpackError as exc:
@@ -274,8 +273,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit:
         raise
     except Exception:  # a bug, not a user error: show it in full
-        import traceback
-
         traceback.print_exc()
         print("llmpack: internal error (above); please report it with the output of --info",
               file=sys.stderr, flush=True)
@@ -285,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     if os.name == "nt":
-        import multiprocessing
+        import multiprocessing   # lazy: Windows only
 
         multiprocessing.freeze_support()
     sys.exit(main())

@@ -3,40 +3,130 @@ declares arguments (so `llmpack run` and a built executable accept exactly the s
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from llmpack import __version__
 from llmpack.errors import LlmpackError
+from llmpack.runtime.engine import config as engine_defaults
+from llmpack.runtime.server.config import DEFAULT_HOST, DEFAULT_PORT, ServeConfig   # plain dataclasses, no server
+
+
+def _flag_type(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """An argparse type from a parser that raises LlmpackError: argparse then prints usage + error."""
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except (LlmpackError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = name
+    return convert
+
+
+def _whole_number(least: int, flag: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < least:
+            raise LlmpackError(f"{flag} must be at least {least}, not {value}")
+        return value
+    return _flag_type(parse, "whole number")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    """Flags that shape how the model is served; recorded as defaults by `llmpack build`."""
+    """Flags that shape how the model is served; recorded as defaults by `llmpack build`. Each is
+    parsed here, once: a built file's recorded defaults go through the same types (set_defaults)."""
     p.add_argument("--recipe", help="recipe name (see `llmpack recipes`) or path to a recipe .toml")
-    p.add_argument("--ctx", type=int, default=None, help="context size in tokens shared by all requests (default: recipe's, capped by the model)")
-    p.add_argument("--parallel", type=int, default=None, help="max sequences decoded together (default 32)")
-    p.add_argument("--gpu-layers", default=None, help="layers to offload to the GPU: N, all, auto (fit free GPU memory; default) or 0 (CPU only)")
+    p.add_argument("--ctx", type=_whole_number(16, "--ctx"), default=None,
+                   help="context size in tokens shared by all requests (default: recipe's, capped by the model)")
+    p.add_argument("--parallel", type=_whole_number(1, "--parallel"), default=None,
+                   help=f"max sequences decoded together (default {engine_defaults.MAX_NUM_SEQS})")
+    p.add_argument("--gpu-layers", type=_flag_type(engine_defaults.parse_gpu_layers, "gpu layers"), default=None,
+                   help="layers to offload to the GPU: N, all, auto (fit free GPU memory; default) or 0 (CPU only)")
     p.add_argument("--system", default=None, help="default system prompt for the chat page")
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
     """Flags of the server itself; the same for `llmpack run` and a built executable."""
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; anything else exposes the model to your network)")
-    p.add_argument("--port", type=int, default=8080, help="port (default 8080, next free one if busy; 0 = any free port)")
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"address to bind (default {DEFAULT_HOST}; anything else exposes the model to your network)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help=f"port (default {DEFAULT_PORT}, next free one if busy; 0 = any free port)")
     p.add_argument("--no-browser", action="store_true", help="do not open the chat page in a browser")
     p.add_argument("--api-key", default=None, help="require this key as `Authorization: Bearer KEY` on /v1 routes")
     p.add_argument("--cors", action="store_true", help="allow cross-origin browser requests (off by default)")
-    p.add_argument("--max-waiting", type=int, default=256, help="queued requests beyond which new ones get 503")
-    p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto",
+    p.add_argument("--max-waiting", type=_whole_number(1, "--max-waiting"), default=engine_defaults.MAX_WAITING,
+                   help="queued requests beyond which new ones get 503")
+    p.add_argument("--flash-attn", choices=["auto", "on", "off"], default=engine_defaults.FLASH_ATTN,
                    help="llama.cpp flash attention (default auto: on wherever the backend supports it)")
     p.add_argument("--device", default=None, help="GPU to offload to: an id such as Vulkan1 (listed in /health), "
                    "cpu for none, or auto (default: the discrete GPU with the most free memory)")
+    p.add_argument("--verbose", action="store_true",
+                   help="technical details on the console: why no GPU is used, the CPU backend")
+
+
+def serve_config(args: argparse.Namespace, *, display_name: str | None = None, recipe_data: Any = None,
+                 base_model: bool | None = None) -> ServeConfig:
+    """The one place the command line becomes the server's typed config (`llmpack run` and a built
+    file, which adds what was decided at build time)."""
+    set_ = {k: v for k, v in {"parallel": args.parallel, "gpu_layers": args.gpu_layers}.items() if v is not None}
+    return ServeConfig(recipe=args.recipe, recipe_data=recipe_data, display_name=display_name, system=args.system,
+                       base_model=base_model, ctx=args.ctx, device=args.device, flash_attn=args.flash_attn,
+                       max_waiting=args.max_waiting, host=args.host, port=args.port, open_browser=not args.no_browser,
+                       api_key=args.api_key or None, cors=args.cors, verbose=args.verbose, **set_)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    # lazy: the server (flask, waitress, llama.cpp) loads only for `llmpack run`
+    from llmpack.runtime.model.gguf_check import validate_gguf
+    from llmpack.runtime.server.launch import serve
+
+    path = Path(args.model)
+    validate_gguf(path)   # a clear error before anything listens
+    return serve(serve_config(args), lambda progress: path)
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    from llmpack.runtime.chat.recipes import print_recipes   # lazy: jinja2 and the recipe files
+
+    return print_recipes(as_json=args.json)
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("give one or more numbers, each at least 1")
+    return values
+
+
+def add_bench_args(p: argparse.ArgumentParser) -> None:
+    """`llmpack bench` flags (declared here so `llmpack build` never imports the benchmark)."""
+    p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8080 (with or without /v1)")
+    p.add_argument("--model", default=None, help="model name to send (default: the first one /v1/models lists)")
+    p.add_argument("--api-key", default=None, help="sent as `Authorization: Bearer KEY`")
+    p.add_argument("--workload", default="random,chat,long",
+                   help="comma-separated: random (short distinct prompts), chat (shared system prompt), long")
+    p.add_argument("--concurrency", type=int_list, default=[1, 16, 32], help="clients at once, e.g. 1,16,32")
+    p.add_argument("--num-prompts", type=int, default=None,
+                   help="requests per level (default: 2 x concurrency; the long workload: 3)")
+    p.add_argument("--input-len", type=int, default=32, help="words in a random prompt (about tokens)")
+    p.add_argument("--output-len", type=int, default=64, help="tokens each reply is asked for (greedy, ignore_eos)")
+    p.add_argument("--system-len", type=int, default=280, help="words in the chat workload's shared system prompt")
+    p.add_argument("--long-len", type=int, default=2000, help="words in the long workload's prompt")
+    p.add_argument("--seed", type=int, default=0, help="prompts are random words from this seed")
+    p.add_argument("--timeout", type=float, default=600, help="seconds one request may take")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int | None]:
+    """The subcommand's function, imported only when that subcommand runs: `llmpack build` never
+    pays for the server, `llmpack inspect` never for the builder (tests/test_startup.py)."""
     def run(args: argparse.Namespace) -> int | None:
-        import importlib
-
         return getattr(importlib.import_module(module), func)(args)
 
     return run
@@ -55,13 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("recipes", help="list the built-in model-family recipes")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_lazy("llmpack.runtime.chat.recipes", "cmd_recipes"))
+    p.set_defaults(func=cmd_recipes)
 
     p = sub.add_parser("run", help="serve a GGUF model and open the chat page")
     p.add_argument("model", help="path to a .gguf file")
     add_model_args(p)
     add_serve_args(p)
-    p.set_defaults(func=_lazy("llmpack.runtime.server.launch", "cmd_run"))
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("build", help="pack a GGUF model into one executable")
     p.add_argument("model", help="path to a .gguf file")
@@ -88,7 +178,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("llmpack.builder.stub", "cmd_stub"))
 
     p = sub.add_parser("bench", help="benchmark any OpenAI-compatible server (TTFT, TPOT, ITL, tok/s)")
-    from llmpack.bench.report import add_args as add_bench_args
     add_bench_args(p)
     p.set_defaults(func=_lazy("llmpack.bench.report", "cmd_bench"))
 

@@ -14,9 +14,12 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from llmpack.runtime.chat.recipes import chat_format_for_model
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine, RequestStream
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
-from llmpack.runtime.engine.sampling_params import SamplingParams
+from llmpack.runtime.engine.sampling_params import CHAT_MAX_TOKENS, SamplingParams
+from llmpack.runtime.model.gguf_check import validate_gguf
+from llmpack.runtime.model.model_info import read_model_info
 
 
 def collect(stream: RequestStream) -> RequestOutput:
@@ -41,8 +44,6 @@ def collect(stream: RequestStream) -> RequestOutput:
 class LLM:
     def __init__(self, model: str | Path, *, n_ctx: int = 4096, max_num_seqs: int = 32,
                  gpu_layers: int | str = "auto", recipe: str | None = None, **engine_kwargs) -> None:
-        from llmpack.runtime.model.gguf_check import validate_gguf
-
         validate_gguf(model)
         self.model_path = Path(model)
         self.recipe = recipe
@@ -63,16 +64,13 @@ class LLM:
     def chat_format(self):
         """How messages become a prompt: recipe > embedded template > matched recipe."""
         if self._chat_format is None:
-            from llmpack.runtime.model.model_info import read_model_info
-            from llmpack.runtime.chat.recipes import chat_format_for_model
-
             self._chat_format = chat_format_for_model(read_model_info(self.model_path), self.recipe)
         return self._chat_format
 
     def chat(self, messages: list[dict] | list[list[dict]], params: SamplingParams | None = None) -> list[RequestOutput]:
         conversations: Iterable[list[dict]] = [messages] if messages and isinstance(messages[0], dict) else messages  # type: ignore[assignment]
         fmt = self.chat_format
-        params = params or SamplingParams(max_tokens=256)
+        params = params or SamplingParams(max_tokens=CHAT_MAX_TOKENS)
         if fmt.stop:   # a copy: the caller's params stay as they were
             params = dataclasses.replace(params, stop=list(dict.fromkeys([*params.stop, *fmt.stop])))
         prompts = [self.engine.tokenize_prompt(fmt.render(conv)) for conv in conversations]

@@ -18,6 +18,8 @@ from llmpack.runtime.server.state import MESSAGES
 
 UNPACKING = MESSAGES["extracting"]   # the console line of the extraction phase (compressed builds)
 CHECKING = MESSAGES["checking"]      # ... of the one-time check of a model read in place
+READY = "llmpack: model ready"       # the console line once /health is 200 (server/launch.py)
+LOAD_FAILED = "llmpack: error: could not load the model"
 CHAT = [{"role": "user", "content": "hello there"}]
 
 
@@ -50,6 +52,7 @@ class App:
         self.out: list[str] = []
         self.err: list[str] = []
         self._lines: queue.Queue[str] = queue.Queue()
+        self._ready = threading.Event()
         self._readers = [threading.Thread(target=self._pump, args=(self.proc.stdout, self.out, True), daemon=True),
                          threading.Thread(target=self._pump, args=(self.proc.stderr, self.err, False), daemon=True)]
         for t in self._readers:
@@ -61,6 +64,8 @@ class App:
             sink.append(line)
             if announce:
                 self._lines.put(line)
+            if line.startswith(READY):
+                self._ready.set()
 
     def wait_listening(self, timeout: float = 120) -> str:
         deadline = time.monotonic() + timeout
@@ -87,24 +92,21 @@ class App:
         raise AssertionError(f"/health never answered:\n{self.stderr}")
 
     def wait_healthy(self, timeout: float = 300) -> dict:
+        """Until the program says the model is ready (its console line, not /health polled on a
+        clock), then /health, which must be 200 from then on. A load error fails at once."""
         deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
+        while not self._ready.wait(0.5):
             assert self.proc.poll() is None, f"exited ({self.proc.returncode}):\n{self.stderr}"
-            try:
-                r = requests.get(self.url + "/health", timeout=5)
-                last = (r.status_code, r.text)
-                if r.status_code == 200:
-                    return r.json()
-            except requests.RequestException as exc:
-                last = exc
-            time.sleep(0.1)
-        raise AssertionError(f"/health never became 200 (last: {last}):\n{self.stderr}")
+            assert LOAD_FAILED not in self.stderr, self.stderr
+            assert time.monotonic() < deadline, f"no {READY!r} line in {timeout} s:\n{self.stdout}\n{self.stderr}"
+        r = requests.get(self.url + "/health", timeout=30)
+        assert r.status_code == 200, f"{READY!r} was printed but /health says {r.status_code}: {r.text}"
+        return r.json()
 
-    def wait_phase(self, phase: str, timeout: float = 120) -> None:
-        """Until /health says the server is in `phase` (extracting, loading) and has made some
-        progress in it (so llama.cpp is loading, not Python still reading the header): polled every
-        few ms, since the demo model takes about a second in each."""
+    def wait_phase(self, phase: str, timeout: float = 120, above: float = 0.0) -> None:
+        """Until /health says the server is in `phase` (extracting, loading) with progress past
+        `above` (for loading, serving.READ_DONE: the file is read, llama.cpp is loading): polled
+        every few ms, since the demo model takes about a second in each."""
         deadline = time.monotonic() + timeout
         seen = []
         while time.monotonic() < deadline:
@@ -114,7 +116,7 @@ class App:
                 now = health.get("phase", "ready")
             except requests.RequestException:
                 now, health = "down", {}
-            if now == phase and health.get("progress", 0) > 0:
+            if now == phase and health.get("progress", 0) > above:
                 return
             if not seen or seen[-1] != now:
                 seen.append(now)

@@ -16,6 +16,7 @@ import pytest
 import requests
 from playwright import sync_api
 from needs import skip_or_fail
+from server_fixtures import chat_headers
 
 __all__ = ["ARTIFACTS", "CHROMIUM_ARGS", "chromium_path", "browser", "page", "chat_data", "new_page",
            "set_settings", "last_reply", "assert_inert", "put_chat", "get_chats", "get_settings"]
@@ -63,11 +64,9 @@ def page(browser):
 
 
 @pytest.fixture(autouse=True)
-def chat_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Saved chats go to a temporary data folder, never the user's."""
-    folder = tmp_path / "data"
-    monkeypatch.setenv("LLMPACK_DATA_DIR", str(folder))
-    return folder
+def chat_data(chat_data: Path) -> Path:
+    """conftest.py's chat_data, for every browser test: saved chats never go to the user's folder."""
+    return chat_data
 
 
 def set_settings(page, model_id: str, **values) -> None:
@@ -80,24 +79,20 @@ def last_reply(page):
     return page.locator("[data-testid=message-assistant]").last
 
 
-def _chat_headers(srv) -> dict:
-    return {"X-Llmpack-Chat": "1", "X-Llmpack-Token": srv.server.options.chat_token}
-
-
 def put_chat(srv, chat_id: str, chat: dict) -> None:
     """Save a chat through the API, as the page would."""
-    resp = requests.put(f"{srv.url}/api/chats/{chat_id}", json=chat, headers=_chat_headers(srv), timeout=10)
+    resp = requests.put(f"{srv.url}/api/chats/{chat_id}", json=chat, headers=chat_headers(srv), timeout=10)
     assert resp.status_code == 200, resp.text
 
 
 def get_chats(srv) -> list[dict]:
-    resp = requests.get(f"{srv.url}/api/chats", headers=_chat_headers(srv), timeout=10)
+    resp = requests.get(f"{srv.url}/api/chats", headers=chat_headers(srv), timeout=10)
     assert resp.status_code == 200, resp.text
     return resp.json()["data"]
 
 
 def get_settings(srv) -> dict:
-    resp = requests.get(f"{srv.url}/api/settings", headers=_chat_headers(srv), timeout=10)
+    resp = requests.get(f"{srv.url}/api/settings", headers=chat_headers(srv), timeout=10)
     assert resp.status_code == 200, resp.text
     return resp.json()["data"]
 

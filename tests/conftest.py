@@ -1,10 +1,15 @@
 """Shared fixtures. Test models come from tests/ggufs.py (tiny, random weights, real llama.cpp
 models); the demo model is the real Gemma 3 270M, assembled once into the user's llmpack cache
-(LLMPACK_CACHE is deliberately left alone here: re-assembling 253 MB per session is slow)."""
+(LLMPACK_CACHE is deliberately left alone here: re-assembling 253 MB per session is slow).
+
+Every session-scoped fixture lives here, the demo servers above all: one that a helper module
+defines and several test modules import is a separate fixture in each of them, set up once per
+module (tests/test_lint.py fails on one outside this file). A test that uses a shared server
+leaves it as it found it: no monkeypatching, no flags, nothing that depends on running first."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -43,6 +48,45 @@ def tiny_chat_model(tiny_model_factory: Callable[..., Path]) -> Path:
 def demo_model() -> Path:
     """The real demo model (Gemma 3 270M Q4_K_M). Its package is a test dependency: when it is
     missing the tests that need it fail (PathsError says how to install it), never skip."""
-    from llmpack.paths import demo_model_path
+    from llmpack.demo_models import demo_model_path
 
-    return demo_model_path()
+    return demo_model_path("gemma")
+
+
+@pytest.fixture(scope="session")
+def demo_server(demo_model: Path) -> Iterator[Any]:
+    """The demo model (Gemma 3 270M, a base model) behind `llmpack run --ctx 2048`, once per session,
+    for every test that needs it over HTTP: structured output, LangChain, embeddings."""
+    from server_fixtures import live_server
+
+    with live_server(demo_model, "--ctx", "2048") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def instruct_server() -> Iterator[Any]:
+    """The instruct demo model (Qwen2.5-Coder 0.5B Instruct), once per session, for every test
+    that needs a model that really answers. Its packages are test dependencies: when they are
+    missing the tests fail (PathsError says how to install them), never skip."""
+    from llmpack.demo_models import demo_model_path
+    from server_fixtures import live_server
+
+    with live_server(demo_model_path("qwen"), "--ctx", "8192", "--parallel", "4") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model that answers every ChatML prompt with server_fixtures.SCRIPTED_REPLY."""
+    from server_fixtures import write_scripted_model
+
+    return write_scripted_model(tmp_path_factory.mktemp("scripted") / "scripted.gguf")
+
+
+@pytest.fixture
+def chat_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Saved chats go to a temporary data folder (LLMPACK_DATA_DIR), never the user's; the folder
+    is not made: the server makes it when the first chat is saved."""
+    folder = tmp_path / "data"
+    monkeypatch.setenv("LLMPACK_DATA_DIR", str(folder))
+    return folder

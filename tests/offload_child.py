@@ -9,7 +9,8 @@ import os
 import sys
 import threading
 
-from llmpack.runtime.engine.model_runner import ModelRunner, RunnerConfig
+from llmpack.runtime.engine.config import EngineConfig
+from llmpack.runtime.engine.model_runner import ModelRunner
 from llmpack.runtime.hardware.placement import backend_report, plan_offload
 
 SEQUENTIAL = (1, 2, 3, -1, 0)
@@ -18,8 +19,8 @@ TOGETHER = (-1, 1)
 
 def load(model: str, n_gpu_layers: int) -> dict:
     plan = plan_offload(n_gpu_layers, model, 256)
-    runner = ModelRunner(RunnerConfig(model, n_ctx=256, max_num_seqs=1, n_gpu_layers=plan.n_gpu_layers,
-                                      gpu_device=plan.device.handle if plan.device else 0, verbose=True))
+    runner = ModelRunner(EngineConfig(model, n_ctx=256, max_num_seqs=1, verbose=True), plan.n_gpu_layers,
+                         plan.device.handle if plan.device else 0)
     report = backend_report(plan, runner)
     runner.close()
     return {"asked": n_gpu_layers, "gpu_layers": report["gpu_layers"], "n_layers": report["n_layers"],

@@ -1,10 +1,14 @@
 """Live servers for the server tests: the real engine on a real model, real waitress, real HTTP.
 
-`from server_fixtures import *` in a test module brings in the fixtures and helpers.
+`from server_fixtures import *` in a test module brings in the module-scoped chat_server and the
+helpers. The session-scoped servers and models (demo_server, instruct_server, scripted_model) are
+in conftest.py: a session fixture imported into several test modules is set up once per module.
 """
 from __future__ import annotations
 
 import contextlib
+import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -16,11 +20,12 @@ import requests
 from gguf import GGUFReader, GGUFValueType
 
 from ggufs import CHATML_TEMPLATE, EOS_ID, tiny_vocab, write_tiny_model
-from llmpack.cli import build_parser
+from llmpack.cli import build_parser, serve_config
 from llmpack.runtime.server.launch import Server
 
-__all__ = ["LiveServer", "live_server", "chat_server", "instruct_server", "wait_until", "wait_idle", "write_scripted_model",
-           "SCRIPTED_REPLY", "scripted_model", "sse_events", "stream_post"]
+__all__ = ["LiveServer", "live_server", "chat_server", "wait_until", "wait_idle", "write_scripted_model",
+           "SCRIPTED_REPLY", "sse_events", "stream_post", "post_on_socket",
+           "chat_headers", "LockStep"]
 
 
 class LiveServer:
@@ -29,9 +34,9 @@ class LiveServer:
 
     def __init__(self, model: Path, *flags: str, prepare: Callable[..., Path] | None = None,
                  display_name: str | None = None, recipe: Any = None) -> None:
-        self.args = build_parser().parse_args(["run", str(model), "--no-browser", "--port", "0", *flags])
-        self.server = Server(self.args, prepare or (lambda progress: Path(model)), recipe=recipe,
-                             display_name=display_name, quiet=True)
+        args = build_parser().parse_args(["run", str(model), "--no-browser", "--port", "0", *flags])
+        self.config = serve_config(args, display_name=display_name, recipe_data=recipe)
+        self.server = Server(self.config, prepare or (lambda progress: Path(model)), quiet=True)
         self.url = self.server.url
         self.port = self.server.port
         self.state = self.server.state
@@ -71,6 +76,11 @@ class LiveServer:
         assert not self._thread.is_alive(), "the server did not stop"
 
 
+def chat_headers(srv: LiveServer) -> dict:
+    """What the chat page sends to /api/chats and /api/settings: its mark and this launch's secret."""
+    return {"X-Llmpack-Chat": "1", "X-Llmpack-Token": srv.server.options.chat_token}
+
+
 @contextlib.contextmanager
 def live_server(model: Path, *flags: str, **kw: Any) -> Iterator[LiveServer]:
     srv = LiveServer(model, *flags, **kw)
@@ -87,16 +97,59 @@ def chat_server(tiny_chat_model: Path) -> Iterator[LiveServer]:
         yield srv
 
 
-@pytest.fixture(scope="session")
-def instruct_server() -> Iterator[LiveServer]:
-    """The instruct demo model (Qwen2.5-Coder 0.5B Instruct), served once per test session for
-    every test that needs a model that really answers: loading it takes seconds, not minutes.
-    Its packages are test dependencies: when they are missing the tests fail (PathsError says
-    how to install them), never skip."""
-    from llmpack.demo_models import demo_model_path
+class LockStep:
+    """Streams in lock step with the client: while it is entered, each streamed output with text
+    that a live server's engine makes (past the first) waits until the client called seen() for
+    the one before. A server or page that holds chunks back (the whole reply, or a few at a time)
+    never lets the client see one, so the wait runs out and the output lands in `held_back`.
+    Proves "sent as made" with no clock compared; `timeout` only bounds how long a broken server
+    makes the test wait. Not for a shared server's tests that run alongside others.
 
-    with live_server(demo_model_path("qwen"), "--ctx", "8192", "--parallel", "4") as srv:
-        yield srv
+        with LockStep(srv.engine) as step:
+            ... read the stream; step.seen() after each chunk ...
+        assert step.held_back == [] and received == step.emitted
+    """
+
+    def __init__(self, engine: Any, timeout: float = 30) -> None:
+        self.engine, self.timeout = engine, timeout
+        self.emitted: list[str] = []     # each output's text, in order
+        self.held_back: list[str] = []   # the output the client had not seen when the next was due
+        self.requests = 0
+        self._seen = threading.Semaphore(0)
+
+    def seen(self) -> None:
+        self._seen.release()
+
+    def __enter__(self) -> LockStep:
+        real = self.engine.add_request
+
+        def add_request(*args: Any, **kw: Any) -> Any:
+            self.requests += 1
+            return _Gated(real(*args, **kw), self)
+
+        self.engine.add_request = add_request
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        del self.engine.add_request   # the instance attribute goes: the engine's own method is back
+
+
+class _Gated:
+    def __init__(self, stream: Any, step: LockStep) -> None:
+        self.stream, self.step = stream, step
+
+    def __iter__(self) -> Iterator[Any]:
+        step = self.step
+        for out in self.stream:
+            text = "".join(c.text for c in out.outputs)
+            if text:
+                if step.emitted and not step.held_back and not step._seen.acquire(timeout=step.timeout):
+                    step.held_back.append(step.emitted[-1])
+                step.emitted.append(text)
+            yield out
+
+    def abort(self) -> None:
+        self.stream.abort()
 
 
 def wait_until(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
@@ -130,6 +183,16 @@ def sse_events(resp: requests.Response) -> Iterator[str]:
 def stream_post(url: str, body: Any, **kw: Any) -> requests.Response:
     kw.setdefault("timeout", 120)
     return requests.post(url, json=body, stream=True, **kw)
+
+
+def post_on_socket(port: int, path: str, body: Any) -> socket.socket:
+    """A POST on a connection the caller owns, so it can hang up mid-response like a client that
+    goes away (read the response with recv; shutdown + close is the hang-up)."""
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (path.encode(), port, len(data), data))
+    return sock
 
 
 # ---- a model whose answer is known -------------------------------------------------------------
@@ -167,8 +230,3 @@ def write_scripted_model(path: Path, reply: list[str] = SCRIPTED_REPLY) -> Path:
     del reader
     assert np.isfinite(GGUFReader(path).tensors[0].data).all()
     return Path(path)
-
-
-@pytest.fixture(scope="session")
-def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_scripted_model(tmp_path_factory.mktemp("scripted") / "scripted.gguf")

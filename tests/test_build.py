@@ -26,6 +26,8 @@ from tmpfs import on_small_tmpfs
 from llmpack.builder import packfile
 from llmpack.builder import stub as stub_module
 from llmpack.builder.stub import exe_name, get_stub, stub_info, stub_key
+from llmpack.progress import human_bytes
+from llmpack.runtime.server.serving import READ_DONE
 from apps import CHECKING, UNPACKING, App, assert_clean_exit, cached_model, launch, llmpack_cli, minimal_env
 
 pytestmark = pytest.mark.stub
@@ -101,7 +103,7 @@ def test_stub_is_cached_under_its_key(stub, monkeypatch):
 def test_llmpack_stub_prints_and_copies(stub, tmp_path):
     same_sources(stub)
     proc = llmpack_cli("stub", "-o", str(tmp_path / "my-stub"))
-    assert str(stub) in proc.stdout and "MB" in proc.stdout
+    assert str(stub) in proc.stdout and "MiB" in proc.stdout
     assert (tmp_path / "my-stub").read_bytes() == stub.read_bytes()
     assert os.access(tmp_path / "my-stub", os.X_OK)
 
@@ -184,10 +186,10 @@ def test_a_compressed_build_says_where_it_unpacks_and_how_big(tiny_zstd_exe, tin
             os.close(fd)
         rc = app.stop()
     assert_clean_exit(app, rc)
-    line = f"llmpack: first start: unpacking the model ({size / 1e6:.1f} MB) to {models}; this happens once."
+    line = f"llmpack: first start: unpacking the model ({human_bytes(size)}) to {models}; this happens once."
     assert line in app.stdout.splitlines(), app.stdout
     assert health["phase"] == "extracting" and health["unpack"] == {"path": str(models), "bytes": size}
-    assert health["message"] == f"First start: unpacking the model ({size / 1e6:.1f} MB) to {models}; this happens once."
+    assert health["message"] == f"First start: unpacking the model ({human_bytes(size)}) to {models}; this happens once."
     assert hashlib.sha256(cached_model(tmp_path, sha).read_bytes()).hexdigest() == sha
 
 
@@ -319,7 +321,7 @@ def test_a_full_cache_disk_is_one_clear_line(tiny_zstd_exe, tmp_path):
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1, proc.stderr
     assert "not enough disk space" in errors[0] and str(cache / "models") in errors[0] and "LLMPACK_CACHE" in errors[0]
-    assert "MB needed" in errors[0] and "Traceback" not in proc.stdout + proc.stderr
+    assert "MiB needed" in errors[0] and "Traceback" not in proc.stdout + proc.stderr
 
 
 def test_an_unusable_cache_folder_is_one_clear_line(tiny_exe, tmp_path):
@@ -360,7 +362,7 @@ def test_a_full_output_disk_is_one_line_and_leaves_no_partial_file(tiny_gguf, st
     proc = subprocess.run(on_small_tmpfs(out_dir, "1m", then_list), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("llmpack: error: the disk filled up while writing")
-    assert str(out_dir / "app") in proc.stderr and "MB needed" in proc.stderr
+    assert str(out_dir / "app") in proc.stderr and "MiB needed" in proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "left:"
 
 
@@ -424,15 +426,16 @@ def test_ctrl_c_while_the_model_is_checked_or_loads_stops_cleanly(demo_exe, phas
         app = launch(demo_exe, tmp)
         try:
             app.wait_listening()
-            app.wait_phase(phase)
+            app.wait_phase(phase, above=READ_DONE - 0.001 if phase == "loading" else 0.0)   # inside llama.cpp
         finally:
             rc = app.stop(group=True)
         assert_clean_exit(app, rc)
         assert "could not load" not in app.stderr and "model ready" not in app.stdout, app.stdout + app.stderr
         models = tmp / "cache" / "models"
         left = sorted(p.name for p in models.iterdir()) if models.exists() else []
-        if phase == "checking":
-            assert not [n for n in left if n.endswith(".ok") or ".tmp" in n], left
+        assert not [n for n in left if ".tmp" in n or n.endswith(".gguf")], left   # no copy, nothing half written
+        for marker in (models / n for n in left if n.endswith(".inplace.ok")):   # a check that finished first
+            assert json.loads(marker.read_text())["path"] == str(demo_exe.resolve())
 
 
 @pytest.mark.demo
@@ -539,7 +542,7 @@ def test_forget_removes_the_model_copy_and_the_saved_chats_after_asking(tiny_zst
 
     # asked on a terminal: "n" keeps everything, "y" removes it
     total = sum(p.stat().st_size for p in models.iterdir()) + store.usage(sha[:10])[1]
-    size_mb = f"({total / 1e6:.1f} MB)? [y/N]"
+    size_mb = f"({human_bytes(total)})? [y/N]"
     rc, out = run_on_a_terminal([str(tiny_zstd_exe), "--forget"], env, tmp_path, "n")
     assert rc == 1 and f"Remove the unpacked model {models / (sha + '.gguf')} and 1 saved chat and the page " \
                        f"settings of this model in {store.path} {size_mb}" in out, out

@@ -9,7 +9,7 @@ import requests
 
 from llmpack.runtime.server.chats import ChatError, ChatStore, clean_chat, to_json, to_markdown
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import live_server
+from server_fixtures import chat_headers, live_server
 
 CHAT = {"title": "Soup", "created": 1000, "updated": 2000,
         "messages": [{"role": "user", "content": "A soup?"},
@@ -33,8 +33,8 @@ def test_store_keeps_each_models_chats_apart(tmp_path: Path):
 def test_import_reads_what_export_writes(tmp_path: Path):
     store = ChatStore(tmp_path / "chats.sqlite3")
     chat = store.put("m", clean_chat(CHAT, chat_id="c1"))
-    copy = store.import_chat("m", json.loads(json.dumps(to_json(chat, "Model"))))
-    assert copy["id"] != "c1" and store.get("m", copy["id"])["messages"] == CHAT["messages"]
+    copy = store.import_chat("other-model", json.loads(json.dumps(to_json(chat, "Model"))))
+    assert copy["id"] != "c1" and store.get("other-model", copy["id"])["messages"] == CHAT["messages"]
     with pytest.raises(ChatError, match="not an exported chat"):
         store.import_chat("m", {"messages": []})
     with pytest.raises(ChatError, match=r"messages\[0\]"):
@@ -43,17 +43,47 @@ def test_import_reads_what_export_writes(tmp_path: Path):
     assert md.startswith("# Soup\n") and "## You\n\nA soup?\n" in md and "## Model\n\nTry **leek**.\n" in md
 
 
-def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data_dir: Path):
+def test_importing_a_chat_that_is_already_here_does_not_duplicate_it(tmp_path: Path):
+    store = ChatStore(tmp_path / "chats.sqlite3")
+    chat = store.put("m", clean_chat(CHAT, chat_id="c1"))
+    exported = json.loads(json.dumps(to_json(chat, "Model")))
+    again = store.import_chat("m", exported)
+    assert again["id"] == "c1" and again["duplicate"] is True
+    assert [c["id"] for c in store.list("m")] == ["c1"]
+    changed = {**exported, "messages": [*exported["messages"], {"role": "user", "content": "And bread?"}]}
+    other = store.import_chat("m", changed)
+    assert other["id"] != "c1" and "duplicate" not in other and len(store.list("m")) == 2
+
+
+@pytest.mark.parametrize("fence", ["```", "~~~", "````"])
+def test_markdown_export_closes_a_code_block_a_reply_was_cut_off_in(fence: str):
+    """A reply stopped mid-fence must not turn every later turn of the export into code."""
+    cut = {"title": "Code", "messages": [
+        {"role": "user", "content": "Write a loop"},
+        {"role": "assistant", "content": f"Here:\n\n{fence}python\nfor i in range(3):\n    print(i)"},
+        {"role": "user", "content": "Thanks **a lot**"},
+        {"role": "assistant", "content": "You are welcome."}]}
+    md = to_markdown(clean_chat(cut, chat_id="c"), "Model")
+    before, after = md.split("    print(i)\n", 1)
+    assert after.startswith(fence + "\n\n## You\n\nThanks **a lot**")
+    assert md.count("\n" + fence) == 2   # opened once, closed once
+    inner = "A fence inside a longer one stays text:\n\n````md\n```\nnot a close\n````\n\nend"
+    done = to_markdown(clean_chat({"title": "t", "messages": [{"role": "assistant", "content": inner}]},
+                                  chat_id="d"), "Model")
+    assert done.endswith("````\n\nend\n")   # a closed fence gets nothing added
+
+
+def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data: Path):
     with live_server(tiny_chat_model) as srv:
         token = srv.server.options.chat_token
         url = srv.url + "/api/chats"
-        ok = {"X-Llmpack-Chat": "1", "X-Llmpack-Token": token}
+        ok = chat_headers(srv)
         assert requests.get(url, timeout=10).status_code == 401
         assert requests.get(url, headers={"X-Llmpack-Token": token}, timeout=10).status_code == 401  # no mark
         assert requests.get(url, headers={**ok, "X-Llmpack-Token": "guess"}, timeout=10).status_code == 401
         cross = requests.get(url, headers={**ok, "Sec-Fetch-Site": "same-site"}, timeout=10)
         assert cross.status_code == 403 and cross.json()["error"]["code"] == "cross_site"
-        assert not chat_data_dir.exists()   # nothing written until the page saves a chat
+        assert not chat_data.exists()   # nothing written until the page saves a chat
 
         # the link the app opens serves the page, which keeps the secret itself: no cookie, which
         # browsers would also send to every other port of this host (tests/test_chat_secret.py)
@@ -64,7 +94,9 @@ def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data_dir: Pat
         assert requests.get(url, headers={"X-Llmpack-Chat": "1"}, cookies=jar, timeout=10).status_code == 401
 
         assert requests.put(url + "/c1", json=CHAT, headers=ok, timeout=10).status_code == 200
-        assert requests.put(url + "/bad id!", json=CHAT, headers=ok, timeout=10).status_code in (400, 404)
+        # an id the store could never hold is the client's mistake (400), not a missing chat (404)
+        bad_id = requests.put(url + "/bad id!", json=CHAT, headers=ok, timeout=10)
+        assert bad_id.status_code == 400 and bad_id.json()["error"]["code"] == "invalid_chat_id", bad_id.text
         bad = requests.put(url + "/c2", json={"messages": "no"}, headers=ok, timeout=10)
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_chat"
         listed = requests.get(url, headers=ok, timeout=10).json()["data"]
@@ -73,10 +105,11 @@ def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data_dir: Pat
         assert md.headers["Content-Disposition"] == 'attachment; filename="Soup.md"' and "## You" in md.text
         exported = requests.get(url + "/c1/export", headers=ok, timeout=10).json()
         imported = requests.post(url + "/import", json=exported, headers=ok, timeout=10).json()
+        assert imported["id"] == "c1" and imported["duplicate"] is True   # already here: not stored twice
         assert requests.get(f"{url}/{imported['id']}", headers=ok, timeout=10).json()["messages"] == CHAT["messages"]
         assert requests.delete(url + "/c1", headers=ok, timeout=10).status_code == 200
         assert requests.get(url + "/c1", headers=ok, timeout=10).status_code == 404
-        assert (chat_data_dir / "chats.sqlite3").is_file()
+        assert (chat_data / "chats.sqlite3").is_file()
 
         settings = srv.url + "/api/settings"
         assert requests.get(settings, timeout=10).status_code == 401
@@ -86,10 +119,3 @@ def test_api_needs_this_launchs_secret(tiny_chat_model: Path, chat_data_dir: Pat
         assert requests.get(settings, headers=ok, timeout=10).json() == {"data": saved}
         bad = requests.put(settings, json={"temperature": "hot"}, headers=ok, timeout=10)
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_settings"
-
-
-@pytest.fixture
-def chat_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "data"
-    monkeypatch.setenv("LLMPACK_DATA_DIR", str(folder))
-    return folder

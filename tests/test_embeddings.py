@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import base64
 import threading
-from pathlib import Path
 
 import numpy as np
 import openai
@@ -99,11 +98,10 @@ def test_tokenize_and_detokenize(chat_server: LiveServer):
 
 
 @pytest.mark.demo
-def test_demo_model_embeddings_rank_similar_texts(demo_model: Path):
-    with live_server(demo_model, "--ctx", "1024") as srv:
-        a, b, c = embed(srv, ["I love my cat.", "I adore my kitten.", "Quarterly tax filing deadlines."])
-        assert a @ b > a @ c
-        assert srv.state.model.embedder.pooling == "mean"
+def test_demo_model_embeddings_rank_similar_texts(demo_server: LiveServer):
+    a, b, c = embed(demo_server, ["I love my cat.", "I adore my kitten.", "Quarterly tax filing deadlines."])
+    assert a @ b > a @ c
+    assert demo_server.state.model.embedder.pooling == "mean"
 
 
 def test_a_model_that_declares_its_pooling_gets_it(tiny_model_factory):

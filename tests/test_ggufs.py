@@ -39,8 +39,15 @@ def test_chat_control_tokens_are_single_tokens(llm):
     assert tokens[0] == IM_START_ID and tokens[-1] == IM_END_ID and len(tokens) >= 3
 
 
-def test_the_chat_template_is_embedded_only_when_asked(llm):
-    assert llm.metadata.get("tokenizer.chat_template") in (None, CHATML_TEMPLATE)
+@pytest.mark.parametrize("template", [None, CHATML_TEMPLATE])
+def test_the_chat_template_is_embedded_only_when_asked(tiny_model_factory, template):
+    """What llama.cpp reads back is exactly what was asked for: the template, or no key at all."""
+    model = llama_cpp.Llama(model_path=str(tiny_model_factory(chat_template=template)), vocab_only=True,
+                            verbose=False)
+    try:
+        assert model.metadata.get("tokenizer.chat_template") == template
+    finally:
+        model.close()
 
 
 def test_different_seeds_make_different_models(tiny_model_factory):

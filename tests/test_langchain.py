@@ -3,7 +3,6 @@ on the demo model - `with_structured_output(PydanticModel)` and `bind_tools(...)
 sending the tool's result back."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
@@ -11,7 +10,7 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field
 
-from server_fixtures import LiveServer, live_server
+from server_fixtures import LiveServer
 
 pytestmark = pytest.mark.demo
 
@@ -37,43 +36,37 @@ def get_weather(city: str) -> str:
     return "sunny"
 
 
-@pytest.fixture(scope="module")
-def demo(demo_model: Path):
-    with live_server(demo_model, "--ctx", "2048") as srv:
-        yield srv
-
-
 def llm(srv: LiveServer, **kw) -> ChatOpenAI:
     return ChatOpenAI(base_url=srv.url + "/v1", api_key="not-needed", model=srv.model_id, max_retries=0,
                       timeout=900, **{"max_tokens": 80, "temperature": 0, **kw})
 
 
 @pytest.mark.parametrize("method", ["json_schema", "json_mode", "function_calling"])
-def test_with_structured_output(demo: LiveServer, method):
+def test_with_structured_output(demo_server: LiveServer, method):
     prompt = "Give me a quick pancake recipe." + (" Reply in JSON." if method == "json_mode" else "")
-    out = llm(demo).with_structured_output(Pancakes, method=method).invoke(prompt) if method != "json_mode" \
-        else llm(demo).with_structured_output(Pancakes.model_json_schema(), method=method).invoke(prompt)
+    out = llm(demo_server).with_structured_output(Pancakes, method=method).invoke(prompt) if method != "json_mode" \
+        else llm(demo_server).with_structured_output(Pancakes.model_json_schema(), method=method).invoke(prompt)
     if method == "json_mode":   # JSON mode promises JSON, not this schema: LangChain returns a dict
         assert isinstance(out, dict)
     else:
         assert isinstance(out, Pancakes) and len(out.title) <= 40 and len(out.ingredients) <= 4
 
 
-def test_bind_tools_and_send_the_result_back(demo: LiveServer):
+def test_bind_tools_and_send_the_result_back(demo_server: LiveServer):
     # one call: a base model forced to call would otherwise go on calling as long as it may
-    chat = llm(demo).bind_tools([add, get_weather], tool_choice="add", parallel_tool_calls=False)
+    chat = llm(demo_server).bind_tools([add, get_weather], tool_choice="add", parallel_tool_calls=False)
     question = HumanMessage("What is 2 + 3?")
     msg = chat.invoke([question])
     (call,) = msg.tool_calls
     assert call["name"] == "add" and set(call["args"]) == {"a", "b"}
     assert all(isinstance(v, int) for v in call["args"].values())
     result = ToolMessage(content=str(add.invoke(call["args"])), tool_call_id=call["id"])
-    final = llm(demo, max_tokens=10).bind_tools([add, get_weather]).invoke([question, msg, result])
+    final = llm(demo_server, max_tokens=10).bind_tools([add, get_weather]).invoke([question, msg, result])
     assert isinstance(final.content, str)
 
 
-def test_bind_tools_any_streams(demo: LiveServer):
-    chunks = list(llm(demo).bind_tools([get_weather], tool_choice="any").stream("Weather in Rome?"))
+def test_bind_tools_any_streams(demo_server: LiveServer):
+    chunks = list(llm(demo_server).bind_tools([get_weather], tool_choice="any").stream("Weather in Rome?"))
     merged = chunks[0]
     for c in chunks[1:]:
         merged += c

@@ -28,7 +28,7 @@ RUNTIME = {MODEL, HARDWARE, STRUCTURED, ENGINE, CHAT, LLM, SERVER}
 ALLOWED: dict[str, set[str]] = {
     "llmpack": {LLM, ENGINE},                     # the package exports LLM / SamplingParams, lazily
     "llmpack.errors": set(),
-    "llmpack.paths": {"llmpack.errors", "llmpack.demo_models"},
+    "llmpack.paths": {"llmpack.errors"},
     "llmpack.progress": set(),
     "llmpack.signals": set(),
     "llmpack.demo_models": BASE,
@@ -159,11 +159,11 @@ def test_no_import_cycles():
 
 
 def _says_lazy(lines: list[str], line: int) -> bool:
-    """A `# lazy` comment on the import's line, or on the comment/import lines right above it."""
+    """A `# lazy` comment on the import's line, or on the comment, import or blank lines right above it."""
     i = line - 1
     if "# lazy" in lines[i]:
         return True
-    while i > 0 and (lines[i - 1].lstrip().startswith(("#", "import ", "from "))):
+    while i > 0 and (not lines[i - 1].strip() or lines[i - 1].lstrip().startswith(("#", "import ", "from "))):
         i -= 1
         if "# lazy" in lines[i]:
             return True

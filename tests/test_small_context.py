@@ -18,7 +18,7 @@ eng = LLMEngine(EngineConfig(model_path=sys.argv[1], n_ctx=128, max_num_seqs=4, 
 prompt = eng.tokenize("é" * 100)
 streams = [eng.add_request(prompt, SamplingParams(max_tokens=2, temperature=0)) for _ in range(2)]
 outs = [list(s)[-1] for s in streams]
-print(json.dumps({"n_ctx": eng.n_ctx, "prompt": len(prompt), "n_batch": eng.runner.cfg.n_batch,
+print(json.dumps({"n_ctx": eng.n_ctx, "prompt": len(prompt), "n_batch": eng.runner.n_batch,
                   "finished": [o.finished for o in outs]}))
 eng.shutdown()
 """

@@ -13,7 +13,7 @@ import pytest
 
 from llmpack.builder import extract, hashing
 from llmpack.builder.packfile import PackError
-from llmpack.cli import build_parser
+from llmpack.cli import build_parser, serve_config
 from llmpack.runtime.server import launch
 
 
@@ -28,9 +28,9 @@ def test_a_server_that_fails_after_binding_closes_its_socket(tiny_model: Path, m
         raise KeyboardInterrupt
 
     monkeypatch.setattr(launch, "create_app", interrupted)
-    args = build_parser().parse_args(["run", str(tiny_model), "--no-browser", "--port", str(port)])
+    config = serve_config(build_parser().parse_args(["run", str(tiny_model), "--no-browser", "--port", str(port)]))
     with pytest.raises(KeyboardInterrupt) as caught:
-        launch.Server(args, lambda progress: tiny_model, quiet=True)
+        launch.Server(config, lambda progress: tiny_model, quiet=True)
     assert caught.value is not None   # the traceback (and the half-made Server in it) is still alive here
     with socket.socket() as again:   # no SO_REUSEADDR: fails while any socket still holds the port
         again.bind(("127.0.0.1", port))

@@ -4,13 +4,12 @@ output has, the grammar put there)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import openai
 import pytest
 
-from server_fixtures import LiveServer, live_server
+from server_fixtures import LiveServer
 from test_server import metric_samples
 
 pytestmark = pytest.mark.demo
@@ -33,12 +32,6 @@ ADD = {"type": "function", "function": {
 ASK = [{"role": "user", "content": "Give me a pancake recipe as JSON."}]
 
 
-@pytest.fixture(scope="module")
-def demo(demo_model: Path):
-    with live_server(demo_model, "--ctx", "2048") as srv:
-        yield srv
-
-
 def client(srv: LiveServer) -> openai.OpenAI:
     return srv.openai().with_options(timeout=900)   # 2 busy cores: slow, not stuck
 
@@ -50,26 +43,26 @@ def chat(srv: LiveServer, **kw):
 
 
 # ---- JSON mode and JSON schema ---------------------------------------------------------------------
-def test_json_object_mode(demo: LiveServer):
-    r = chat(demo, response_format={"type": "json_object"}, temperature=0.7, seed=3, n=2)
+def test_json_object_mode(demo_server: LiveServer):
+    r = chat(demo_server, response_format={"type": "json_object"}, temperature=0.7, seed=3, n=2)
     for c in r.choices:
         assert isinstance(json.loads(c.message.content), dict), c.message.content
 
 
 @pytest.mark.parametrize("max_tokens", [40, 100])
-def test_json_schema_validates_greedy_and_sampled(demo: LiveServer, max_tokens):
+def test_json_schema_validates_greedy_and_sampled(demo_server: LiveServer, max_tokens):
     fmt = {"type": "json_schema", "json_schema": {"name": "recipe", "schema": RECIPE, "strict": True}}
     for temperature in (0.0, 1.0):
-        r = chat(demo, response_format=fmt, temperature=temperature, seed=11, max_tokens=max_tokens)
+        r = chat(demo_server, response_format=fmt, temperature=temperature, seed=11, max_tokens=max_tokens)
         (c,) = r.choices
         jsonschema.validate(json.loads(c.message.content), RECIPE)
         assert c.finish_reason in ("stop", "length")
 
 
-def test_json_schema_streamed_with_n(demo: LiveServer):
+def test_json_schema_streamed_with_n(demo_server: LiveServer):
     fmt = {"type": "json_schema", "json_schema": {"name": "recipe", "schema": RECIPE}}
     texts: dict[int, str] = {}
-    for chunk in chat(demo, response_format=fmt, stream=True, n=3, temperature=0.9, seed=5,
+    for chunk in chat(demo_server, response_format=fmt, stream=True, n=3, temperature=0.9, seed=5,
                       stream_options={"include_usage": True}):
         for c in chunk.choices:
             texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
@@ -78,17 +71,17 @@ def test_json_schema_streamed_with_n(demo: LiveServer):
         jsonschema.validate(json.loads(text), RECIPE)
 
 
-def test_completions_take_schema_and_llama_server_fields(demo: LiveServer):
-    c = client(demo)
-    r = c.completions.create(model=demo.model_id, prompt="A recipe in JSON:", max_tokens=60, temperature=0,
+def test_completions_take_schema_and_llama_server_fields(demo_server: LiveServer):
+    c = client(demo_server)
+    r = c.completions.create(model=demo_server.model_id, prompt="A recipe in JSON:", max_tokens=60, temperature=0,
                                   extra_body={"response_format": {"type": "json_schema",
                                                                   "json_schema": {"schema": RECIPE}}})
     jsonschema.validate(json.loads(r.choices[0].text), RECIPE)
-    r = c.completions.create(model=demo.model_id, prompt="Answer:", max_tokens=40,
+    r = c.completions.create(model=demo_server.model_id, prompt="Answer:", max_tokens=40,
                                   extra_body={"json_schema": {"type": "array", "items": {"type": "integer"},
                                                               "minItems": 2, "maxItems": 4}})
     assert 2 <= len(json.loads(r.choices[0].text)) <= 4
-    r = c.chat.completions.create(model=demo.model_id, messages=ASK, max_tokens=20,
+    r = c.chat.completions.create(model=demo_server.model_id, messages=ASK, max_tokens=20,
                                        extra_body={"grammar": 'root ::= ("yes" | "no") "."'})
     assert r.choices[0].message.content in ("yes.", "no.")
 
@@ -107,19 +100,19 @@ def test_completions_take_schema_and_llama_server_fields(demo: LiveServer):
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "tools"),
     ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools", "name"),
 ])
-def test_bad_schemas_and_grammars_are_400(demo: LiveServer, extra, param, words):
+def test_bad_schemas_and_grammars_are_400(demo_server: LiveServer, extra, param, words):
     with pytest.raises(openai.BadRequestError) as info:
-        chat(demo, max_tokens=5, extra_body=extra)
+        chat(demo_server, max_tokens=5, extra_body=extra)
     err = info.value.body
     assert err["param"] == param and words in err["message"], err
 
 
 # ---- tools ------------------------------------------------------------------------------------------
-def test_required_tool_call_on_a_template_without_tools(demo: LiveServer):
+def test_required_tool_call_on_a_template_without_tools(demo_server: LiveServer):
     """Gemma's template (the recipe's) knows no tools: the tool list goes into the prompt and
     the grammar forces a well-formed call whose arguments match the schema."""
     for temperature in (0.0, 1.0):
-        r = chat(demo, messages=[{"role": "user", "content": "What's the weather in Paris?"}],
+        r = chat(demo_server, messages=[{"role": "user", "content": "What's the weather in Paris?"}],
                  tools=[WEATHER, ADD], tool_choice="required", temperature=temperature, seed=2, max_tokens=80)
         (c,) = r.choices
         assert c.finish_reason == "tool_calls" and c.message.tool_calls, c.message
@@ -129,17 +122,17 @@ def test_required_tool_call_on_a_template_without_tools(demo: LiveServer):
             jsonschema.validate(json.loads(call.function.arguments), schema)
 
 
-def test_named_tool_choice_and_no_parallel_calls(demo: LiveServer):
-    r = chat(demo, messages=[{"role": "user", "content": "2+3?"}], tools=[WEATHER, ADD], parallel_tool_calls=False,
+def test_named_tool_choice_and_no_parallel_calls(demo_server: LiveServer):
+    r = chat(demo_server, messages=[{"role": "user", "content": "2+3?"}], tools=[WEATHER, ADD], parallel_tool_calls=False,
              tool_choice={"type": "function", "function": {"name": "add"}}, temperature=0.0, max_tokens=60)
     (call,) = r.choices[0].message.tool_calls
     assert call.function.name == "add"
     assert set(json.loads(call.function.arguments)) == {"a", "b"}
 
 
-def test_streamed_tool_calls(demo: LiveServer):
+def test_streamed_tool_calls(demo_server: LiveServer):
     calls, reasons = {}, []
-    for chunk in chat(demo, messages=[{"role": "user", "content": "Weather in Oslo?"}], tools=[WEATHER],
+    for chunk in chat(demo_server, messages=[{"role": "user", "content": "Weather in Oslo?"}], tools=[WEATHER],
                       tool_choice="required", stream=True, max_tokens=80, temperature=0):
         for c in chunk.choices:
             assert not c.delta.content
@@ -155,7 +148,7 @@ def test_streamed_tool_calls(demo: LiveServer):
         jsonschema.validate(json.loads(entry["arguments"]), WEATHER["function"]["parameters"])
 
 
-def test_tool_results_in_the_history(demo: LiveServer):
+def test_tool_results_in_the_history(demo_server: LiveServer):
     history = [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "Weather in Paris?"},
@@ -165,18 +158,18 @@ def test_tool_results_in_the_history(demo: LiveServer):
         {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'},
         {"role": "user", "content": "And in words?"},
     ]
-    r = chat(demo, messages=history, tools=[WEATHER], tool_choice="none", max_tokens=10, temperature=0)
+    r = chat(demo_server, messages=history, tools=[WEATHER], tool_choice="none", max_tokens=10, temperature=0)
     assert r.choices[0].finish_reason in ("stop", "length") and r.choices[0].message.tool_calls is None
     prompt = r.usage.prompt_tokens
-    r = chat(demo, messages=history, tools=[WEATHER], max_tokens=10, temperature=0)   # auto: the tools join the prompt
+    r = chat(demo_server, messages=history, tools=[WEATHER], max_tokens=10, temperature=0)   # auto: the tools join the prompt
     assert r.usage.prompt_tokens > prompt
 
 
-def test_constrained_requests_are_counted(demo: LiveServer):
-    before = metric_samples(demo.url)
-    chat(demo, response_format={"type": "json_object"}, max_tokens=30)
-    chat(demo, tools=[ADD], tool_choice="required", max_tokens=60)
-    after = metric_samples(demo.url)
+def test_constrained_requests_are_counted(demo_server: LiveServer):
+    before = metric_samples(demo_server.url)
+    chat(demo_server, response_format={"type": "json_object"}, max_tokens=30)
+    chat(demo_server, tools=[ADD], tool_choice="required", max_tokens=60)
+    after = metric_samples(demo_server.url)
     key = 'llmpack:constrained_requests_total{"kind": "%s"}'
     assert after[key % "json_object"] - before.get(key % "json_object", 0) == 1
     assert after[key % "tools"] - before.get(key % "tools", 0) == 1

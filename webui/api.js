@@ -53,13 +53,15 @@ export async function readBody(resp) {
   }
 }
 
-export async function api(method, path, body) {
+const KEEPALIVE_MAX = 60000;   // browsers send at most 64 KiB of keepalive bodies
+
+/** opts.keepalive: the request outlives the page (a save while it unloads), where its body allows. */
+export async function api(method, path, body, opts) {
   const headers = chatHeaders();
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const resp = await fetch(path, {
-    method, headers, cache: "no-store", credentials: "omit",
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
+  const text = body === undefined ? undefined : JSON.stringify(body);
+  const keepalive = !!(opts && opts.keepalive) && (text || "").length < KEEPALIVE_MAX;
+  const resp = await fetch(path, { method, headers, cache: "no-store", credentials: "omit", body: text, keepalive });
   const data = await readBody(resp);
   if (!resp.ok) {
     const msg = data && data.error && data.error.message ? data.error.message : `HTTP ${resp.status}`;

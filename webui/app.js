@@ -11,22 +11,20 @@
 // Safety: model output goes through markdown.js (DOM nodes from an allowlist); every other piece
 // of untrusted text goes through textContent. Nothing assigns innerHTML.
 import { confirmFit, hasFiles, isReading, readyFiles, takeFiles, wireAttachments } from "./attach.js";
-import { closeSidebar, ensureChat, exportChat, importChatFile, loadChatList, newChat, onChatListClick,
-  renderChatList, saveChat, syncSidebarToggle } from "./chats.js";
+import { renderChatList, onChatListKeydown } from "./chatlist.js";
+import { closeSidebar, deleteChat, ensureChat, exportChat, importChatFile, loadChatList, newChat, onChatListClick,
+  reopenLast, syncSidebarToggle } from "./chats.js";
+import { showModelInfo, wireBaseNotice } from "./header.js";
 import { markdownReady } from "./markdown.js";
 import { clearNotices, onCopyClick, renderCurrent, showUserMessage } from "./render.js";
 import { closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncSettings, wireSettings } from "./settings.js";
 import { NARROW, state, ui } from "./state.js";
+import { saveChat } from "./save.js";
 import { generate, setComposerHook, stopGeneration } from "./stream.js";
-import { fmtInt, loadJSON, saveJSON, titleFrom } from "./util.js";
+import { loadJSON, saveJSON, titleFrom } from "./util.js";
 
 const HEALTH_POLL_MS = 300;
 const SIDEBAR_KEY = "llmpack.sidebar.v1";
-const PHASES = {
-  checking: "Checking the model (only needed the first time)…",
-  extracting: "Unpacking the model (only needed the first time)…",
-  loading: "Loading the model into memory…",
-};
 let healthFailures = 0;
 
 // ------------------------------------------------------------------ views
@@ -40,7 +38,9 @@ function showView(name) {
 function showLoading(info) {
   showView("loading");
   const phase = info && info.phase;
-  ui.phase.textContent = PHASES[phase] || (info && info.phaseText) || "Starting…";
+  // the server's words for the phase (runtime/server/state.py MESSAGES), said once
+  const said = info && typeof info.message === "string" && info.message;
+  ui.phase.textContent = (info && info.phaseText) || (said ? said.replace(/[.…]*$/, "…") : "Starting…");
   ui.loading.setAttribute("data-phase", phase || "starting");
   const p = info && typeof info.progress === "number" && isFinite(info.progress) ? Math.max(0, Math.min(1, info.progress)) : null;
   if (p === null) {
@@ -50,7 +50,6 @@ function showLoading(info) {
     ui.progress.value = p;
     ui.progressPercent.textContent = Math.round(p * 100) + "%";
   }
-  ui.loadingMessage.textContent = (info && typeof info.message === "string" && info.message) || "";
 }
 
 function showError(message) {
@@ -73,7 +72,7 @@ async function pollHealth() {
   } catch (e) {
     clearTimeout(guard);
     healthFailures += 1;
-    showLoading({ phaseText: healthFailures > 10 ? "Waiting for the llmpack app to answer… is it still running?" : "Starting…" });
+    showLoading({ phaseText: healthFailures > 10 ? "Waiting for the app to answer… Is it still running?" : "Starting…" });
     setTimeout(pollHealth, healthFailures > 10 ? 1000 : HEALTH_POLL_MS);
     return;
   }
@@ -82,7 +81,7 @@ async function pollHealth() {
   if (status === 200 && (b.status === "ok" || b.status === undefined)) {
     onReady(b);
   } else if (b.status === "error" || (status >= 400 && ![502, 503, 504].includes(status) && b.status !== "loading")) {
-    showError(typeof b.message === "string" && b.message ? b.message : "The server answered HTTP " + status + ".");
+    showError(typeof b.message === "string" && b.message ? b.message : "The app could not get the model ready (HTTP " + status + ").");
   } else {
     showLoading(b);
     setTimeout(pollHealth, HEALTH_POLL_MS);
@@ -91,17 +90,6 @@ async function pollHealth() {
 
 const num = (v) => (typeof v === "number" && isFinite(v) ? v : undefined);
 
-/** "GPU: <name> · 18/18 layers" or "CPU (haswell)", from /health's backend (absent: nothing). */
-function backendText(b) {
-  if (!b || typeof b !== "object") return "";
-  if (num(b.gpu_layers) > 0) {
-    const dev = (Array.isArray(b.devices) ? b.devices : []).find((d) => d && d.id === b.gpu_device);
-    const name = (dev && typeof dev.name === "string" && dev.name) || b.gpu_device || "GPU";
-    return "GPU: " + name + " · " + b.gpu_layers + "/" + (num(b.n_layers) ?? "?") + " layers";
-  }
-  return typeof b.cpu_variant === "string" && b.cpu_variant ? "CPU (" + b.cpu_variant + ")" : "CPU";
-}
-
 async function onReady(h) {
   state.ready = true;
   state.model = typeof h.model === "string" ? h.model : "";
@@ -109,20 +97,11 @@ async function onReady(h) {
   state.nCtx = num(h.n_ctx) || 0;
   state.baseModel = h.base_model === true;
   state.newMode = state.baseModel ? "complete" : "chat";
-  const s = h.sampling && typeof h.sampling === "object" ? h.sampling : {};
+  const d = h.defaults && typeof h.defaults === "object" ? h.defaults : {};   // the server's, never a copy
   state.defaults = { system_prompt: typeof h.system_prompt === "string" ? h.system_prompt : "" };
-  for (const k of SAMPLING_KEYS) state.defaults[k] = num(s[k]);
-
-  ui.modelName.textContent = state.displayName;
-  ui.modelName.title = state.model && state.model !== state.displayName ? state.model : "";
-  ui.ctxSize.textContent = state.nCtx ? "ctx " + state.nCtx : "";
-  ui.ctxSize.title = state.nCtx ? "Context window: " + fmtInt(state.nCtx) + " tokens (how much of the chat the model can see at once)" : "";
-  ui.ctxSize.hidden = !state.nCtx;
-  ui.backend.textContent = backendText(h.backend);
-  ui.backend.title = (h.backend && typeof h.backend.note === "string" && h.backend.note) || "";
-  ui.backend.hidden = !ui.backend.textContent;
-  ui.baseNotice.hidden = !state.baseModel;
-  ui.app.classList.toggle("base-model", state.baseModel);
+  for (const k of SAMPLING_KEYS) state.defaults[k] = d[k] === null ? null : num(d[k]);
+  state.defaults.completion_max_tokens = num(d.completion_max_tokens);
+  showModelInfo(h);
   document.title = state.displayName;
   ui.emptyTitle.textContent = "Chat with " + state.displayName;
 
@@ -133,6 +112,7 @@ async function onReady(h) {
   renderCurrent();
   updateComposer();
   await loadChatList();
+  await reopenLast();
   await syncSettings();
   if (!NARROW.matches) ui.prompt.focus();
 }
@@ -256,6 +236,13 @@ function init() {
     if (btn.classList.contains("regenerate-message")) regenerate();
   });
   ui.chatList.addEventListener("click", onChatListClick);
+  ui.chatList.addEventListener("keydown", (ev) => onChatListKeydown(ev, deleteChat));
+  ui.skipLink.addEventListener("click", (ev) => {
+    ev.preventDefault();
+    closeSidebar();
+    ui.prompt.focus();
+  });
+  wireBaseNotice();
   ui.sidebarToggle.addEventListener("click", toggleSidebar);
   ui.sidebarClose.addEventListener("click", () => (NARROW.matches ? closeSidebar() : toggleSidebar()));
   ui.sidebarBackdrop.addEventListener("click", closeSidebar);
@@ -282,7 +269,7 @@ function init() {
   });
   syncSidebarToggle();
   window.addEventListener("pagehide", () => {
-    if (state.gen) saveChat(state.gen.chat);
+    if (state.gen) saveChat(state.gen.chat, { leaving: true });   // marked interrupted (save.js)
   });
   window.addEventListener("resize", autosize);
 

@@ -2,12 +2,36 @@
 // they survive a restart on another port. The API needs this launch's secret, which the page got
 // from the address the app opened (/?token=..., api.js); without it chats live only in this tab.
 import { api, ApiError, chatHeaders } from "./api.js";
+import { renderChatList } from "./chatlist.js";
+import { importError, plainError } from "./errors.js";
 import { NARROW, state, ui } from "./state.js";
 import { renderCurrent } from "./render.js";
+import { saveChat } from "./save.js";
 import { stopGeneration } from "./stream.js";
-import { download, el, newId, relTime, toast } from "./util.js";
+import { download, loadJSON, newId, saveJSON, toast } from "./util.js";
 
-const SAVE_EVERY_MS = 3000;
+const OPEN_KEY = "llmpack.open-chat.v1";   // {model id: the id of the chat last open}
+
+/** Remember which chat is open (null: a new one), per model, so a reload reopens it. */
+function rememberOpen(chat) {
+  const open = loadJSON(OPEN_KEY, {});
+  const all = open && typeof open === "object" ? open : {};
+  all[state.model] = chat ? chat.id : null;
+  saveJSON(OPEN_KEY, all);
+}
+
+/** After a reload or a restart: reopen the chat that was open, unless a new one was begun meanwhile. */
+export async function reopenLast() {
+  const open = loadJSON(OPEN_KEY, {});
+  const id = open && typeof open === "object" ? open[state.model] : null;
+  if (!id || (state.current && state.current.messages.length)) return;
+  if (state.chats.some((c) => c.id === id)) await openChat(id, { quiet: true });
+}
+
+function toastError(prefix, err) {
+  const plain = plainError(err);
+  toast(prefix + " " + plain.text, undefined, undefined, undefined, plain.detail);
+}
 
 /** Fetch this model's chat list; on 401 the page works with unsaved chats and says why. */
 export async function loadChatList() {
@@ -22,73 +46,11 @@ export async function loadChatList() {
     state.locked = true;
     ui.chatLocked.textContent = err.status === 401
       ? "Chats are not saved in this window: open the link the app printed when it started (it ends in ?token=…)."
-      : "Chats cannot be saved right now: " + err.message;
+      : "Chats cannot be saved right now. " + plainError(err).text;
   }
   ui.chatLocked.hidden = !state.locked;
   ui.importChat.disabled = state.locked;
   renderChatList();
-}
-
-// One save at a time per chat, the newest content wins.
-const saving = new Map();
-
-export function saveChat(chat) {
-  if (state.locked || !chat.messages || chat.messages.length === 0) return Promise.resolve();
-  const body = {
-    title: chat.title, mode: chat.mode, created: chat.created, updated: chat.updated,
-    messages: chat.messages.map((m) => {
-      const out = { role: m.role, content: m.content };
-      if (m.stats) out.stats = m.stats;
-      if (m.attachments && m.attachments.length) out.attachments = m.attachments;
-      return out;
-    }),
-  };
-  const previous = saving.get(chat.id) || Promise.resolve();
-  const next = previous.then(() => api("PUT", "/api/chats/" + chat.id, body)).catch((err) => {
-    toast("This chat could not be saved: " + err.message);
-  });
-  saving.set(chat.id, next);
-  return next;
-}
-
-/** Save a chat while its reply streams in, at most every few seconds. */
-export function saveNowAndThen(gen) {
-  if (Date.now() - gen.lastSave > SAVE_EVERY_MS) {
-    gen.lastSave = Date.now();
-    saveChat(gen.chat);
-  }
-}
-
-export function renderChatList() {
-  const list = ui.chatList;
-  list.replaceChildren();
-  const chats = state.chats.filter((c) => (c.messages ? c.messages.length : c.n_messages) > 0);
-  chats.sort((a, b) => b.updated - a.updated);
-  ui.chatListEmpty.hidden = chats.length > 0 || state.locked;
-  for (const c of chats) {
-    const li = el("li", "chat-item");
-    li.setAttribute("data-chat-id", c.id);
-    li.setAttribute("data-testid", "chat-item");
-    const active = state.current && state.current.id === c.id;
-    if (active) li.classList.add("active");
-
-    const open = el("button", "chat-open");
-    open.type = "button";
-    if (active) open.setAttribute("aria-current", "true");
-    open.appendChild(el("span", "chat-title", c.title || "Chat"));
-    const meta = el("span", "chat-when", relTime(c.updated));
-    if (c.mode === "complete") meta.textContent += " · text completion";
-    open.appendChild(meta);
-    open.title = c.title || "";
-
-    const del = el("button", "chat-delete", "×");
-    del.type = "button";
-    del.setAttribute("data-testid", "chat-delete");
-    del.setAttribute("aria-label", "Delete chat: " + (c.title || "Chat"));
-    del.title = "Delete chat";
-    li.append(open, del);
-    list.appendChild(li);
-  }
 }
 
 export function onChatListClick(ev) {
@@ -99,7 +61,8 @@ export function onChatListClick(ev) {
   else if (ev.target.closest(".chat-open")) openChat(id);
 }
 
-export async function openChat(id) {
+/** opts.quiet: reopened by the page itself (keep the sidebar and focus as they are). */
+export async function openChat(id, opts) {
   const chat = state.chats.find((c) => c.id === id);
   if (!chat) return;
   if (state.gen && state.gen.chat !== chat) stopGeneration();
@@ -109,19 +72,22 @@ export async function openChat(id) {
       chat.messages = full.messages;
       chat.mode = full.mode;
     } catch (err) {
-      toast("This chat could not be opened: " + err.message);
+      toastError("This chat could not be opened.", err);
       return;
     }
   }
+  if (opts && opts.quiet && state.current && state.current.messages.length) return;   // begun meanwhile
   dropEmptyDraft();
   state.current = chat;
+  rememberOpen(chat);
   renderCurrent();
   renderChatList();
+  if (opts && opts.quiet) return;
   closeSidebar();
   if (!NARROW.matches) ui.prompt.focus();
 }
 
-async function deleteChat(id) {
+export async function deleteChat(id) {
   const chat = state.chats.find((c) => c.id === id);
   if (!chat) return;
   if (!chat.messages) {   // keep its text, so Undo can put it back
@@ -137,7 +103,8 @@ async function deleteChat(id) {
   state.chats.splice(idx, 1);
   const wasCurrent = state.current === chat;
   if (wasCurrent) state.current = null;
-  if (!state.locked) api("DELETE", "/api/chats/" + id).catch((err) => toast("Could not delete: " + err.message));
+  if (wasCurrent) rememberOpen(null);
+  if (!state.locked) api("DELETE", "/api/chats/" + id).catch((err) => toastError("This chat could not be deleted.", err));
   renderChatList();
   if (wasCurrent) renderCurrent();
   toast("Chat deleted.", "Undo", async () => {
@@ -163,6 +130,7 @@ export function newChat(mode) {
   dropEmptyDraft();
   if (mode) state.newMode = mode;
   state.current = null;
+  rememberOpen(null);
   renderCurrent();
   renderChatList();
   closeSidebar();
@@ -175,6 +143,7 @@ export function ensureChat() {
   if (!state.current) {
     const now = Date.now();
     state.current = { id: newId(), title: "New chat", mode: state.newMode, created: now, updated: now, messages: [] };
+    rememberOpen(state.current);
   }
   if (!state.chats.includes(state.current)) state.chats.push(state.current);
   return state.current;
@@ -193,7 +162,7 @@ export async function exportChat(format) {
     download(fileName(resp.headers.get("Content-Disposition") || "", format), await resp.text(),
       format === "json" ? "application/json" : "text/markdown");
   } catch (err) {
-    toast("Export failed: " + err.message);
+    toastError("The export did not work.", err);
   }
 }
 
@@ -212,20 +181,14 @@ function fileName(header, format) {
 }
 
 export async function importChatFile(file) {
-  let data;
   try {
-    data = JSON.parse(await file.text());
-  } catch (e) {
-    toast("That file is not a chat exported from llmpack (not JSON).");
-    return;
-  }
-  try {
-    const chat = await api("POST", "/api/chats/import", data);
-    state.chats.push({ ...chat, messages: null, n_messages: 1 });
+    const chat = await api("POST", "/api/chats/import", JSON.parse(await file.text()));
+    if (!state.chats.some((c) => c.id === chat.id)) state.chats.push({ ...chat, messages: null, n_messages: 1 });
     await openChat(chat.id);
-    toast("Chat imported.");
+    toast(chat.duplicate ? "This chat is already in your list; here it is." : "Chat imported.");
   } catch (err) {
-    toast("Import failed: " + err.message);
+    const plain = importError(err);
+    toast(plain.text, undefined, undefined, 6000, plain.detail);
   }
 }
 

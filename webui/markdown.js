@@ -1,33 +1,38 @@
-// Model output as Markdown: markdown-it (raw HTML off) and highlight.js, both fetched from npm at
-// set-up into /static/vendor/ (see webui/vendor.py), plus a copy button on each code block.
+// Model output as Markdown: markdown-it (raw HTML off), highlight.js and DOMPurify, all fetched
+// from npm at set-up into /static/vendor/ (see webui/vendor.py), plus a copy button on each code block.
 //
 // Safety, in two layers. markdown-it with html:false escapes every tag in the text, links pass
-// only http(s) and mailto (validateLink), and images are off. Its HTML is then parsed in an
-// inert document (DOMParser runs no script and loads nothing) and copied into the page element
-// by element through an allowlist of tags and attributes, so even a renderer bug cannot put a
-// <script>, an on* handler or a javascript: URL on the page. Nothing assigns innerHTML.
+// only http(s) and mailto (validateLink), and images are off. Its HTML then goes through
+// DOMPurify with an allowlist of tags and attributes (sanitize below), which returns DOM nodes,
+// so even a renderer bug cannot put a <script>, an on* handler or a javascript: URL on the page.
+// Nothing assigns innerHTML.
 import { el } from "./util.js";
 
 const SAFE_URL = /^(https?:|mailto:)/i;
-const TAGS = new Set([
+const TAGS = [
   "p", "br", "hr", "em", "strong", "s", "del", "code", "pre", "blockquote", "a", "span",
   "ul", "ol", "li", "h1", "h2", "h3", "h4", "h5", "h6",
   "table", "thead", "tbody", "tr", "th", "td", "sup", "sub",
-]);
-const CODE_CLASS = /^(hljs[\w-]*|language-[\w+#.-]+|function_|class_)$/;
+];
+const KEEP_CLASS = /^(hljs[\w-]*|language-[\w+#.-]+|function_|class_|align-(left|center|right))$/;
 
 let md = null;
 let hljs = null;
+let purify = null;
 
 /** Resolves once the libraries are in (or failed to load: then text is shown plain). */
 export const markdownReady = Promise.all([
   import("./vendor/markdown-it.js"),
   import("./vendor/highlight.js"),
-]).then(([mdModule, hlModule]) => {
+  import("./vendor/purify.js"),
+]).then(([mdModule, hlModule, purifyModule]) => {
   hljs = hlModule.default;
   md = mdModule.default({ html: false, linkify: false, typographer: false, highlight });
   md.disable("image");   // a model's image link would make the browser fetch a URL
   md.validateLink = (url) => SAFE_URL.test(url.trim());
+  for (const cell of ["th_open", "td_open"]) md.renderer.rules[cell] = alignByClass;
+  purify = purifyModule.default;
+  purify.addHook("afterSanitizeAttributes", tidyAttributes);
 }).catch((err) => {
   console.error("llmpack: the Markdown libraries did not load (run ./dev setup); showing plain text.", err);
 });
@@ -44,16 +49,54 @@ function highlight(code, lang) {
   return "";   // markdown-it escapes the code itself
 }
 
+/** markdown-it aligns table cells with style="text-align:x"; the CSP allows no inline styles. */
+function alignByClass(tokens, idx, options, env, self) {
+  const token = tokens[idx];
+  const style = token.attrGet("style") || "";
+  const align = /text-align:\s*(left|center|right)/.exec(style);
+  token.attrs = (token.attrs || []).filter(([name]) => name !== "style");
+  if (align) token.attrSet("class", "align-" + align[1]);
+  return self.renderToken(tokens, idx, options);
+}
+
+/** After DOMPurify's own checks: only highlighting and alignment classes, and links open apart. */
+function tidyAttributes(node) {
+  if (node.hasAttribute("class")) {
+    const keep = node.getAttribute("class").split(/\s+/).filter((c) => KEEP_CLASS.test(c));
+    if (keep.length) node.setAttribute("class", keep.join(" "));
+    else node.removeAttribute("class");
+  }
+  if (node.tagName === "A" && node.hasAttribute("href")) {
+    if (SAFE_URL.test(node.getAttribute("href").trim())) {
+      node.setAttribute("target", "_blank");
+      node.setAttribute("rel", "noopener noreferrer nofollow");
+    } else {
+      node.removeAttribute("href");
+    }
+  }
+  if (node.tagName === "OL" && node.hasAttribute("start")) {
+    const start = parseInt(node.getAttribute("start"), 10);
+    if (start > 0 && start < 1e9) node.setAttribute("start", String(start));
+    else node.removeAttribute("start");
+  }
+}
+
+/** `html` as a DocumentFragment holding only the allowed tags and attributes (DOMPurify). */
+export function sanitize(html) {
+  return purify.sanitize(html, {
+    ALLOWED_TAGS: TAGS, ALLOWED_ATTR: ["href", "class", "start"],   // tidyAttributes adds target and rel
+    ALLOWED_URI_REGEXP: SAFE_URL, ALLOW_DATA_ATTR: false, RETURN_DOM_FRAGMENT: true,
+  });
+}
+
 /** `text` rendered as Markdown, as a DocumentFragment built from DOM nodes. */
 export function renderMarkdown(text) {
-  const frag = document.createDocumentFragment();
   if (!md) {
-    const p = el("p", "plain", text);
-    frag.appendChild(p);
+    const frag = document.createDocumentFragment();
+    frag.appendChild(el("p", "plain", text));
     return frag;
   }
-  const inert = new DOMParser().parseFromString(md.render(text), "text/html");
-  copyChildren(inert.body, frag);
+  const frag = sanitize(md.render(text));
   for (const pre of frag.querySelectorAll("pre")) wrapCode(pre);
   for (const table of frag.querySelectorAll("table")) {
     const wrap = el("div", "table-wrap");
@@ -61,45 +104,6 @@ export function renderMarkdown(text) {
     wrap.appendChild(table);
   }
   return frag;
-}
-
-function copyChildren(from, to) {
-  for (const node of from.childNodes) {
-    if (node.nodeType === Node.TEXT_NODE) {
-      to.appendChild(document.createTextNode(node.data));
-    } else if (node.nodeType === Node.ELEMENT_NODE) {
-      const tag = node.tagName.toLowerCase();
-      if (!TAGS.has(tag)) {
-        to.appendChild(document.createTextNode(node.textContent));
-        continue;
-      }
-      const copy = document.createElement(tag);
-      copyAttributes(node, copy, tag);
-      copyChildren(node, copy);
-      to.appendChild(copy);
-    }
-  }
-}
-
-function copyAttributes(src, dst, tag) {
-  if (tag === "a") {
-    const href = src.getAttribute("href") || "";
-    if (SAFE_URL.test(href.trim())) {
-      dst.setAttribute("href", href);
-      dst.setAttribute("target", "_blank");
-      dst.setAttribute("rel", "noopener noreferrer nofollow");
-    }
-  } else if (tag === "code" || tag === "span") {
-    const classes = (src.getAttribute("class") || "").split(/\s+/).filter((c) => CODE_CLASS.test(c));
-    if (classes.length) dst.className = classes.join(" ");
-  } else if (tag === "ol") {
-    const start = parseInt(src.getAttribute("start"), 10);
-    if (start > 0 && start < 1e9) dst.setAttribute("start", String(start));
-  } else if (tag === "th" || tag === "td") {
-    // markdown-it aligns cells with style="text-align:x"; the CSP allows no inline styles
-    const align = /text-align:\s*(left|center|right)/.exec(src.getAttribute("style") || "");
-    if (align) dst.className = "align-" + align[1];
-  }
 }
 
 function wrapCode(pre) {

@@ -1,9 +1,12 @@
 // The conversation on screen: chat messages (model replies as Markdown), or, in text-completion
 // mode, one document where the model's continuations follow the user's text.
 import { sentChips } from "./attach.js";
+import { foldAll, foldIfLong } from "./fold.js";
 import { renderMarkdown } from "./markdown.js";
+import { INTERRUPTED } from "./save.js";
 import { state, ui } from "./state.js";
-import { copyWithFeedback, el, fmtInt } from "./util.js";
+import { copyWithFeedback, el } from "./util.js";
+import { countOf, durationText, speedText } from "./words.js";
 
 export function isNearBottom() {
   const m = ui.messages;
@@ -18,8 +21,14 @@ export function clearNotices() {
   for (const n of ui.messages.querySelectorAll(".notice")) n.remove();
 }
 
-export function addNotice(text, kind) {
+/** A notice under the conversation; `detail` (technical text) goes in a "Details" fold. */
+export function addNotice(text, kind, detail) {
   const n = el("div", "notice " + (kind || "error"), text);
+  if (detail) {
+    const more = el("details", "notice-detail");
+    more.append(el("summary", "", "Details"), el("code", "", detail));
+    n.append(" ", more);
+  }
   n.setAttribute("role", "alert");
   n.setAttribute("data-testid", "notice");
   ui.messages.appendChild(n);
@@ -50,6 +59,7 @@ export function renderCurrent() {
       markIfStreaming(node, m);
     }
   }
+  foldAll(box);
   refreshLastActions();
   updateStatusbar();
   scrollToBottom();
@@ -82,8 +92,13 @@ export function placeReply(chat, msg) {
 
 export function showUserMessage(chat, msg) {
   ui.emptyState.hidden = true;
-  if (isComplete(chat)) renderCurrent();
-  else ui.messages.appendChild(buildMessage(msg));
+  if (isComplete(chat)) {
+    renderCurrent();
+    return;
+  }
+  const node = buildMessage(msg);
+  ui.messages.appendChild(node);
+  foldIfLong(node);
 }
 
 function buildDocument(chat) {
@@ -105,6 +120,7 @@ function buildDocument(chat) {
 function buildPart(m) {
   const node = el("span", "doc-part " + (m.role === "user" ? "doc-prompt" : "doc-completion"));
   node.setAttribute("data-testid", m.role === "user" ? "prompt-text" : "completion");
+  node.title = m.role === "user" ? "Your text" : "Written by the model";
   node._msg = m;
   fillMessage(node, m);
   return node;
@@ -152,7 +168,10 @@ export function fillMessage(node, m) {
   if (node.classList.contains("doc-part")) {
     node.replaceChildren(waiting ? typingDots() : document.createTextNode(m.content));
     const doc = node.closest(".document");
-    if (doc && m.role === "assistant") doc.querySelector(".stats").textContent = statsText(m.stats);
+    if (doc && m.role === "assistant") {
+      doc.querySelector(".stats").textContent = statsText(m.stats);
+      doc.classList.toggle("interrupted", wasInterrupted(m));
+    }
     return;
   }
   const content = node.querySelector(".content");
@@ -166,17 +185,22 @@ export function fillMessage(node, m) {
     if (m.attachments && m.attachments.length) content.before(sentChips(m));
   }
   node.querySelector(".stats").textContent = statsText(m.stats);
+  node.classList.toggle("interrupted", wasInterrupted(m));
 }
+
+const wasInterrupted = (m) => !!(m.stats && m.stats.finish === INTERRUPTED);
 
 function statsText(st) {
   if (!st) return "";
   const parts = [];
-  if (st.tokens) parts.push((st.estimated ? "~" : "") + fmtInt(st.tokens) + " tokens");
-  if (st.tps) parts.push(st.tps.toFixed(1) + " tok/s");
-  if (st.seconds) parts.push(st.seconds.toFixed(1) + " s");
+  if (st.tokens) parts.push(countOf(st.tokens, "token", "tokens", st.estimated));
+  const speed = speedText(st.tokens, st.tps);
+  if (speed) parts.push(speed);
+  if (st.seconds) parts.push(durationText(st.seconds));
   if (st.finish === "stopped") parts.push("stopped");
   else if (st.finish === "length") parts.push("cut off at the length limit");
   else if (st.finish === "error") parts.push("interrupted");
+  else if (st.finish === INTERRUPTED) parts.push("Interrupted: the page was reloaded or closed before this reply finished");
   return parts.join(" · ");
 }
 
@@ -199,7 +223,7 @@ export function updateModeUi() {
   ui.app.classList.toggle("completion-mode", complete);
   ui.modeChat.setAttribute("aria-pressed", complete ? "false" : "true");
   ui.modeComplete.setAttribute("aria-pressed", complete ? "true" : "false");
-  ui.prompt.placeholder = complete ? "Write the start of a text; the model continues it…" : "Message…";
+  ui.prompt.placeholder = complete ? "Start a text; the model continues…" : "Message…";   // one line on a phone
   ui.emptyHint.textContent = complete
     ? "Text completion: write the beginning of a text and the model carries on from there."
     : "Type a message below. Your conversation stays on this computer.";
@@ -209,13 +233,15 @@ export function updateStatusbar() {
   if (state.gen) return;
   const msgs = state.current && state.current.messages ? state.current.messages : [];
   const last = [...msgs].reverse().find((m) => m.role === "assistant" && m.stats);
-  ui.tps.textContent = last && last.stats.tps ? last.stats.tps.toFixed(1) + " tok/s" : "";
+  ui.tps.textContent = last ? speedText(last.stats.tokens, last.stats.tps) : "";
   const used = last && last.stats.ctx_used;
   if (used && state.nCtx) {
     const full = used / state.nCtx > 0.85;
-    ui.ctxUsed.textContent = fmtInt(used) + " / " + fmtInt(state.nCtx) + " tokens used" + (full ? " · nearly full, consider a New chat" : "");
+    const share = Math.min(100, Math.max(1, Math.round((used / state.nCtx) * 100)));
+    ui.ctxUsed.textContent = "This chat fills " + share + "% of what the model can remember" + (full ? " · start a New chat soon" : "");
     ui.ctxUsed.classList.toggle("warn", full);
-    ui.ctxUsed.title = full ? "This chat is nearly as long as the model can handle. Start a New chat for best results." : "How much of the model's context this chat uses.";
+    ui.ctxUsed.title = countOf(used, "token", "tokens") + " of the model's " + countOf(state.nCtx, "token", "tokens") +
+      " (its context window)." + (full ? " Past that, it forgets the start of the chat: a New chat works best." : "");
   } else {
     ui.ctxUsed.textContent = "";
     ui.ctxUsed.classList.remove("warn");

@@ -2,6 +2,7 @@
 // (/api/settings, so they survive a restart on another port) and in this browser; the API key
 // stays in this browser only.
 import { api } from "./api.js";
+import { plainError } from "./errors.js";
 import { NARROW, state, ui } from "./state.js";
 import { loadJSON, saveJSON, toast } from "./util.js";
 
@@ -9,11 +10,11 @@ const SETTINGS_KEY = "llmpack.settings.v1";
 const store = { models: {}, api_key: "" };
 
 const FIELDS = [
-  { key: "temperature", input: "temperature", kind: "float", ok: (v) => v >= 0 && v <= 100, msg: "Temperature must be between 0 and 100." },
+  { key: "temperature", input: "temperature", kind: "float", ok: (v) => v >= 0 && v <= 100, msg: "Creativity (temperature) must be between 0 and 100." },
   { key: "top_p", input: "topP", kind: "float", ok: (v) => v > 0 && v <= 1, msg: "Top P must be more than 0 and at most 1." },
   { key: "top_k", input: "topK", kind: "int", ok: (v) => v >= -1, msg: "Top K must be a whole number, 0 or more." },
   { key: "min_p", input: "minP", kind: "float", ok: (v) => v >= 0 && v <= 1, msg: "Min P must be between 0 and 1." },
-  { key: "max_tokens", input: "maxTokens", kind: "int", ok: (v) => v >= 1, msg: "Max tokens must be a whole number of at least 1 (or empty for no limit)." },
+  { key: "max_tokens", input: "maxTokens", kind: "int", ok: (v) => v >= 1, msg: "Longest reply must be a whole number of at least 1 (or empty for no limit)." },
 ];
 
 /** The sampling values a request may carry, in the order it sends them. */
@@ -54,7 +55,7 @@ function saveSettings() {
   clearTimeout(pushTimer);
   const model = state.model;
   pushTimer = setTimeout(() => {
-    api("PUT", "/api/settings", store.models[model] || {}).catch((err) => toast("Settings were not saved: " + err.message));
+    api("PUT", "/api/settings", store.models[model] || {}).catch((err) => toast("Settings were not saved. " + plainError(err).text));
   }, 300);
 }
 
@@ -72,7 +73,7 @@ export async function syncSettings() {
       saveSettings();
     }
   } catch (err) {
-    toast("Saved settings could not be read: " + err.message);
+    toast("Saved settings could not be read. " + plainError(err).text);
   }
 }
 
@@ -83,7 +84,7 @@ export function fillSettings() {
     const input = ui[f.input];
     input.value = e[f.key] === undefined || e[f.key] === null ? "" : String(e[f.key]);
     const d = state.defaults[f.key];
-    input.placeholder = d === undefined ? (f.key === "max_tokens" ? "no limit" : "server default") : String(d);
+    input.placeholder = d === undefined || d === null ? (f.key === "max_tokens" ? "No limit" : "Automatic") : String(d);
     input.removeAttribute("aria-invalid");
   }
   ui.apiKey.value = store.api_key || "";
@@ -114,7 +115,7 @@ function onSettingInput(ev) {
     const raw = input.value.trim();
     if (raw === "") {
       delete o[f.key];   // back to the model's default ("no limit" for max tokens)
-      if (f.key === "max_tokens" && state.defaults.max_tokens !== undefined) o[f.key] = null;
+      if (f.key === "max_tokens" && state.defaults.max_tokens != null) o[f.key] = null;   // "no limit" over a set default
       input.removeAttribute("aria-invalid");
       continue;
     }

@@ -3,14 +3,17 @@
 // completion mode sends the whole document to /v1/completions and appends what comes back.
 import { ApiError, readBody } from "./api.js";
 import { requestContent, restoreFiles } from "./attach.js";
-import { renderChatList, saveChat, saveNowAndThen } from "./chats.js";
+import { renderChatList } from "./chatlist.js";
+import { plainError } from "./errors.js";
+import { showPromptProgress } from "./progress.js";
 import { addNotice, fillMessage, isNearBottom, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
   updateStatusbar } from "./render.js";
+import { saveChat, saveNowAndThen } from "./save.js";
 import { apiKey, effective, openSettings, SAMPLING_KEYS } from "./settings.js";
 import { state, ui } from "./state.js";
-import { fmtInt, toast } from "./util.js";
+import { toast } from "./util.js";
+import { countOf, speedText } from "./words.js";
 
-const COMPLETION_MAX_TOKENS = 256;   // a base model rarely stops by itself
 const SEP = /\r\n\r\n|\n\n|\r\r/;
 let onComposerChange = () => {};
 
@@ -21,14 +24,14 @@ export function setComposerHook(fn) {
 
 function buildRequest(chat) {
   const e = effective();
-  const body = { model: state.model, stream: true, stream_options: { include_usage: true } };
+  const body = { model: state.model, stream: true, stream_options: { include_usage: true }, return_progress: true };
   for (const k of SAMPLING_KEYS) {
     if (typeof e[k] === "number" && isFinite(e[k])) body[k] = e[k];
   }
   const done = chat.messages.filter((m) => m.content || (m.attachments && m.attachments.length));
   if (chat.mode === "complete") {
     body.prompt = done.map((m) => m.content).join("");
-    if (body.max_tokens === undefined) body.max_tokens = COMPLETION_MAX_TOKENS;
+    if (body.max_tokens === undefined) body.max_tokens = state.defaults.completion_max_tokens;   // the server's
     return ["/v1/completions", body];
   }
   body.messages = [];
@@ -37,16 +40,10 @@ function buildRequest(chat) {
   return ["/v1/chat/completions", body];
 }
 
-function describeHttpError(status, body) {
+function httpError(status, body) {
   const msg = body && body.error && typeof body.error.message === "string" ? body.error.message
-    : body && typeof body.message === "string" ? body.message
-      : "The server answered HTTP " + status + ".";
-  if (status === 401 || status === 403) return "This app needs an API key. Open Settings and enter it. (" + msg + ")";
-  if (status === 400 && /context|too long|too many tokens|prompt_too_long|exceed/i.test(msg)) {
-    return msg + " Tip: start a New chat; this conversation no longer fits in the model's memory.";
-  }
-  if (status === 503 || status === 429) return msg + " The model is busy; please try again in a moment.";
-  return msg;
+    : body && typeof body.message === "string" ? body.message : "HTTP " + status;
+  return new ApiError(msg, status);
 }
 
 /** Ask for the next reply of `chat`; opts.userMsg (a new message) or opts.previous (regenerate). */
@@ -74,44 +71,39 @@ export async function generate(chat, opts) {
   const [path, body] = buildRequest(chat);
   try {
     const resp = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: gen.controller.signal, cache: "no-store" });
-    if (!resp.ok) {
-      throw new ApiError(describeHttpError(resp.status, await readBody(resp)), resp.status);
-    }
+    if (!resp.ok) throw httpError(resp.status, await readBody(resp));
     await readStream(gen, resp.body.getReader());
   } catch (err) {
     if (err && err.name === "AbortError") {
       gen.stopped = true;
-    } else if (err instanceof ApiError) {
-      gen.error = err.message;
-      if (err.status === 401 || err.status === 403) setTimeout(openSettings, 0);
-    } else if (err && err.name === "TypeError") {
-      gen.error = "Can't reach the llmpack app. Is it still running? (" + err.message + ")";
     } else {
-      gen.error = (err && err.message) || String(err);
+      gen.error = plainError(err);   // {text, detail}
+      if (err instanceof ApiError && (err.status === 401 || err.status === 403)) setTimeout(openSettings, 0);
     }
   }
   finishGeneration(gen, opts);
 }
 
+// Reads to the end of the response (the server closes it after [DONE]): cancelling it at [DONE]
+// would abort the request, which the browser reports as a failed one (net::ERR_ABORTED).
 async function readStream(gen, reader) {
   const decoder = new TextDecoder("utf-8");
   let buf = "";
+  let done = false;
   for (;;) {
     const r = await reader.read();
     if (r.done) {
       buf += decoder.decode();
-      if (buf.trim()) handleEvent(gen, buf);
+      if (buf.trim() && !done) handleEvent(gen, buf);
       return;
     }
+    if (done) continue;
     buf += decoder.decode(r.value, { stream: true });
     let m;
-    while ((m = SEP.exec(buf))) {
+    while (!done && (m = SEP.exec(buf))) {
       const block = buf.slice(0, m.index);
       buf = buf.slice(m.index + m[0].length);
-      if (handleEvent(gen, block) === "done") {
-        reader.cancel().catch(() => {});
-        return;
-      }
+      done = handleEvent(gen, block) === "done";
     }
   }
 }
@@ -134,6 +126,7 @@ function handleEvent(gen, block) {
   if (!obj || typeof obj !== "object") return undefined;
   if (obj.error) throw new ApiError(typeof obj.error === "string" ? obj.error : obj.error.message || "The server reported an error.", 500);
   if (obj.usage && typeof obj.usage === "object") gen.usage = obj.usage;
+  if (obj.prompt_progress) showPromptProgress(gen.node, gen.msg, obj.prompt_progress);
   for (const ch of Array.isArray(obj.choices) ? obj.choices : []) {
     if (!ch || (ch.index !== undefined && ch.index !== 0)) continue;
     const piece = ch.delta && typeof ch.delta.content === "string" ? ch.delta.content : typeof ch.text === "string" ? ch.text : "";
@@ -172,10 +165,10 @@ function scheduleRender(gen) {
       fillMessage(gen.node, gen.msg);
       gen.lastRender = performance.now();
       gen.renderCost = gen.lastRender - now;
-      const tps = liveTps(gen);
+      const speed = speedText(gen.deltas, liveTps(gen));
       const stats = gen.node.closest(".message").querySelector(".stats");
-      stats.textContent = fmtInt(gen.deltas) + " tokens" + (tps ? " · " + tps.toFixed(1) + " tok/s" : "");
-      ui.tps.textContent = tps ? tps.toFixed(1) + " tok/s" : "…";
+      stats.textContent = countOf(gen.deltas, "token", "tokens") + (speed ? " · " + speed : "");
+      ui.tps.textContent = speed || "…";
       if (stick) scrollToBottom();
     }
     saveNowAndThen(gen);   // closing the tab mid-reply keeps most of it
@@ -206,10 +199,12 @@ function finishGeneration(gen, opts) {
     renderChatList();
     if (state.current === chat) {
       renderCurrent();
-      if (gen.error) addNotice("Couldn't get a reply: " + gen.error + (opts.userMsg ? " Your message is back in the box below." : ""));
-      else if (gen.stopped && opts.userMsg) addNotice("Stopped before the reply started. Your message is back in the box below.", "info");
+      if (gen.error) {
+        addNotice("No reply came. " + gen.error.text + (opts.userMsg ? " Your message is back in the box below." : ""),
+          "error", gen.error.detail);
+      } else if (gen.stopped && opts.userMsg) addNotice("Stopped before the reply started. Your message is back in the box below.", "info");
     } else if (gen.error) {
-      toast("A reply failed: " + gen.error);
+      toast("A reply failed. " + gen.error.text, undefined, undefined, undefined, gen.error.detail);
     }
     onComposerChange();
     return;
@@ -217,10 +212,10 @@ function finishGeneration(gen, opts) {
 
   const u = gen.usage || {};
   const tokens = typeof u.completion_tokens === "number" ? u.completion_tokens : gen.deltas;
+  // Speed counts from the first token (the wait before it is reading the prompt), and only
+  // where enough tokens came for it to mean something (words.js MIN_TOKENS_FOR_SPEED).
   const genSecs = ((gen.tLast || end) - gen.tFirst) / 1000;
-  let tps = 0;
-  if (tokens >= 2 && genSecs > 0.05) tps = (tokens - 1) / genSecs;
-  else if (tokens >= 1) tps = tokens / Math.max(0.001, (end - gen.t0) / 1000);
+  const tps = speedText(tokens, (tokens - 1) / genSecs) ? (tokens - 1) / genSecs : 0;
   msg.stats = {
     tokens,
     estimated: typeof u.completion_tokens !== "number" || undefined,
@@ -238,7 +233,7 @@ function finishGeneration(gen, opts) {
     gen.node.classList.remove("streaming");
     fillMessage(gen.node, msg);
     if (gen.node.isConnected && isNearBottom()) scrollToBottom();
-    if (gen.error) addNotice("The reply was interrupted: " + gen.error);
+    if (gen.error) addNotice("The reply was cut off. " + gen.error.text, "error", gen.error.detail);
   }
   onComposerChange();
   updateStatusbar();

@@ -57,8 +57,10 @@ export function saveJSON(key, value) {
 }
 
 let toastTimer = null;
-export function toast(message, actionLabel, action, ms) {
+/** A short message at the bottom; `detail` (technical text) is its tooltip. */
+export function toast(message, actionLabel, action, ms, detail) {
   ui.toastText.textContent = message;
+  ui.toastText.title = detail || "";
   ui.toastAction.hidden = !actionLabel;
   ui.toastAction.textContent = actionLabel || "";
   ui.toastAction.onclick = actionLabel ? () => { hideToast(); action(); } : null;

@@ -1,4 +1,4 @@
-"""Fetch the chat page's third-party browser code (markdown-it, highlight.js) into webui/vendor/.
+"""Fetch the chat page's third-party browser code (markdown-it, highlight.js, DOMPurify) into webui/vendor/.
 
 The repository holds no third-party code: `vendor.lock.json` pins each npm package by version
 and by the registry's sha512 `integrity`, and this module downloads the tarball, refuses it

@@ -8,7 +8,6 @@ recipe as a dict (`Recipe.to_dict()`) so it never depends on files outside itsel
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from dataclasses import dataclass, field
@@ -263,10 +262,10 @@ def resolve_chat(explicit: str | None, *, arch: str | None, name: str | Sequence
                       "(or a path to your own recipe .toml)")
 
 
-def cmd_recipes(args: argparse.Namespace) -> int:
+def print_recipes(as_json: bool = False) -> int:
     """`llmpack recipes [--json]`: list the built-in recipes."""
     recipes = load_recipes()
-    if getattr(args, "json", False):
+    if as_json:
         print(json.dumps([{**r.to_dict(), "source": r.source} for r in recipes.values()], indent=2))
         return 0
     rows = [("NAME", "ARCHITECTURES", "CONTEXT", "DESCRIPTION")]

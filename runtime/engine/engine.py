@@ -18,34 +18,20 @@ from typing import Callable
 
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.detokenizer import Detokenizer
-from llmpack.runtime.hardware.placement import backend_report, plan_offload
-from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner, RunnerConfig
+from llmpack.runtime.engine.grammar_sampler import check_with_llama
+from llmpack.runtime.engine.config import EngineConfig
+from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
 from llmpack.runtime.engine.sampler import SequenceSampler, compute_logprobs
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.engine.scheduler import Scheduler
 from llmpack.runtime.engine.sequence import Sequence
+from llmpack.runtime.hardware.placement import backend_report, plan_offload
+from llmpack.runtime.model.model_info import ModelInfo, read_model_info
 
 __all__ = ["EngineConfig", "EngineStats", "LLMEngine", "EngineDeadError", "PromptTooLongError", "QueueFullError",
            "Request", "RequestStream"]
-
-
-@dataclass(slots=True)
-class EngineConfig:
-    model_path: str
-    n_ctx: int = 4096
-    max_num_seqs: int = 32
-    n_batch: int = 512
-    model_offset: int = 0              # the GGUF starts here inside model_path (a built program, loaded in place)
-    model_length: int | None = None
-    block_size: int = 16
-    gpu_layers: int | str = "auto"
-    device: str | None = None          # --device: a GPU id such as "Vulkan1", "cpu", or None = auto
-    enable_prefix_cache: bool = True
-    max_waiting: int = 256
-    n_threads: int | None = None
-    flash_attn: str = "auto"          # "auto" | "on" | "off" (see model_runner.FLASH_ATTN)
 
 
 @dataclass(slots=True)
@@ -63,16 +49,15 @@ class EngineStats:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, progress: Callable[[float], bool | None] | None = None) -> None:
+    def __init__(self, config: EngineConfig, progress: Callable[[float], bool | None] | None = None,
+                 info: ModelInfo | None = None) -> None:
+        """`info`: the model's header, when the caller has read it (`--gpu-layers auto` needs it)."""
         self.config = config
-        plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device,
-                            offset=config.model_offset, length=config.model_length)
-        self.runner = ModelRunner(RunnerConfig(
-            model_path=str(config.model_path), model_offset=config.model_offset, n_ctx=config.n_ctx,
-            n_batch=config.n_batch,
-            max_num_seqs=config.max_num_seqs, n_gpu_layers=plan.n_gpu_layers,
-            gpu_device=plan.device.handle if plan.device else 0, n_threads=config.n_threads,
-            flash_attn=config.flash_attn), progress)
+        if info is None and config.model_offset:   # a GGUF inside a bigger file: the planner cannot read it at 0
+            info = read_model_info(config.model_path, ctx=config.n_ctx, offset=config.model_offset,
+                                   length=config.model_length)
+        plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device, info)
+        self.runner = ModelRunner(config, plan.n_gpu_layers, plan.device.handle if plan.device else 0, progress)
         self.backend = backend_report(plan, self.runner)   # what /health and the start-up line say
         self.n_ctx = self.runner.n_ctx
         self.n_vocab = self.runner.n_vocab
@@ -80,9 +65,9 @@ class LLMEngine:
         self.bos_prefix = self._find_bos_prefix()
         num_blocks = self.n_ctx // config.block_size
         self.max_model_len = num_blocks * config.block_size
-        self.bm = BlockManager(num_blocks, config.block_size, self.runner.cfg.n_seq_max, self.runner,
+        self.bm = BlockManager(num_blocks, config.block_size, self.runner.n_seq_max, self.runner,
                                config.enable_prefix_cache)
-        self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.cfg.n_batch)   # llama.cpp's cap
+        self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.n_batch)   # llama.cpp's cap
         self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
         self._aborts: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._pending = 0                      # requests in the inbox, not yet seen by the loop
@@ -119,11 +104,13 @@ class LLMEngine:
         return list(with_special[:k]) if k > 0 and with_special[k:] == plain else []
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None) -> RequestStream:
+                    request_id: str | None = None, prompt_progress: bool = False) -> RequestStream:
+        """Queue a request. `prompt_progress`: the stream also gets an output with no `outputs`
+        after each step that advanced the prompt's prefill without finishing it (a long prompt
+        is read over several steps under the token budget)."""
         params = params or SamplingParams()
         params.validate()
         if params.grammar is not None:   # parse it here: on the engine thread a bad one would be fatal
-            from llmpack.runtime.engine.grammar_sampler import check_with_llama
             check_with_llama(params.grammar, self.runner.vocab)
         ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
@@ -131,7 +118,8 @@ class LLMEngine:
         if len(ids) + 1 > self.max_model_len:
             raise PromptTooLongError(len(ids), self.max_model_len)
         seed = params.seed if params.seed is not None else random.getrandbits(31)
-        req = Request(request_id or uuid.uuid4().hex, prompt if isinstance(prompt, str) else None, ids, params, seed)
+        req = Request(request_id or uuid.uuid4().hex, prompt if isinstance(prompt, str) else None, ids, params, seed,
+                      prompt_progress=prompt_progress)
         with self._pending_lock:
             if self.failure is not None:
                 raise EngineDeadError(f"the engine has stopped ({self.failure}); restart the server")
@@ -282,6 +270,10 @@ class LLMEngine:
                 self._sample_and_append(c.seq, row, deltas)
         for req, outs in deltas.items():
             self._emit(req, outs)
+        for c in chunks:
+            if not c.samples and c.seq.request.prompt_progress and c.seq.index == 0 \
+                    and c.seq.num_output_tokens == 0 and c.seq.request not in deltas:
+                self._emit(c.seq.request, [])   # prefill progress: no new text yet
 
     def _sample_and_append(self, seq: Sequence, row, deltas: dict[Request, list[CompletionOutput]]) -> None:
         req, p = seq.request, seq.request.params
@@ -342,6 +334,7 @@ class LLMEngine:
             prompt_token_ids=req.prompt_token_ids, num_prompt_tokens=len(req.prompt_token_ids),
             num_cached_tokens=min(head.num_cached_tokens, len(req.prompt_token_ids)),
             num_generated_tokens=sum(s.num_output_tokens for s in req.seqs),
+            num_processed_prompt_tokens=min(head.num_computed_tokens, len(req.prompt_token_ids)),
             time_to_first_token=None if head.first_token_time is None else head.first_token_time - req.arrival_time))
         if finished:
             self._retire(req)

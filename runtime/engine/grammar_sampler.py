@@ -37,12 +37,11 @@ import re
 import threading
 from typing import TYPE_CHECKING
 
+import llama_cpp as lc
 import numpy as np
 
-import llama_cpp as lc
-
+from llmpack.runtime.engine.token_data import TAIL, TOKEN_DATA
 from llmpack.runtime.structured.grammar import GrammarError, min_length
-from llmpack.runtime.engine.sampler import _TAIL, _TOKEN_DATA
 
 if TYPE_CHECKING:
     from llmpack.runtime.engine.sampler import SequenceSampler
@@ -64,7 +63,7 @@ def _enough(p, kept: float, unchecked: float, n_ok: int, best: float, tail: floa
         return True
     if p.min_p > 0.0 and p.top_p >= 1.0 and tail < p.min_p * best:
         return True
-    cut = p.top_p if p.top_p < 1.0 else 1.0 - _TAIL
+    cut = p.top_p if p.top_p < 1.0 else 1.0 - TAIL
     return kept >= cut * (kept + unchecked)
 
 
@@ -188,7 +187,7 @@ class GrammarConstraint:
     # ---- asking the grammar ---------------------------------------------------------------
     def allowed(self, ids: np.ndarray, smpl=None) -> np.ndarray:
         """Which of `ids` the grammar (or a clone of it, `smpl`) allows next (a bool mask)."""
-        cand = np.zeros(len(ids), dtype=_TOKEN_DATA)
+        cand = np.zeros(len(ids), dtype=TOKEN_DATA)
         cand["id"] = ids
         arr = lc.llama_token_data_array(data=cand.ctypes.data_as(lc.llama_token_data_p), size=len(cand),
                                         selected=-1, sorted=False)

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import ctypes
 import os
-from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
 import llama_cpp as lc
+import numpy as np
+from llama_cpp import llama_cpp as bindings  # the package's own libllama handle
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime.engine.config import EngineConfig
+from llmpack.runtime.hardware.backends import load_backends
 
 _backend_ready = False
 # llama_flash_attn_type. Neither setting makes the CPU kernels batch-invariant (a sequence's
@@ -49,21 +50,6 @@ class DecodeError(RuntimeError):
         self.status = status
 
 
-@dataclass(slots=True)
-class RunnerConfig:
-    model_path: str
-    model_offset: int = 0        # > 0: the GGUF starts here inside model_path (a built program, read in place)
-    n_ctx: int = 4096
-    n_batch: int = 512           # token budget of one step (prefill chunks + decode tokens)
-    max_num_seqs: int = 32       # sequences decoded together
-    n_seq_max: int = 0           # llama.cpp sequence ids (running + those holding cached prefixes); 0 = auto
-    n_gpu_layers: int = 0
-    gpu_device: int = 0          # ggml_backend_dev_t the layers go to (0 = llama.cpp's default: all GPUs)
-    n_threads: int | None = None
-    flash_attn: str = "auto"     # "auto" (llama.cpp decides: on where supported), "on" or "off"
-    verbose: bool = False
-
-
 def offloaded_layers(n_gpu_layers: int, n_layer: int, n_layer_all: int, n_devices: int) -> int:
     """How many of the model's `n_layer` repeating layers llama.cpp puts on a GPU, by its own rule
     (llama_model_base::load_tensors): it counts the output layer as layer `n_layer_all` and fills
@@ -80,8 +66,6 @@ def offloaded_layers(n_gpu_layers: int, n_layer: int, n_layer_all: int, n_device
 def _model_int(model, *names: str) -> int | None:
     """An int32 getter of llama.cpp that llama-cpp-python does not bind, by any of its exported
     names; None when this build has none of them."""
-    from llama_cpp import llama_cpp as bindings   # the package's own libllama handle
-
     for name in names:
         fn = getattr(bindings._lib, name, None)
         if fn is not None:
@@ -150,20 +134,23 @@ def model_meta(model, key: str) -> str | None:
 
 
 class ModelRunner:
-    def __init__(self, cfg: RunnerConfig, progress: Callable[[float], bool | None] | None = None) -> None:
+    """Loads cfg.model_path with `n_gpu_layers` on `gpu_device` (the offload plan's; 0 = llama.cpp's
+    default devices). llama.cpp's own limits found at load time are attributes here (`n_ctx`,
+    `n_batch`, `n_seq_max`), never written back into the config."""
+
+    def __init__(self, cfg: EngineConfig, n_gpu_layers: int = 0, gpu_device: int = 0,
+                 progress: Callable[[float], bool | None] | None = None) -> None:
         global _backend_ready
         if not _backend_ready:
-            from llmpack.runtime.hardware.backends import load_backends
-
             load_backends()           # GGML_BACKEND_DL: CPU variant + GPU backends, before any model
             _route_llama_log(cfg.verbose)
             lc.llama_backend_init()
             _backend_ready = True
         self.cfg = cfg
         mparams = lc.llama_model_default_params()
-        mparams.n_gpu_layers = cfg.n_gpu_layers
-        if cfg.gpu_device and cfg.n_gpu_layers != 0:
-            self._devices = (ctypes.c_void_p * 2)(cfg.gpu_device, None)   # NULL-terminated; kept alive
+        mparams.n_gpu_layers = n_gpu_layers
+        if gpu_device and n_gpu_layers != 0:
+            self._devices = (ctypes.c_void_p * 2)(gpu_device, None)   # NULL-terminated; kept alive
             mparams.devices = ctypes.addressof(self._devices)
         if progress is not None:
             def _on_progress(frac: float, _user: ctypes.c_void_p) -> bool:
@@ -185,7 +172,7 @@ class ModelRunner:
         nextn = _model_int(self.model, "llama_model_n_layer_nextn") or 0   # MTP heads sit above the trunk
         devices = model_devices(self.model)
         # without llama_model_n_devices, trust the plan: it asks for layers only when it found a GPU
-        self.gpu_layers = offloaded_layers(cfg.n_gpu_layers, self.n_layer, self.n_layer + nextn,
+        self.gpu_layers = offloaded_layers(n_gpu_layers, self.n_layer, self.n_layer + nextn,
                                            1 if devices is None else devices)
         self.vocab = lc.llama_model_get_vocab(self.model)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
@@ -195,10 +182,9 @@ class ModelRunner:
         cparams.n_ctx = cfg.n_ctx
         cparams.n_batch = cfg.n_batch
         cparams.n_ubatch = cfg.n_batch
-        if not cfg.n_seq_max:
-            cfg.n_seq_max = min(lc.llama_max_parallel_sequences(), max(64, 2 * cfg.max_num_seqs))
-        cparams.n_seq_max = cfg.n_seq_max
-        cparams.n_outputs_max = cfg.n_seq_max
+        self.n_seq_max = cfg.n_seq_max or min(lc.llama_max_parallel_sequences(), max(64, 2 * cfg.max_num_seqs))
+        cparams.n_seq_max = self.n_seq_max
+        cparams.n_outputs_max = self.n_seq_max
         threads = cfg.n_threads or max(1, os.cpu_count() or 1)
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
@@ -217,9 +203,9 @@ class ModelRunner:
         # llama.cpp caps n_batch at the n_ctx asked for (and pads n_ctx up past it): a step with
         # more tokens than its n_batch is a GGML_ASSERT that aborts the process, so the budget
         # every step is planned with (the engine's scheduler reads it here) is llama.cpp's own.
-        cfg.n_batch = min(cfg.n_batch, lc.llama_n_batch(self.ctx))
+        self.n_batch = min(cfg.n_batch, lc.llama_n_batch(self.ctx))
         self.mem = lc.llama_get_memory(self.ctx)
-        self._batch = lc.llama_batch_init(cfg.n_batch, 0, 1)
+        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.bos_id = lc.llama_vocab_bos(self.vocab)
 
@@ -260,8 +246,8 @@ class ModelRunner:
         Only rows with want_logits produce output; read them with logits_rows() in order.
         """
         n = len(tokens)
-        if not 0 < n <= self.cfg.n_batch:
-            raise ValueError(f"a batch holds 1 to {self.cfg.n_batch} tokens, got {n}")
+        if not 0 < n <= self.n_batch:
+            raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, got {n}")
         b = self._batch
         b.n_tokens = n
         for i in range(n):

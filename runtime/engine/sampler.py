@@ -1,11 +1,11 @@
 """Token sampling that stays exact and cheap at a 262k-token vocabulary.
 
-Measured on the demo model (Gemma 3, 262,144 tokens, 2 cores): one decode step of 16
-sequences takes ~100 ms; llama.cpp's sampler chain run over the whole vocabulary costs
-2.3 ms per row for temperature sampling and 18 ms per row for top_p (it sorts all 262k
-candidates) - more than the whole step. So each row goes through two stages:
+On a 262k-token vocabulary, llama.cpp's sampler chain run over the whole vocabulary is
+expensive per row, and with top_p (it sorts every candidate) it costs more than a whole decode
+step of 16 sequences (figures: docs/BENCHMARKS.md, "Sampler"). So each row goes through two
+stages:
 
-1. numpy, over the whole row (vectorised, ~0.5 ms): penalties are applied to the few
+1. numpy, over the whole row (vectorised, a fraction of a millisecond): penalties are applied to the few
    tokens in the history; the unnormalised probabilities w = exp((logit - max) / T) and
    their sum Z are computed exactly; then top_k, top_p and min_p are applied *exactly*
    without sorting the vocabulary: a threshold on w is lowered in steps until the tokens
@@ -24,20 +24,15 @@ from __future__ import annotations
 import ctypes
 import math
 
+import llama_cpp as lc
 import numpy as np
 
-import llama_cpp as lc
-
+from llmpack.runtime.engine.grammar_sampler import GrammarConstraint
 from llmpack.runtime.engine.outputs import TokenLogprob
 from llmpack.runtime.engine.sampling_params import SamplingParams
-
-# Same memory layout as llama_token_data {int32 id; float logit; float p;}
-_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
-assert _TOKEN_DATA.itemsize == ctypes.sizeof(lc.llama_token_data)
-
+from llmpack.runtime.engine.token_data import TAIL, TOKEN_DATA
 
 _LEVELS = [math.exp(-x) for x in (2, 4, 6, 8, 10, 12, 16, 20, 24, 32)] + [0.0]
-_TAIL = 1e-6  # with no top_p, the probability mass we allow ourselves to drop
 
 
 class SequenceSampler:
@@ -47,8 +42,6 @@ class SequenceSampler:
         self.params = params
         self.grammar = None   # a GrammarConstraint when the request constrains its output
         if params.grammar is not None:
-            from llmpack.runtime.engine.grammar_sampler import GrammarConstraint
-
             self.grammar = GrammarConstraint(params.grammar, vocab, params.stop_token_ids)
         self.chain = None
         if not params.greedy:
@@ -99,7 +92,7 @@ class SequenceSampler:
         else:
             mass = float(w.sum(dtype=np.float64))
             if cut is None:                  # no truncation asked for: drop only a negligible tail
-                cut = 1.0 - _TAIL
+                cut = 1.0 - TAIL
             target = cut * mass
             ids = self._best(w, lambda above: float(np.sum(w, where=above, dtype=np.float64)) >= target)
         if cut is not None:                  # the scanned set holds the whole top_p prefix
@@ -130,7 +123,7 @@ class SequenceSampler:
         if self.chain is None:
             return int(row.argmax())
         ids = self.kept_tokens(row)
-        cand = np.empty(len(ids), dtype=_TOKEN_DATA)
+        cand = np.empty(len(ids), dtype=TOKEN_DATA)
         cand["id"] = ids
         cand["logit"] = row[ids]
         cand["p"] = 0.0

@@ -14,6 +14,12 @@ class InvalidParameterError(LlmpackError, ValueError):
         self.param = param
 
 
+# How long a reply may be when the request does not say (max_tokens): each door's default, here once.
+COMPLETION_MAX_TOKENS = 16           # /v1/completions and SamplingParams(), as OpenAI and vLLM
+CHAT_MAX_TOKENS: int | None = None   # chat (the API, the page, LLM.chat): until the turn ends or the context is full
+CONTINUE_MAX_TOKENS = 256            # the page's Complete mode: a base model rarely stops by itself
+
+
 @dataclass(slots=True)
 class SamplingParams:
     n: int = 1
@@ -26,7 +32,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     penalty_last_n: int = 64
-    max_tokens: int | None = 16       # None = until the context is full
+    max_tokens: int | None = COMPLETION_MAX_TOKENS   # None = until the context is full
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False

@@ -18,6 +18,7 @@ So `load_backends()` loads them by path, once, before any model, and remembers w
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import re
 import sys
@@ -68,8 +69,6 @@ def lib_dir() -> Path:
     bundle = getattr(sys, "_MEIPASS", None)
     if bundle and (Path(bundle) / "llama_cpp" / "lib").is_dir():
         return Path(bundle) / "llama_cpp" / "lib"
-    import importlib.util
-
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
         raise BackendError("llama-cpp-python is not installed; run ./dev setup")
@@ -86,7 +85,7 @@ def _ggml() -> SimpleNamespace:
     search a DLL's dependencies, and the API is split between ggml.dll (the registry) and
     ggml-base.dll (devices), both already loaded by llama.dll, so each function is taken from
     whichever of the two exports it."""
-    from llama_cpp import llama_cpp as llc
+    from llama_cpp import llama_cpp as llc   # lazy: loads libllama; `llmpack inspect` and the builder import this module without it
 
     if os.name == "nt":
         libs = [ctypes.CDLL(str(lib_dir() / name)) for name in ("ggml.dll", "ggml-base.dll")]
@@ -141,7 +140,7 @@ def _score(path: Path) -> int:
         return 0
     finally:
         if os.name != "nt":   # as ggml does: only the chosen variant stays loaded
-            import _ctypes
+            import _ctypes   # lazy: dlclose exists on POSIX only
 
             _ctypes.dlclose(lib._handle)
 
@@ -160,7 +159,7 @@ def _choose_cpu(paths: list[Path], forced: str | None) -> tuple[Path, list[str]]
         if score <= 0:
             break
         if name in AMX_VARIANTS:
-            from llmpack.runtime.hardware.amx_probe import amx_works
+            from llmpack.runtime.hardware.amx_probe import amx_works   # lazy: only CPUs with AMX run the probe
 
             if not amx_works():
                 skipped.append(f"{name}: the CPU advertises AMX but a test child could not run it")
@@ -218,7 +217,7 @@ _loaded: Backends | None = None
 def _quiet_ggml_log() -> None:
     """ggml logs each library it tries and each device it probes to stderr; the product says
     what matters in one line instead (LLMPACK_DEBUG=1 shows ggml's errors)."""
-    import llama_cpp as lc
+    import llama_cpp as lc   # lazy: loads libllama (see _ggml)
 
     @lc.llama_log_callback
     def _quiet(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover

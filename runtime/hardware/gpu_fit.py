@@ -6,11 +6,10 @@ device's free memory. runtime/hardware/placement.py decides where the model runs
 """
 from __future__ import annotations
 
-from llmpack.errors import LlmpackError
 from llmpack.runtime.hardware.backends import Device
-from llmpack.runtime.model.model_info import read_model_info
+from llmpack.runtime.model.model_info import ModelInfo
 
-COMPUTE_RESERVE = 512 * 1024 * 1024   # scratch buffers; measured 514 MiB at n_batch 512 for a 262k vocabulary
+COMPUTE_RESERVE = 512 * 1024 * 1024   # scratch buffers: docs/BENCHMARKS.md, "GPU compute reserve"
 SAFETY_MARGIN = 256 * 1024 * 1024
 
 
@@ -33,21 +32,7 @@ def fit_gpu_layers(free_bytes: int, layer_bytes: list[int], output_bytes: int,
     return n_layer + 1 if used + output_bytes <= budget else n_layer
 
 
-def parse_gpu_layers(spec: int | str | None) -> int | str:
-    """`--gpu-layers` as given: an int, "all" or "auto" (the default)."""
-    if spec is None:
-        return "auto"
-    if isinstance(spec, str) and spec.strip().lstrip("-").isdigit():
-        spec = int(spec)
-    if isinstance(spec, int):
-        return -1 if spec < 0 else spec
-    if spec not in ("auto", "all"):
-        raise LlmpackError(f"--gpu-layers must be a number, 'all' or 'auto', not {spec!r}")
-    return spec
-
-
-def fit_on(device: Device, model_path, n_ctx: int, offset: int = 0, length: int | None = None) -> int:
+def fit_on(device: Device, info: ModelInfo, n_ctx: int) -> int:
     """Layers of this model (+1 for the output layer) that fit in the device's free memory."""
-    info = read_model_info(model_path, ctx=n_ctx, offset=offset, length=length)
     return fit_gpu_layers(device.memory_free, info.weight_bytes_per_layer, info.non_layer_weight_bytes,
                           info.kv_bytes_per_token_per_layer, n_ctx)

@@ -16,9 +16,9 @@ from flask import Flask, Response, abort, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
 from llmpack.runtime.server import attachments, chat_routes, embeddings_routes, openai_routes, security
+from llmpack.runtime.server.api_error import ApiError
 from llmpack.runtime.server.chats import ChatStore
 from llmpack.runtime.server.metrics import Metrics
-from llmpack.runtime.server.protocol import ApiError
 from llmpack.runtime.server.state import ServerState
 
 MAX_BODY = 8 * 1024 * 1024

@@ -29,7 +29,8 @@ from urllib.parse import unquote
 from flask import Blueprint, jsonify, request
 
 from llmpack.runtime.server import documents as D
-from llmpack.runtime.server.protocol import ApiError, bad
+from llmpack.runtime.server.api_error import ApiError, bad
+from llmpack.runtime.server.request_context import app_context, ready_model
 from llmpack.runtime.server.state import ServedModel
 
 bp = Blueprint("attachments", __name__)
@@ -123,9 +124,7 @@ def describe(doc: D.Document, model: ServedModel) -> dict:
 
 
 def _ready() -> ServedModel:
-    from llmpack.runtime.server.openai_routes import _ctx, ready_model
-
-    return ready_model(_ctx().state)
+    return ready_model(app_context().state)
 
 
 @bp.post("/v1/extract")

@@ -16,21 +16,30 @@ cannot read or change the chats; the OpenAI API (/v1) keeps its own rules (--api
     PUT    /api/chats/ID                    save (create or replace) a chat
     DELETE /api/chats/ID
     GET    /api/chats/ID/export?format=json|markdown
-    POST   /api/chats/import                an exported JSON chat, stored under a new id
+    POST   /api/chats/import                an exported JSON chat, stored under a new id (unless this
+                                            model has its messages already: then "duplicate": true)
     GET    /api/settings, PUT /api/settings the page's settings for this model (system prompt, sampling)
 """
 from __future__ import annotations
 
 import hmac
 import json
-from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
-from llmpack.runtime.server.chats import (ChatError, ChatStore, clean_chat, clean_settings, content_disposition,
-                                          export_name, to_json, to_markdown, valid_id)
-from llmpack.runtime.server.openai_routes import json_body, ready_model
-from llmpack.runtime.server.protocol import ApiError
+from llmpack.runtime.server.api_error import ApiError
+from llmpack.runtime.server.chats import (
+    ChatError,
+    ChatStore,
+    clean_chat,
+    clean_settings,
+    content_disposition,
+    export_name,
+    to_json,
+    to_markdown,
+    valid_id,
+)
+from llmpack.runtime.server.request_context import app_context, json_body, ready_model
 from llmpack.runtime.server.security import public
 
 bp = Blueprint("chats", __name__, url_prefix="/api")
@@ -40,12 +49,8 @@ MARK_HEADER = "X-Llmpack-Chat"
 OWN_SECRET = "guarded by this launch's chat secret (_guard), which only the page the app opened holds"
 
 
-def _ctx() -> Any:
-    return current_app.extensions["llmpack"]
-
-
 def _store() -> ChatStore:
-    return _ctx().chats
+    return app_context().chats
 
 
 def _matches(given: str | None, token: str) -> bool:
@@ -54,7 +59,7 @@ def _matches(given: str | None, token: str) -> bool:
 
 @bp.before_request
 def _guard():
-    opts = _ctx().options
+    opts = app_context().options
     if not opts.chat_token:
         raise ApiError(404, "Saved chats are off for this server.", code="chats_disabled")
     if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
@@ -67,7 +72,7 @@ def _guard():
 
 
 def _key() -> tuple[str, str]:
-    model = ready_model(_ctx().state)
+    model = ready_model(app_context().state)
     return model.model_key, model.display_name
 
 
@@ -144,7 +149,8 @@ def import_chat():
         chat = _store().import_chat(key, json_body())
     except ChatError as exc:
         raise ApiError(400, f"Cannot import this file: {exc}.", code="invalid_chat") from None
-    return _no_store(jsonify({k: chat[k] for k in ("id", "title", "mode", "created", "updated")}))
+    return _no_store(jsonify({k: chat[k] for k in ("id", "title", "mode", "created", "updated", "duplicate")
+                              if k in chat}))
 
 
 

@@ -119,6 +119,7 @@ def _check_time(name: str, deadline: float) -> None:
 
 # ---------------------------------------------------------------- PDF
 def _pdf(name: str, data: bytes, deadline: float) -> Document:
+    # lazy: pypdf is only needed for PDFs and costs start-up time for every other launch
     import pypdf
     from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
 

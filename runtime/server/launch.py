@@ -2,7 +2,6 @@
 the background (the page shows progress), serve on waitress until Ctrl+C / SIGTERM."""
 from __future__ import annotations
 
-import argparse
 import errno
 import html
 import os
@@ -12,10 +11,13 @@ import sys
 import threading
 import time
 import urllib.parse
-import warnings
 import webbrowser
 from pathlib import Path
 from typing import Any, Callable
+
+import platformdirs
+import waitress
+from waitress import wasyncore
 
 from llmpack import signals
 from llmpack.errors import LlmpackError
@@ -25,9 +27,11 @@ from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.server.app import MAX_BODY, ServerOptions, create_app
 from llmpack.runtime.server import instance
 from llmpack.runtime.server.attachments import ATTACH_BODY
+from llmpack.runtime.server.chats import data_dir
+from llmpack.runtime.server.config import ServeConfig
 from llmpack.runtime.server.security import WILDCARDS, is_loopback
-from llmpack.runtime.server.state import MESSAGES, ServerState
 from llmpack.runtime.server.serving import Progress, build_model
+from llmpack.runtime.server.state import MESSAGES, ServerState
 
 PORT_TRIES = 20
 # How long Ctrl+C waits for the preparing thread. The model load gives up at its next progress
@@ -40,11 +44,12 @@ class ServerError(LlmpackError):
 
 
 def waitress_settings(max_num_seqs: int) -> dict[str, Any]:
-    """waitress tuned for token streaming: every small write goes out at once (send_bytes=1),
-    a thread per open stream (>= 64 plus the engine's batch), a disconnected client noticed
-    while its request still runs (request lookahead -> waitress.client_disconnected)."""
+    """waitress tuned for token streaming: a thread per open stream (>= 64 plus the engine's
+    batch), a disconnected client noticed while its request still runs (request lookahead ->
+    waitress.client_disconnected). Every small write (one SSE event) goes out at once: that is
+    waitress's default since 1.3, which deprecated the send_bytes option that used to ask for it."""
     threads = max(128, max_num_seqs + 64)
-    return dict(threads=threads, connection_limit=threads + 512, channel_timeout=300, send_bytes=1,
+    return dict(threads=threads, connection_limit=threads + 512, channel_timeout=300,
                 channel_request_lookahead=1, asyncore_use_poll=True, ident="llmpack",
                 max_request_body_size=ATTACH_BODY + 4 * MAX_BODY, expose_tracebacks=False,
                 clear_untrusted_proxy_headers=True, cleanup_interval=15)
@@ -97,30 +102,26 @@ def url_for(host: str, port: int) -> str:
 class Server:
     """A bound, not yet running server; `run()` serves until `stop()` (any thread)."""
 
-    def __init__(self, args: argparse.Namespace, prepare_model: Callable[[Progress], Path | ModelFile], *,
-                 recipe: Any = None, display_name: str | None = None, quiet: bool = False) -> None:
-        import waitress
-
-        self.args, self.prepare_model, self.recipe = args, prepare_model, recipe
+    def __init__(self, config: ServeConfig, prepare_model: Callable[[Progress], Path | ModelFile], *,
+                 quiet: bool = False) -> None:
+        self.config, self.prepare_model = config, prepare_model
         self.quiet = quiet
-        self.state = ServerState(display_name)
-        host = getattr(args, "host", None) or "127.0.0.1"
-        self.sock = bind_socket(host, int(getattr(args, "port", 8080)))
+        self.state = ServerState(config.display_name)
+        host = config.host
+        self.sock = bind_socket(host, config.port)
         try:   # from here on a failure (or Ctrl+C) must not leave the port bound until exit
             self.port = self.sock.getsockname()[1]
-            self.options = ServerOptions(host=host, port=self.port, api_key=getattr(args, "api_key", None) or None,
-                                         cors=bool(getattr(args, "cors", False)), chat_token=secrets.token_urlsafe(24))
+            self.options = ServerOptions(host=host, port=self.port, api_key=config.api_key or None,
+                                         cors=config.cors, chat_token=secrets.token_urlsafe(24))
             self.app = create_app(self.state, self.options)
-            with warnings.catch_warnings():   # send_bytes is deprecated, but it is what flushes each chunk
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self.server = waitress.create_server(
-                    self.app, sockets=[self.sock], **waitress_settings(getattr(args, "parallel", None) or 32))
+            self.server = waitress.create_server(
+                self.app, sockets=[self.sock], **waitress_settings(config.parallel))
         except BaseException:
             self.sock.close()
             raise
         self.url = url_for(host, self.port)
         self.page_url = f"{self.url}/?token={self.options.chat_token}"   # unlocks saved chats (chat_routes)
-        self.display_name = display_name
+        self.display_name = config.display_name
         self._stop = threading.Event()
         self._closed = False
         self.closed = threading.Event()   # set when close() has finished (a closing console window waits on it)
@@ -155,8 +156,7 @@ class Server:
             if not self.progress("loading", 0.0):
                 self._console.close()
                 return
-            model = build_model(prepared, self.args, recipe=self.recipe, display_name=self.display_name,
-                                progress=self.progress, warn=self._say)
+            model = build_model(prepared, self.config, progress=self.progress, warn=self._say)
         except Exception as exc:  # noqa: BLE001 - shown on the page and the console
             if self._stop.is_set():   # abandoned because we are stopping: not an error
                 self._console.close()
@@ -172,7 +172,7 @@ class Server:
         self.state.set_ready(model)
         self._console.close()
         if model.backend:
-            self._say(startup_line(model.backend))
+            self._say(startup_line(model.backend, verbose=self.config.verbose))
         self._say(f"llmpack: model ready ({model.display_name}, context {model.n_ctx} tokens)")
 
     def _say(self, text: str) -> None:
@@ -192,8 +192,6 @@ class Server:
                   file=sys.stderr, flush=True)
 
     def run(self) -> None:
-        from waitress import wasyncore
-
         try:
             while not self._stop.is_set():
                 wasyncore.loop(timeout=0.25, map=self.server._map, use_poll=True, count=1)
@@ -213,8 +211,6 @@ class Server:
             return
         self._closed = True
         self._stop.set()
-        from waitress import wasyncore
-
         self.state.active.close()
         deadline = time.monotonic() + 3
         while len(self.state.active) and time.monotonic() < deadline:
@@ -244,12 +240,11 @@ class Server:
                 pass
 
 
-def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path | ModelFile], *,
-          recipe: Any = None, display_name: str | None = None, instance_key: str | None = None) -> int:
-    """`instance_key` (a built program's model key): leave a lock file while serving, for a second
-    launch of the same model to find (runtime/server/instance.py)."""
-    server = Server(args, prepare_model, recipe=recipe, display_name=display_name)
-    server.state.instance = instance_key
+def serve(config: ServeConfig, prepare_model: Callable[[Progress], Path | ModelFile]) -> int:
+    """config.instance_key (a built program's model key): leave a lock file while serving, for a
+    second launch of the same model to find (runtime/server/instance.py)."""
+    server = Server(config, prepare_model)
+    server.state.instance = config.instance_key
     opened: list[Path | None] = []
     held: Path | None = None
     previous: dict = {}
@@ -259,13 +254,13 @@ def serve(args: argparse.Namespace, prepare_model: Callable[[Progress], Path | M
         server.console_close = signals.on_console_close(server.stop, server.closed.wait)
         server.announce()
         server.start_preparing()
-        if instance_key:   # a second launch opens the browser through the same redirect file
+        if config.instance_key:   # a second launch opens the browser through the same redirect file
             opened.append(write_redirect(server.page_url))
             try:
-                held = instance.claim(runtime_dir(), instance_key, server.url, opened[0])
+                held = instance.claim(runtime_dir(), config.instance_key, server.url, opened[0])
             except OSError:   # no private folder: this copy serves all the same, unseen by a second launch
                 pass
-        if not getattr(args, "no_browser", False):
+        if config.open_browser:
             threading.Thread(target=lambda: opened.append(open_browser(server.page_url, *opened[:1])),
                              daemon=True).start()
         server.run()
@@ -290,10 +285,6 @@ def runtime_dir() -> Path:
     """This user's private folder for files that live as long as a launch (0700 where POSIX
     modes exist): the per-user runtime folder (/run/user/UID/llmpack, %LOCALAPPDATA%\\Temp\\llmpack), else
     a `runtime` folder in the data folder, as Jupyter keeps its own."""
-    import platformdirs
-
-    from llmpack.runtime.server.chats import data_dir
-
     for folder in (Path(platformdirs.user_runtime_dir("llmpack", appauthor=False)), data_dir() / "runtime"):
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -359,11 +350,3 @@ def _install_signals(server: Server) -> dict:
         server.stop()
 
     return signals.install(on_signal, ("SIGINT", "SIGTERM", "SIGBREAK"))
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from llmpack.runtime.model.gguf_check import validate_gguf
-
-    path = Path(args.model)
-    validate_gguf(path)   # a clear error before anything listens
-    return serve(args, lambda progress: path)

@@ -5,99 +5,25 @@ request (`Generation`): submitting, consuming, and aborting them when the client
 """
 from __future__ import annotations
 
-import json
 import sys
-import threading
 import time
 import traceback
 from typing import Any, Callable, Iterator
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError
 from llmpack.runtime.server import protocol as P
-from llmpack.runtime.server.protocol import ApiError
-from llmpack.runtime.server.state import ServedModel, ServerState
+from llmpack.runtime.server.api_error import ApiError, bad
+from llmpack.runtime.server.attachments import ATTACH_BODY, expand_file_parts
+from llmpack.runtime.server.request_context import app_context, check_model_id, check_model_name, json_body, ready_model
+from llmpack.runtime.server.state import ServedModel
 from llmpack.runtime.server.tool_output import ChoiceText, chat_message, stream_calls
 
 bp = Blueprint("openai", __name__)
 DONE = b"data: [DONE]\n\n"
-
-
-def _ctx() -> Any:
-    return current_app.extensions["llmpack"]
-
-
-def ready_model(state: ServerState) -> ServedModel:
-    model = state.model
-    if model is not None:
-        return model
-    if state.phase == "error":
-        raise ApiError(500, f"The model failed to load: {state.message}", code="model_load_failed")
-    raise ApiError(503, f"The model is still loading ({state.message}, {state.progress:.0%}); retry shortly.",
-                   code="model_loading", headers={"Retry-After": "2"})
-
-
-def json_body() -> Any:
-    mimetype = request.mimetype or ""
-    if mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise ApiError(415, "The request body must be JSON, sent with 'Content-Type: application/json'.",
-                       code="unsupported_media_type")
-    raw = request.get_data(cache=False)   # 413 past MAX_CONTENT_LENGTH
-    try:
-        return json.loads(raw, parse_constant=_no_constant)
-    except RecursionError:
-        raise P.bad(None, "The request body is nested too deeply.") from None
-    except ValueError as exc:   # includes UnicodeDecodeError
-        raise P.bad(None, f"The request body is not valid JSON: {str(exc)[:200]}") from None
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def check_model_name(body: Any, model: ServedModel) -> None:
-    """Any `model` name is served by the one model here, as llama-server and llamafile do: many
-    apps hard-code "gpt-4o-mini" or make the user type a name. Responses echo the real id, and
-    the first requests under each other name are noted once on the console."""
-    if not isinstance(body, dict):
-        raise P.bad(None, "The request body must be a JSON object.")
-    name = body.get("model")
-    if name is None or name == "":
-        return
-    if not isinstance(name, str):
-        raise P.bad("model", "'model' must be a string")
-    if name.lower() not in model.aliases:
-        names = _ctx().__dict__.setdefault("other_names", _NameLog())
-        names.note(name, model.model_id)
-
-
-class _NameLog:
-    """Which other model names were already noted (a few dozen at most, so a client that sends
-    a new name each time cannot flood the console or memory)."""
-
-    def __init__(self, limit: int = 32) -> None:
-        self._seen: set[tuple[str, str]] = set()
-        self._lock = threading.Lock()
-        self._limit = limit
-
-    def note(self, name: str, served: str) -> None:
-        with self._lock:
-            key = (name[:200], served)
-            if key in self._seen or len(self._seen) >= self._limit:
-                return
-            self._seen.add(key)
-        print(f"llmpack: requests name the model {key[0]!r}; this server has one model and answers them with "
-              f"{served!r}", file=sys.stderr, flush=True)
-
-
-def check_model_id(model_id: str, model: ServedModel) -> None:
-    """GET /v1/models/ID is a look-up, so an id that is not this model's is a 404 there."""
-    if model_id.lower() not in model.aliases:
-        raise ApiError(404, f"The model '{model_id[:200]}' does not exist; this server serves '{model.model_id}' "
-                            "(and answers requests that name any model with it).", param="model",
-                       code="model_not_found")
 
 
 # ---------------------------------------------------------------- routes
@@ -108,21 +34,19 @@ def _model_card(model: ServedModel) -> dict:
 
 @bp.get("/v1/models")
 def list_models():
-    return jsonify({"object": "list", "data": [_model_card(ready_model(_ctx().state))]})
+    return jsonify({"object": "list", "data": [_model_card(ready_model(app_context().state))]})
 
 
 @bp.get("/v1/models/<path:model_id>")
 def get_model(model_id: str):
-    model = ready_model(_ctx().state)
+    model = ready_model(app_context().state)
     check_model_id(model_id, model)
     return jsonify(_model_card(model))
 
 
 @bp.post("/v1/chat/completions")
 def chat_completions():
-    from llmpack.runtime.server.attachments import ATTACH_BODY
-
-    request.max_content_length = max(ATTACH_BODY, _ctx().options.max_body)   # files may ride in it
+    request.max_content_length = max(ATTACH_BODY, app_context().options.max_body)   # files may ride in it
     return _generate("chat", P.parse_chat)
 
 
@@ -132,13 +56,11 @@ def completions():
 
 
 def _generate(kind: str, parse: Callable[[Any, ServedModel], P.Prepared]):
-    ctx = _ctx()
+    ctx = app_context()
     model = ready_model(ctx.state)
     body = json_body()
     check_model_name(body, model)
     if kind == "chat" and isinstance(body, dict):
-        from llmpack.runtime.server.attachments import expand_file_parts
-
         body["messages"] = expand_file_parts(body.get("messages"), model)
     prep = parse(body, model)
     if prep.plan is not None and prep.plan.kind:
@@ -156,23 +78,21 @@ def _generate(kind: str, parse: Callable[[Any, ServedModel], P.Prepared]):
 
 # ---------------------------------------------------------------- engine streams
 def _map_submit_error(exc: Exception, param: str) -> Exception:
-    from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
-
     if isinstance(exc, EngineDeadError):
         return ApiError(500, f"The server cannot generate any more: {exc}.", code="engine_failed",
                         type="server_error")
 
     if isinstance(exc, PromptTooLongError):
         n, limit = getattr(exc, "n_tokens", None), getattr(exc, "limit", None)
-        return P.bad(param, f"This model's maximum context length is {limit} tokens, but your prompt is "
+        return bad(param, f"This model's maximum context length is {limit} tokens, but your prompt is "
                             f"{n} tokens long. Shorten the prompt (or start a new chat).", "context_length_exceeded")
     if isinstance(exc, QueueFullError):
         return ApiError(503, "The server is busy: too many requests are waiting. Retry shortly.",
                         code="queue_full", type="server_overloaded", headers={"Retry-After": "1"})
     if isinstance(exc, InvalidParameterError):
-        return P.bad(exc.param, str(exc))
+        return bad(exc.param, str(exc))
     if isinstance(exc, LlmpackError):   # e.g. "the prompt is empty"
-        return P.bad(param, str(exc))
+        return bad(param, str(exc))
     return exc
 
 
@@ -187,12 +107,16 @@ class Generation:
         self.streams: list[Any] = []
         self.finished: list[bool] = []
         self.counts: list[tuple[int, int, int]] = []   # (prompt, cached, generated) per stream
+        self.processed: list[int] = []                  # prompt tokens read so far, per stream
         self.reasons: dict[int, str] = {}
+        self.started = time.monotonic()
         try:
             for i, ids in enumerate(prep.prompts):
-                self.streams.append(model.engine.add_request(ids, prep.params, request_id=f"{rid}-{i}"))
+                self.streams.append(model.engine.add_request(ids, prep.params, request_id=f"{rid}-{i}",
+                                                             prompt_progress=prep.return_progress))
                 self.finished.append(False)
                 self.counts.append((len(ids), 0, 0))
+                self.processed.append(0)
         except Exception as exc:
             self._abort()
             self.timer.done = True
@@ -209,12 +133,20 @@ class Generation:
                 self.timer.tokens(out.num_generated_tokens - seen)
                 seen = out.num_generated_tokens
                 self.counts[i] = (out.num_prompt_tokens or self.counts[i][0], out.num_cached_tokens, seen)
+                self.processed[i] = max(self.processed[i], out.num_processed_prompt_tokens)
                 for c in out.outputs:
                     if c.finish_reason:
                         self.reasons[i * self.n + c.index] = c.finish_reason
                 if out.finished:
                     self.finished[i] = True
                 yield i * self.n, out
+
+    def prompt_progress(self) -> dict:
+        """llama-server's `prompt_progress`: prompt tokens in all (`total`), reused from the prefix
+        cache (`cache`), ready so far, cache included (`processed`), and milliseconds since the
+        request came (`time_ms`)."""
+        return {"total": sum(c[0] for c in self.counts), "cache": sum(c[1] for c in self.counts),
+                "processed": sum(self.processed), "time_ms": round((time.monotonic() - self.started) * 1000)}
 
     def usage(self) -> dict:
         return P.usage(sum(c[0] for c in self.counts), sum(c[2] for c in self.counts),
@@ -302,12 +234,17 @@ def _stream(gen: Generation, kind: str, rid: str, created: int) -> Iterator[byte
     want_lp, k = gen.prep.params.logprobs is not None, gen.prep.top_logprobs or 0
     offsets: dict[int, int] = {}
     held = [ChoiceText(gen.prep.plan) for _ in range(len(gen.streams) * gen.n)] if chat else []
+    progress_sent = 0   # the last `processed` sent; each engine step that read more of the prompt sends one
     try:
         if chat:   # at once: the client knows it was accepted even while it waits in the queue
             yield P.sse({**head, "choices": [
                 {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
                 for i in range(len(gen.streams) * gen.n)], **tail})
         for base, out in gen.outputs():
+            if gen.prep.return_progress and sum(gen.processed) > progress_sent:
+                progress = gen.prompt_progress()
+                progress_sent = progress["processed"]
+                yield P.sse({**head, "choices": [], "prompt_progress": progress})
             choices = []
             for c in out.outputs:
                 if c.finish_reason == "abort":

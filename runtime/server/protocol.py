@@ -12,37 +12,22 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from llmpack.runtime.engine.outputs import TokenLogprob
-from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
+from llmpack.runtime.engine.sampling_params import (CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, InvalidParameterError,
+                                                   SamplingParams)
+from llmpack.runtime.server.api_error import bad
 from llmpack.runtime.server.state import ServedModel
+from llmpack.runtime.server.structured import output_plan, render_messages
 
-_ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error"}
 INT64 = 2**63
 MAX_CHOICES = 128
-
-
-class ApiError(Exception):
-    """An error answered in OpenAI's shape: {"error": {message, type, param, code}}."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str | None = None, headers: dict | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-        self.type = type or _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-        self.headers = headers or {}
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-def bad(param: str | None, message: str, code: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param, code=code)
 
 
 # ---------------------------------------------------------------- parameters
 _FLOATS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 _INTS = ("n", "top_k", "seed", "max_tokens", "max_completion_tokens", "top_logprobs", "best_of")
-_BOOLS = ("stream", "ignore_eos", "echo", "parallel_tool_calls", "store", "include_stop_str_in_output")
-_COMMON = {"model", "stream", "stream_options", "n", "stop", "max_tokens", "seed", "user", "logit_bias",
+_BOOLS = ("stream", "ignore_eos", "echo", "parallel_tool_calls", "store", "include_stop_str_in_output",
+          "return_progress")
+_COMMON = {"model", "stream", "stream_options", "return_progress", "n", "stop", "max_tokens", "seed", "user", "logit_bias",
            "ignore_eos", "stop_token_ids", "include_stop_str_in_output", "metadata", "store",
            "service_tier", *_FLOATS, "top_k"}
 _SHAPE = {"response_format", "grammar", "json_schema"}   # constrained output (see structured.py)
@@ -50,7 +35,6 @@ CHAT_KEYS = _COMMON | _SHAPE | {"messages", "max_completion_tokens", "logprobs",
                                 "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call"}
 COMPLETION_KEYS = _COMMON | _SHAPE | {"prompt", "logprobs", "echo", "suffix", "best_of"}
 _SAMPLING_FIELDS = {f.name for f in fields(SamplingParams)}
-
 
 def _check_type(name: str, value: Any) -> Any:
     if value is None:
@@ -154,13 +138,9 @@ def sampling_params(body: dict, model: ServedModel, *, chat: bool, logprobs: int
         value = _get(body, name)
         if value is not None:
             kw[name] = value
-    max_tokens = _get(body, "max_completion_tokens") if chat else None
-    if max_tokens is None:
-        max_tokens = _get(body, "max_tokens")
-    if max_tokens is not None and max_tokens < 1:
-        raise bad("max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens",
-                  f"max_tokens must be at least 1, got {max_tokens}")
-    kw["max_tokens"] = max_tokens if max_tokens is not None else (None if chat else 16)
+    length_key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _get(body, length_key)
+    kw["max_tokens"] = max_tokens if max_tokens is not None else (CHAT_MAX_TOKENS if chat else COMPLETION_MAX_TOKENS)
     best_of = _get(body, "best_of")
     if best_of is not None and best_of != kw.get("n", 1):
         raise bad("best_of", "'best_of' is not supported (it may only equal n)", "unsupported_parameter")
@@ -178,8 +158,8 @@ def sampling_params(body: dict, model: ServedModel, *, chat: bool, logprobs: int
     kw["grammar"] = grammar
     try:
         params = SamplingParams(**kw)
-    except InvalidParameterError as exc:
-        raise bad(exc.param, str(exc)) from None
+    except InvalidParameterError as exc:   # SamplingParams validates; the error names what the client sent
+        raise bad(length_key if exc.param == "max_tokens" else exc.param, str(exc)) from None
     except (TypeError, ValueError) as exc:
         raise bad(None, f"invalid sampling parameters: {exc}") from None
     return params
@@ -211,11 +191,16 @@ class Prepared:
     top_logprobs: int | None = None     # chat: k when logprobs are on
     texts: list[str | None] = field(default_factory=list)
     plan: Any = None                    # structured.OutputPlan: grammar and tools
+    return_progress: bool = False       # llama-server's extension: prompt_progress chunks while streaming
+
+
+def wants_progress(body: dict, stream: bool) -> bool:
+    """`"return_progress": true` (llama-server's name) asks a stream for `prompt_progress` chunks
+    while the prompt is read; without `stream` there is nothing to send them in, as there."""
+    return bool(_get(body, "return_progress")) and stream
 
 
 def parse_chat(body: Any, model: ServedModel) -> Prepared:
-    from llmpack.runtime.server.structured import output_plan, render_messages
-
     body = check_keys(body, CHAT_KEYS)
     _unsupported(body)
     stream, usage = stream_flags(body)
@@ -231,12 +216,11 @@ def parse_chat(body: Any, model: ServedModel) -> Prepared:
     params = sampling_params(body, model, chat=True, logprobs=(k or 0) if want else None, grammar=plan.grammar)
     text = render_messages(model, body.get("messages"), plan)
     return Prepared([tokenize_prompt(model, text)], params, stream, usage, "messages",
-                    top_logprobs=(k or 0) if want else None, texts=[text], plan=plan)
+                    top_logprobs=(k or 0) if want else None, texts=[text], plan=plan,
+                    return_progress=wants_progress(body, stream))
 
 
 def parse_completion(body: Any, model: ServedModel) -> Prepared:
-    from llmpack.runtime.server.structured import output_plan
-
     body = check_keys(body, COMPLETION_KEYS)
     _unsupported(body)
     stream, usage = stream_flags(body)
@@ -248,7 +232,8 @@ def parse_completion(body: Any, model: ServedModel) -> Prepared:
     prompts, texts = _prompts(body.get("prompt"), model)
     if len(prompts) * params.n > MAX_CHOICES:
         raise bad("prompt", f"at most {MAX_CHOICES} choices per request (prompts x n)")
-    return Prepared(prompts, params, stream, usage, "prompt", texts=texts, plan=plan)
+    return Prepared(prompts, params, stream, usage, "prompt", texts=texts, plan=plan,
+                    return_progress=wants_progress(body, stream))
 
 
 def _is_ids(x: Any) -> bool:

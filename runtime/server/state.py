@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable
+
+from llmpack.progress import human_bytes
+from llmpack.runtime.engine.sampling_params import CHAT_MAX_TOKENS, CONTINUE_MAX_TOKENS, SamplingParams
 
 MESSAGES = {
     "starting": "Starting",
@@ -47,6 +50,18 @@ class ServedModel:
         return self.engine.bos_prefix
 
 
+PAGE_SAMPLING = ("temperature", "top_p", "top_k", "min_p")   # what the page's Settings show
+
+
+def request_defaults(model: ServedModel) -> dict[str, Any]:
+    """The values a chat request that names none of them is served with (SamplingParams' own,
+    then the model's recipe), as /health tells the chat page, which shows them in Settings; and
+    how much the page's text-completion mode asks for per "continue"."""
+    base = {f.name: f.default for f in fields(SamplingParams) if f.name in PAGE_SAMPLING}
+    base.update({k: v for k, v in model.sampling.items() if k in PAGE_SAMPLING})
+    return {**base, "max_tokens": CHAT_MAX_TOKENS, "completion_max_tokens": CONTINUE_MAX_TOKENS}
+
+
 class ServerState:
     def __init__(self, display_name: str | None = None) -> None:
         self._lock = threading.Lock()
@@ -59,11 +74,13 @@ class ServerState:
         self.model: ServedModel | None = None
         self.ready = threading.Event()
         self.active = ActiveRequests()
+        # called with (phase, fraction) after each accepted set_progress, on the caller's thread
+        # (the preparing thread): what /health says next, for logs and tests
+        self.progress_listeners: list[Callable[[str, float], None]] = []
 
     def set_progress(self, phase: str, fraction: float, message: str | None = None) -> None:
         if phase == "extracting" and self.unpack and message is None:
-            n = self.unpack["bytes"]
-            size = f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"   # as the console line says it
+            size = human_bytes(self.unpack["bytes"])   # as the console line says it
             message = f"First start: unpacking the model ({size}) to {self.unpack['path']}; this happens once."
         with self._lock:
             if self.phase in ("ready", "error"):
@@ -74,6 +91,8 @@ class ServerState:
                 fraction = 0.0
             self.phase, self.progress = phase, fraction
             self.message = message or MESSAGES.get(phase, phase)
+        for listener in list(self.progress_listeners):
+            listener(phase, fraction)
 
     def set_ready(self, model: ServedModel) -> None:
         with self._lock:
@@ -96,7 +115,7 @@ class ServerState:
                 return {"status": "error", "message": f"The engine stopped ({failure}); restart llmpack."}, 500
             body = {"status": "ok", "model": model.model_id, "display_name": model.display_name,
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
-                    "base_model": bool(model.meta.get("base_model")),
+                    "defaults": request_defaults(model), "base_model": bool(model.meta.get("base_model")),
                     "backend": model.backend}
             if self.instance:
                 body["instance"] = self.instance

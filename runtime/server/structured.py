@@ -12,10 +12,18 @@ from functools import lru_cache
 from typing import Any
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.structured import tool_calls as T
-from llmpack.runtime.structured.grammar import JSON_OBJECT_GBNF, GrammarError, check_gbnf, json_schema_of, schema_to_gbnf
-from llmpack.runtime.server.protocol import bad
+from llmpack.runtime.chat.chat_template import ChatTemplateError, normalize_messages, render_chat
+from llmpack.runtime.engine.grammar_sampler import check_with_llama
+from llmpack.runtime.server.api_error import bad
 from llmpack.runtime.server.state import ServedModel
+from llmpack.runtime.structured import tool_calls as T
+from llmpack.runtime.structured.grammar import (
+    JSON_OBJECT_GBNF,
+    GrammarError,
+    check_gbnf,
+    json_schema_of,
+    schema_to_gbnf,
+)
 
 
 @dataclass(slots=True)
@@ -88,8 +96,6 @@ def _check_with_llama(gbnf: str, model: ServedModel, param: str) -> None:
     vocab = getattr(getattr(model.engine, "runner", None), "vocab", None)
     if vocab is None:
         return
-    from llmpack.runtime.engine.grammar_sampler import check_with_llama
-
     try:
         check_with_llama(gbnf, vocab)
     except GrammarError as exc:
@@ -189,8 +195,6 @@ _PROBE = "llmpack_probe_tool"
 @lru_cache(maxsize=16)
 def supports_tools(template: str) -> bool:
     """Does this chat template render a tool list? (Render one and look for its name.)"""
-    from llmpack.runtime.chat.chat_template import render_chat
-
     tool = {"type": "function", "function": {"name": _PROBE, "description": "", "parameters": {"type": "object"}}}
     try:
         return _PROBE in render_chat(template, [{"role": "user", "content": "hi"}], tools=[tool])
@@ -200,8 +204,6 @@ def supports_tools(template: str) -> bool:
 
 # ---------------------------------------------------------------- messages
 def render_messages(model: ServedModel, messages: Any, plan: OutputPlan) -> str:
-    from llmpack.runtime.chat.chat_template import ChatTemplateError
-
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "'messages' must be a non-empty list of {role, content} objects")
     if model.chat is None:
@@ -293,6 +295,4 @@ def _text_messages(messages: list, plan: OutputPlan) -> list:
 
 
 def _text(m: dict) -> str:
-    from llmpack.runtime.chat.chat_template import normalize_messages
-
     return normalize_messages([m])[0]["content"]

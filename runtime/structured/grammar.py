@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.structured.grammar_ranges import BOUNDS
+from llmpack.runtime.structured.grammar_ranges import BOUNDS, integer_range
 
 # Strings: no raw control characters (json.loads refuses them). Whitespace: at most one space
 # between tokens, so output is compact JSON and a model cannot loop on newlines.
@@ -77,9 +77,8 @@ def schema_to_gbnf(schema: Any) -> str:
 @lru_cache(maxsize=1)
 def _converter_class():
     """llama-cpp-python's converter, taught integer bounds (it ignores them)."""
-    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter   # (imports llama.cpp)
-
-    from llmpack.runtime.structured.grammar_ranges import integer_range
+    # lazy: importing llama_cpp loads libllama; the rest of this room is plain text work
+    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
 
     class Converter(SchemaConverter):
         def visit(self, schema, name):

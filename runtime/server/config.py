@@ -1,0 +1,38 @@
+"""What `llmpack run` and a built file were asked to serve, typed, made from the command line in
+one place (llmpack/cli.py `serve_config`). Nothing in the runtime sees argparse: the server and
+`serving.build_model` read this, and the engine gets its own `EngineConfig` from it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from llmpack.runtime.engine.config import FLASH_ATTN, GPU_LAYERS, MAX_NUM_SEQS, MAX_WAITING
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    # the model and how to chat with it
+    recipe: str | Path | None = None          # --recipe: a recipe name or .toml path
+    recipe_data: Mapping[str, Any] | None = None   # a built file's recipe, decided at build time
+    display_name: str | None = None           # --name, or the name given at build time
+    system: str | None = None                 # --system: default system prompt
+    base_model: bool | None = None            # decided at build time from the model's file name
+    # the engine
+    ctx: int | None = None                    # --ctx; None = the recipe's, capped by the model (choose_n_ctx)
+    parallel: int = MAX_NUM_SEQS              # --parallel
+    gpu_layers: int | str = GPU_LAYERS        # --gpu-layers, parsed
+    device: str | None = None                 # --device
+    flash_attn: str = FLASH_ATTN              # --flash-attn
+    max_waiting: int = MAX_WAITING            # --max-waiting
+    # the server
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT                  # the next free one is taken if busy; 0 = any
+    open_browser: bool = True
+    api_key: str | None = None
+    cors: bool = False
+    verbose: bool = False                     # --verbose: technical detail on the console (why no GPU)
+    instance_key: str | None = None           # a built file's model key: a lock file while serving (server/instance.py)

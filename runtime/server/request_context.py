@@ -1,0 +1,91 @@
+"""What every route module needs from a request before it does its own work: the app's context,
+the model once it is ready (503 while loading, 500 if loading failed), the JSON body, and the
+check of the request's model name. Shared by openai_routes, chat_routes, embeddings_routes and
+attachments, so none of them imports another's helpers."""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Any
+
+from flask import current_app, request
+
+from llmpack.runtime.server.api_error import ApiError, bad
+from llmpack.runtime.server.state import ServedModel, ServerState
+
+
+def app_context() -> Any:
+    """What create_app() keeps for the routes: state, options, metrics, chats (an `AppContext`)."""
+    return current_app.extensions["llmpack"]
+
+
+def ready_model(state: ServerState) -> ServedModel:
+    model = state.model
+    if model is not None:
+        return model
+    if state.phase == "error":
+        raise ApiError(500, f"The model failed to load: {state.message}", code="model_load_failed")
+    raise ApiError(503, f"The model is still loading ({state.message}, {state.progress:.0%}); retry shortly.",
+                   code="model_loading", headers={"Retry-After": "2"})
+
+
+def json_body() -> Any:
+    mimetype = request.mimetype or ""
+    if mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise ApiError(415, "The request body must be JSON, sent with 'Content-Type: application/json'.",
+                       code="unsupported_media_type")
+    raw = request.get_data(cache=False)   # 413 past MAX_CONTENT_LENGTH
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise bad(None, "The request body is nested too deeply.") from None
+    except ValueError as exc:   # includes UnicodeDecodeError
+        raise bad(None, f"The request body is not valid JSON: {str(exc)[:200]}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def check_model_name(body: Any, model: ServedModel) -> None:
+    """Any `model` name is served by the one model here, as llama-server and llamafile do: many
+    apps hard-code "gpt-4o-mini" or make the user type a name. Responses echo the real id, and
+    the first requests under each other name are noted once on the console."""
+    if not isinstance(body, dict):
+        raise bad(None, "The request body must be a JSON object.")
+    name = body.get("model")
+    if name is None or name == "":
+        return
+    if not isinstance(name, str):
+        raise bad("model", "'model' must be a string")
+    if name.lower() not in model.aliases:
+        names = app_context().__dict__.setdefault("other_names", _NameLog())
+        names.note(name, model.model_id)
+
+
+class _NameLog:
+    """Which other model names were already noted (a few dozen at most, so a client that sends
+    a new name each time cannot flood the console or memory)."""
+
+    def __init__(self, limit: int = 32) -> None:
+        self._seen: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._limit = limit
+
+    def note(self, name: str, served: str) -> None:
+        with self._lock:
+            key = (name[:200], served)
+            if key in self._seen or len(self._seen) >= self._limit:
+                return
+            self._seen.add(key)
+        print(f"llmpack: requests name the model {key[0]!r}; this server has one model and answers them with "
+              f"{served!r}", file=sys.stderr, flush=True)
+
+
+def check_model_id(model_id: str, model: ServedModel) -> None:
+    """GET /v1/models/ID is a look-up, so an id that is not this model's is a 404 there."""
+    if model_id.lower() not in model.aliases:
+        raise ApiError(404, f"The model '{model_id[:200]}' does not exist; this server serves '{model.model_id}' "
+                            "(and answers requests that name any model with it).", param="model",
+                       code="model_not_found")

@@ -1,0 +1,191 @@
+"""The chat page in plain words (issue 20): what a person reads in the header, in Settings, in
+error messages, on the loading card and under a reply says what they need; the technical
+detail stays one click (or a tooltip) away. Also: the page reads the server's defaults."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from browser_fixtures import *  # noqa: F401,F403
+from browser_fixtures import ARTIFACTS, last_reply, new_page, put_chat, set_settings
+from server_fixtures import *  # noqa: F401,F403
+from server_fixtures import LiveServer, live_server, wait_until
+
+pytestmark = pytest.mark.browser
+
+
+def open_app(page, srv) -> None:
+    page.goto(srv.server.page_url)
+    page.wait_for_selector("#app:not([hidden])")
+
+
+def send(page, text: str) -> None:
+    page.fill("[data-testid=prompt]", text)
+    page.keyboard.press("Enter")
+
+
+def fake_health(page, **changes) -> None:
+    """/health as the server answers it, with `changes` on top (dicts are merged one level)."""
+    def handle(route):
+        resp = route.fetch()
+        body = resp.json()
+        for key, value in changes.items():
+            body[key] = {**body[key], **value} if isinstance(value, dict) and isinstance(body.get(key), dict) else value
+        route.fulfill(response=resp, json=body)
+    page.route("**/health", handle)
+
+
+@pytest.mark.parametrize("backend, shown, detail", [
+    ({"cpu_variant": "haswell", "devices": [{"id": "Vulkan0", "name": "NVIDIA GeForce RTX 3060"}],
+      "gpu_device": "Vulkan0", "gpu_layers": 18, "n_layers": 18, "note": None},
+     "Running on your graphics card (NVIDIA GeForce RTX 3060)", ["Vulkan0", "18 of 18 layers"]),
+    ({"cpu_variant": "haswell", "devices": [{"id": "Vulkan0", "name": "Intel UHD 620"}],
+      "gpu_device": "Vulkan0", "gpu_layers": 6, "n_layers": 18, "note": None},
+     "Running partly on your graphics card (Intel UHD 620)", ["6 of 18 layers"]),
+    ({"cpu_variant": "haswell", "devices": [], "gpu_device": None, "gpu_layers": 0, "n_layers": 18,
+      "note": "no Vulkan loader (libvulkan.so.1) found"}, "Running on your processor",
+     ["haswell", "no Vulkan loader (libvulkan.so.1) found"]),
+])
+def test_the_header_says_where_it_runs_and_how_much_it_remembers(scripted_model: Path, page, backend, shown, detail):
+    with live_server(scripted_model) as srv:
+        fake_health(page, backend=backend, n_ctx=8192)
+        open_app(page, srv)
+        badge = page.locator("[data-testid=backend]")
+        assert badge.inner_text() == shown
+        for words in detail:   # the technical detail, one hover away
+            assert words in badge.get_attribute("title")
+        ctx = page.locator("[data-testid=ctx-size]")
+        assert ctx.inner_text() == "Remembers about 6,000 words"     # 8,192 tokens x 0.75
+        assert "8,192 tokens" in ctx.get_attribute("title")
+        assert "ctx" not in page.locator("#topbar").inner_text()
+
+
+@pytest.mark.parametrize("width, height", [(1280, 860), (390, 844)])
+def test_settings_fold_the_sampling_knobs_and_show_the_real_defaults(browser, scripted_model: Path, width, height):
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    page = new_page(ctx)
+    with live_server(scripted_model) as srv:
+        defaults = requests.get(srv.url + "/health", timeout=10).json()["defaults"]
+        open_app(page, srv)
+        page.click("#settings-button")
+        advanced = page.locator("[data-testid=advanced]")
+        assert advanced.evaluate("d => d.tagName === 'DETAILS' && !d.open")
+        for knob in ("top-p", "top-k", "min-p"):
+            assert advanced.locator(f"[data-testid={knob}]").count() == 1 and page.locator(f"[data-testid={knob}]").is_hidden()
+        assert page.locator("[data-testid=temperature]").is_visible()
+        summary = advanced.locator("summary")
+        summary.focus()
+        page.keyboard.press("Enter")                         # opens from the keyboard too
+        assert advanced.evaluate("d => d.open")
+        for knob, key in (("temperature", "temperature"), ("top-p", "top_p"), ("top-k", "top_k"), ("min-p", "min_p")):
+            field = page.locator(f"[data-testid={knob}]")
+            assert float(field.get_attribute("placeholder")) == defaults[key], knob
+            hint = field.locator("xpath=..").locator(".field-hint").inner_text()
+            assert len(hint.split()) >= 6, (knob, hint)       # what it does, not only its range
+        assert page.locator("[data-testid=max-tokens]").get_attribute("placeholder") == "No limit"
+        said = page.evaluate("""() => [document.querySelector('#settings').innerText,
+            ...[...document.querySelectorAll('[placeholder], [title]')].map(n => (n.placeholder || '') + ' ' + (n.title || ''))
+        ].join('\\n')""")
+        assert "server default" not in said and not re.search(r"(^|\s)--[a-z]", said), said
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"settings-{width}.png"))
+        assert page.problems == []
+    ctx.close()
+
+
+def test_errors_say_what_happened_and_what_to_do(scripted_model: Path, page):
+    with live_server(scripted_model) as srv:
+        open_app(page, srv)
+        page.route("**/v1/chat/completions", lambda route: route.abort("connectionrefused"))
+        send(page, "hello")
+        notice = page.locator("[data-testid=notice]").last
+        notice.wait_for()
+        assert "The app has stopped. Start it again, then reload this page." in notice.inner_text()
+        assert "Failed to fetch" not in notice.inner_text()                   # the detail is folded away
+        assert "Failed to fetch" in notice.locator("details").text_content()  # one click away
+
+        page.unroute("**/v1/chat/completions")
+        page.route("**/v1/chat/completions", lambda route: route.fulfill(
+            status=500, json={"error": {"message": "KeyError: 'boom'", "type": "server_error"}}))
+        page.keyboard.press("Enter")                       # the message came back into the box
+        wait_until(lambda: "app's side" in page.locator("[data-testid=notice]").last.inner_text())
+        shown = page.locator("[data-testid=notice]").last.inner_text()
+        assert "Something went wrong on the app's side" in shown and "HTTP 500" not in shown and "KeyError" not in shown
+
+        page.set_input_files("[data-testid=import-file]", files=[
+            {"name": "x.json", "mimeType": "application/json", "buffer": b'{"hello": 1}'}])
+        toast = page.locator("#toast-text")
+        wait_until(lambda: toast.inner_text().startswith("This file is not a chat saved by this app."))
+        assert "llmpack-chat" not in toast.inner_text() and "format" not in toast.inner_text()
+        assert page.problems == []
+
+
+def test_reply_figures_read_like_numbers(scripted_model: Path, page):
+    now = int(time.time() * 1000)
+    with live_server(scripted_model) as srv:
+        put_chat(srv, "figures", {"title": "Figures", "updated": now, "messages": [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "Hi there.", "stats": {"tokens": 2, "tps": 0.5, "seconds": 4.2}},
+            {"role": "user", "content": "b"},
+            {"role": "assistant", "content": "Yes.", "stats": {"tokens": 1, "estimated": True}},
+            {"role": "user", "content": "c"},
+            {"role": "assistant", "content": "Long.", "stats": {"tokens": 4162, "tps": 21.37, "seconds": 194.8}}]})
+        open_app(page, srv)
+        page.locator("[data-testid=chat-item] .chat-open").first.click()
+        stats = page.locator("[data-testid=message-assistant] .stats")
+        stats.nth(2).wait_for()
+        assert stats.all_inner_texts() == ["2 tokens · 4.2 s",                 # no rate over two tokens
+                                           "about 1 token",
+                                           "4,162 tokens · 21.4 tokens/s · 3 min 15 s"]
+
+        page.click("[data-testid=new-chat]")
+        send(page, "hello")                                 # the scripted reply: a handful of tokens
+        page.wait_for_selector("[data-testid=stop]", state="hidden")
+        live = last_reply(page).locator(".stats").inner_text()
+        assert re.fullmatch(r"\d tokens( · \d+\.\d s)?", live), live   # a count and the time, no speed
+        assert page.locator("[data-testid=tps]").inner_text() == ""
+
+
+def test_the_loading_card_says_first_run_once(scripted_model: Path, page):
+    release = threading.Event()
+
+    def prepare(progress):
+        progress("extracting", 0.4)
+        release.wait(60)
+        return scripted_model
+
+    srv = LiveServer(scripted_model, prepare=prepare).start(wait=False)
+    try:
+        page.goto(srv.server.page_url)
+        card = page.locator("[data-testid=loading] .card")
+        wait_until(lambda: "Unpacking" in card.inner_text(), timeout=10)
+        words = card.inner_text().lower()
+        assert words.count("first") == 1, words
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "loading-card.png"))
+    finally:
+        release.set()
+        srv.stop()
+
+
+def test_the_page_uses_the_servers_defaults_and_keeps_no_copy(tiny_model: Path, page):
+    """A base model opens in text completion mode, whose length per "continue" is the server's."""
+    with live_server(tiny_model) as srv:
+        fake_health(page, defaults={"completion_max_tokens": 7, "top_k": 33})
+        set_settings(page, srv.model_id, temperature=0)
+        open_app(page, srv)
+        with page.expect_request(lambda r: r.url.endswith("/v1/completions")) as req:
+            send(page, "Once upon a time")
+        sent = req.value.post_data_json
+        assert sent["max_tokens"] == 7 and sent["top_k"] == 33
+        page.wait_for_selector("[data-testid=stop]", state="hidden")
+        page.click("#settings-button")
+        assert page.locator("[data-testid=top-k]").get_attribute("placeholder") == "33"
+        assert json.loads(page.evaluate("localStorage.getItem('llmpack.settings.v1')"))["models"][srv.model_id] == {
+            "temperature": 0}

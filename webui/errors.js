@@ -1,0 +1,39 @@
+// What went wrong, said plainly: one sentence of what happened and what to do, with the
+// technical text (status, server message) kept as `detail` for a "Details" fold or a tooltip.
+import { ApiError } from "./api.js";
+
+export const STOPPED = "The app has stopped. Start it again, then reload this page.";
+export const APP_SIDE = "Something went wrong on the app's side. Try again; if it keeps happening, close the app and start it again.";
+export const NOT_A_CHAT = "This file is not a chat saved by this app.";
+const NEEDS_KEY = "This app asks for an access key. Open Settings and enter the key you were given.";
+const TOO_LONG = "This conversation is now too long for the model to read. Start a New chat.";
+const BUSY = "The model is busy. Try again in a moment.";
+
+/** The technical text of an error: its message and HTTP status. */
+function technical(err) {
+  const msg = (err && err.message) || String(err);
+  return err instanceof ApiError && err.status && !msg.includes(String(err.status)) ? `${msg} (HTTP ${err.status})` : msg;
+}
+
+/** {text, detail} for an error from fetch (TypeError), the API (ApiError) or anything else. */
+export function plainError(err) {
+  const detail = technical(err);
+  if (err && err.name === "TypeError") return { text: STOPPED, detail };
+  const status = err instanceof ApiError ? err.status : 0;
+  const msg = (err && err.message) || "";
+  if (status === 401 || status === 403) return { text: NEEDS_KEY, detail };
+  if (/context|too long|too many tokens|prompt_too_long|exceed/i.test(msg) && (status === 400 || status === 500)) {
+    return { text: TOO_LONG, detail };
+  }
+  if (status === 503 || status === 429) return { text: BUSY, detail };
+  if (status >= 500 || !status) return { text: APP_SIDE, detail };
+  return { text: msg || APP_SIDE, detail };
+}
+
+/** An import that failed: the file was no chat (not JSON, wrong shape), or something else went wrong. */
+export function importError(err) {
+  if (err instanceof SyntaxError || (err instanceof ApiError && err.status === 400)) {
+    return { text: NOT_A_CHAT + " Choose a file made with Export as JSON.", detail: technical(err) };
+  }
+  return plainError(err);
+}

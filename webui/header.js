@@ -1,0 +1,39 @@
+// The top bar's facts about the model, in words (words.js), and the base-model note under it,
+// which a person can put away: remembered per model in this browser.
+import { state, ui } from "./state.js";
+import { loadJSON, saveJSON } from "./util.js";
+import { backendWords, memoryText } from "./words.js";
+
+const NOTE_KEY = "llmpack.base-notice-hidden.v1";   // {model id: true}
+
+function noteHidden() {
+  const hidden = loadJSON(NOTE_KEY, {});
+  return !!(hidden && typeof hidden === "object" && hidden[state.model]);
+}
+
+/** Fill the top bar from /health's answer (`h`); state.model etc. are set already. */
+export function showModelInfo(h) {
+  ui.modelName.textContent = state.displayName;
+  ui.modelName.title = state.model && state.model !== state.displayName ? state.model : "";
+  const memory = memoryText(state.nCtx);
+  ui.ctxSize.textContent = memory.text;
+  ui.ctxSize.title = memory.title;
+  ui.ctxSize.hidden = !memory.text;
+  const where = backendWords(h.backend);
+  ui.backend.textContent = where.text;
+  ui.backend.title = where.title;
+  ui.backend.hidden = !where.text;
+  ui.baseNotice.hidden = !state.baseModel || noteHidden();
+  ui.app.classList.toggle("base-model", state.baseModel);
+}
+
+export function wireBaseNotice() {
+  ui.baseNoticeDismiss.addEventListener("click", () => {
+    const hidden = loadJSON(NOTE_KEY, {});
+    const all = hidden && typeof hidden === "object" ? hidden : {};
+    all[state.model] = true;
+    saveJSON(NOTE_KEY, all);
+    ui.baseNotice.hidden = true;
+    ui.prompt.focus();
+  });
+}

@@ -1,0 +1,77 @@
+// Numbers and technical facts in words a person reads without a manual: "4,162 tokens",
+// "about 1 token", "3 min 15 s", "Remembers about 6,000 words", "Running on your processor".
+// The exact figures stay available as tooltips (the callers' `title`s).
+
+const NUMBER = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
+const DECIMAL = new Intl.NumberFormat(undefined, { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+const PLURAL = new Intl.PluralRules(undefined);
+
+/** Fewer tokens than this make a speed figure noise (one slow first token dominates it). */
+export const MIN_TOKENS_FOR_SPEED = 8;
+/** A token is about three quarters of an English word. */
+export const WORDS_PER_TOKEN = 0.75;
+
+export function fmtNumber(n) {
+  return NUMBER.format(n);
+}
+
+/** "1 token", "4,162 tokens"; `about` puts "about " in front (an estimate). */
+export function countOf(n, one, many, about) {
+  const word = PLURAL.select(n) === "one" ? one : many;
+  return (about ? "about " : "") + NUMBER.format(n) + " " + word;
+}
+
+/** "12.3 tokens/s", or "" when there are too few tokens for the rate to mean anything. */
+export function speedText(tokens, perSecond) {
+  if (!(tokens >= MIN_TOKENS_FOR_SPEED) || !(perSecond > 0) || !isFinite(perSecond)) return "";
+  return DECIMAL.format(perSecond) + " tokens/s";
+}
+
+/** "4.2 s", "3 min 15 s". */
+export function durationText(seconds) {
+  if (!(seconds > 0)) return "";
+  if (seconds < 60) return DECIMAL.format(seconds) + " s";
+  const whole = Math.round(seconds);
+  return Math.floor(whole / 60) + " min " + (whole % 60) + " s";
+}
+
+/** Words in `tokens`, rounded so that no false precision shows: 6,144 -> 6,000; 24,576 -> 25,000. */
+export function roughWords(tokens) {
+  const words = tokens * WORDS_PER_TOKEN;
+  const step = words < 1000 ? 50 : words < 10000 ? 500 : words < 100000 ? 1000 : 10000;
+  return Math.max(step, Math.round(words / step) * step);
+}
+
+/** The context badge: what the model keeps in mind, in words; the token count in the tooltip. */
+export function memoryText(nCtx) {
+  if (!nCtx) return { text: "", title: "" };
+  return {
+    text: "Remembers about " + NUMBER.format(roughWords(nCtx)) + " words",
+    title: "The model reads about " + NUMBER.format(roughWords(nCtx)) + " words of conversation at once " +
+      "(your messages, attached files and its replies): its context window of " + NUMBER.format(nCtx) +
+      " tokens. In longer chats, start a New chat.",
+  };
+}
+
+const num = (v) => (typeof v === "number" && isFinite(v) ? v : undefined);
+
+/** Where the model runs (/health's `backend`; absent: nothing), in words, with the details as a tooltip. */
+export function backendWords(b) {
+  if (!b || typeof b !== "object") return { text: "", title: "" };
+  const details = [];
+  if (typeof b.cpu_variant === "string" && b.cpu_variant) details.push("Processor code: " + b.cpu_variant + ".");
+  if (num(b.gpu_layers) > 0) {
+    const dev = (Array.isArray(b.devices) ? b.devices : []).find((d) => d && d.id === b.gpu_device);
+    const name = (dev && typeof dev.name === "string" && dev.name) || "";
+    const all = num(b.n_layers);
+    const partly = all !== undefined && b.gpu_layers < all;
+    details.unshift("Graphics card " + [b.gpu_device, name].filter(Boolean).join(" ") + ": " +
+      b.gpu_layers + " of " + (all ?? "?") + " layers" + (partly ? " (the rest on the processor)." : "."));
+    return {
+      text: "Running " + (partly ? "partly " : "") + "on your graphics card" + (name ? " (" + name + ")" : ""),
+      title: details.concat(typeof b.note === "string" && b.note ? [b.note] : []).join(" "),
+    };
+  }
+  if (typeof b.note === "string" && b.note) details.push(b.note);
+  return { text: "Running on your processor", title: details.join(" ") };
+}
