@@ -18,7 +18,7 @@ from playwright import sync_api
 from needs import skip_or_fail
 from server_fixtures import chat_headers
 
-__all__ = ["ARTIFACTS", "CHROMIUM_ARGS", "chromium_path", "browser", "page", "chat_data", "new_page",
+__all__ = ["ARTIFACTS", "CHROMIUM_ARGS", "chromium_path", "browser", "page", "chat_data", "new_page", "open_app",
            "set_settings", "last_reply", "assert_inert", "put_chat", "get_chats", "get_settings"]
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -73,6 +73,12 @@ def set_settings(page, model_id: str, **values) -> None:
     """Per-model settings as the page stores them, in place before its script runs."""
     data = json.dumps({"models": {model_id: values}, "api_key": ""})
     page.add_init_script(f"window.localStorage.setItem('llmpack.settings.v1', {json.dumps(data)});")
+
+
+def open_app(page, srv) -> None:
+    """The page the app opens (with this launch's secret), once the model is ready."""
+    page.goto(srv.server.page_url)
+    page.wait_for_selector("#app:not([hidden])")
 
 
 def last_reply(page):

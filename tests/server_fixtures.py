@@ -23,7 +23,7 @@ from ggufs import CHATML_TEMPLATE, EOS_ID, tiny_vocab, write_tiny_model
 from llmpack.cli import build_parser, serve_config
 from llmpack.runtime.server.launch import Server
 
-__all__ = ["LiveServer", "live_server", "chat_server", "wait_until", "wait_idle", "write_scripted_model",
+__all__ = ["LiveServer", "live_server", "held_in_phase", "chat_server", "wait_until", "wait_idle", "write_scripted_model",
            "SCRIPTED_REPLY", "sse_events", "stream_post", "post_on_socket",
            "chat_headers", "LockStep"]
 
@@ -79,6 +79,26 @@ class LiveServer:
 def chat_headers(srv: LiveServer) -> dict:
     """What the chat page sends to /api/chats and /api/settings: its mark and this launch's secret."""
     return {"X-Llmpack-Chat": "1", "X-Llmpack-Token": srv.server.options.chat_token}
+
+
+@contextlib.contextmanager
+def held_in_phase(model: Path, phase: str, fraction: float) -> Iterator[tuple[LiveServer, threading.Event]]:
+    """A server whose model preparation reports (phase, fraction) and then waits for the event:
+    the loading view and /health can be looked at without racing the load. Set the event to go
+    on to ready; the server stops when the block ends."""
+    release = threading.Event()
+
+    def prepare(progress: Callable[[str, float], Any]) -> Path:
+        progress(phase, fraction)
+        release.wait(60)
+        return model
+
+    srv = LiveServer(model, prepare=prepare).start(wait=False)
+    try:
+        yield srv, release
+    finally:
+        release.set()
+        srv.stop()
 
 
 @contextlib.contextmanager

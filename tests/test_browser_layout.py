@@ -13,18 +13,13 @@ import pytest
 import requests
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_chats, last_reply, new_page, put_chat, set_settings
+from browser_fixtures import ARTIFACTS, get_chats, last_reply, new_page, open_app, put_chat, set_settings
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import LiveServer, live_server, wait_until
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
 NOW = int(time.time() * 1000)
-
-
-def open_app(page, srv) -> None:
-    page.goto(srv.server.page_url)
-    page.wait_for_selector("#app:not([hidden])")
 
 
 def chat_once(page, text: str) -> None:

@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import LiveServer, live_server, post_on_socket, sse_events, stream_post, wait_idle, wait_until
+from server_fixtures import LiveServer, held_in_phase, live_server, post_on_socket, sse_events, stream_post, wait_idle, wait_until
 
 from ggufs import CHATML_TEMPLATE
 from llmpack.errors import LlmpackError
@@ -311,15 +311,7 @@ def test_queue_full_is_503(long_model: Path):
 
 # ---- loading, failed loading ----------------------------------------------------------------------
 def test_loading_then_ready(tiny_chat_model: Path):
-    release = threading.Event()
-
-    def prepare(progress):
-        progress("extracting", 0.5)
-        release.wait(30)
-        return tiny_chat_model
-
-    s = LiveServer(tiny_chat_model, prepare=prepare).start(wait=False)
-    try:
+    with held_in_phase(tiny_chat_model, "extracting", 0.5) as (s, release):
         wait_until(lambda: requests.get(s.url + "/health").json().get("phase") == "extracting")
         h = requests.get(s.url + "/health")
         assert h.status_code == 503
@@ -332,9 +324,6 @@ def test_loading_then_ready(tiny_chat_model: Path):
         release.set()
         s.wait_ready(60)
         assert requests.get(s.url + "/health").json()["status"] == "ok"
-    finally:
-        release.set()
-        s.stop()
 
 
 def test_failed_preparation_is_reported(tiny_chat_model: Path):
