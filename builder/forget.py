@@ -1,9 +1,10 @@
 """`--forget`: remove what a built program left on this computer, after asking.
 
 A launch may leave three things outside the program itself: the unpacked copy of its model
-(only a compressed build unpacks one; builder/extract.py) with its markers, in the per-user
-cache; and the chats and page settings saved for its model (runtime/server/chats.py, kept by the
-model key) in the per-user data folder. `--forget` lists them with their size, asks
+(only a compressed build unpacks one now, builder/extract.py; llmpack before issue 20 unpacked
+every model, and that copy goes too) with its markers, in the per-user cache; and the chats and
+page settings saved for its model (runtime/server/chats.py, kept by the model key) in the
+per-user data folder. `--forget` lists them with their size, asks
 "Remove ... (N MB)? [y/N]" on the console, and removes them. `--yes` skips the question; with
 no console to ask on (no tty), it refuses and says to add --yes, so a script never deletes
 chats by accident. While a copy of the program is serving, it refuses: that copy is using them.
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from llmpack import paths
-from llmpack.builder.extract import _remove_stale_tmps, disk_need
+from llmpack.builder.extract import _remove_stale_tmps
 from llmpack.builder.fileio import unlink_quietly
 from llmpack.builder.manifest import Manifest
 from llmpack.builder.packfile import PackError
@@ -39,7 +40,10 @@ def forget(manifest: Manifest, *, yes: bool, ask: Callable[[str], str] = input,
 
     stdin, out = stdin or sys.stdin, out or sys.stdout
     key = manifest.model.sha256[:10]   # the model key saved chats are kept by (serving._model_key)
-    running = instance.find_running(runtime_dir(), key)
+    try:
+        running = instance.find_running(runtime_dir(), key)
+    except OSError:   # no private runtime folder: no copy can have left a lock there
+        running = None
     if running is not None:
         raise PackError(f"this chat is running at {running.url} (process {running.pid}); "
                         "stop it (Ctrl+C in its window), then run --forget again")
@@ -48,9 +52,9 @@ def forget(manifest: Manifest, *, yes: bool, ask: Callable[[str], str] = input,
     n_chats, chat_bytes, settings = store.usage(key)
     total = sum(f.stat().st_size for f in files) + chat_bytes
     what = []
-    copy = disk_need(manifest)
-    if any(f.suffix == ".gguf" for f in files):
-        what.append(f"the unpacked model {copy.path}")
+    copies = [f for f in files if f.suffix == ".gguf"]   # a compressed build's, or one an older llmpack unpacked
+    if copies:
+        what.append(f"the unpacked model {copies[0]}")
     elif files:
         what.append("the model's check markers in " + str(files[0].parent))
     if n_chats or settings:

@@ -557,6 +557,22 @@ def test_forget_removes_the_model_copy_and_the_saved_chats_after_asking(tiny_zst
     assert proc.returncode == 0 and proc.stdout.startswith("Nothing to remove"), proc.stdout + proc.stderr
 
 
+def test_forget_also_removes_the_copy_an_older_llmpack_unpacked(tiny_exe, tiny_gguf, tmp_path):
+    """Before issue 20 every first launch left <sha256>.gguf in the cache, even of an uncompressed
+    build: --forget finds and removes that copy too."""
+    sha = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
+    env = minimal_env(tmp_path, LLMPACK_DATA_DIR=str(tmp_path / "data"))
+    models = tmp_path / "cache" / "models"
+    subprocess.run([str(tiny_exe), "--extract-to", str(models)], check=True, capture_output=True, env=env,
+                   cwd=tmp_path, timeout=120)   # the copy, where and as the old first launch wrote it
+    assert (models / f"{sha}.gguf").is_file()
+    proc = subprocess.run([str(tiny_exe), "--forget", "--yes"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0 and f"Removed the unpacked model {models / (sha + '.gguf')}" in proc.stdout, \
+        proc.stdout + proc.stderr
+    assert list(models.iterdir()) == []
+
+
 BROWSER_SCRIPT = """#!/bin/sh
 # a stand-in browser: records what it was asked to open
 printf '%s\\n' "$1" >> "$0.opened"
