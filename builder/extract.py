@@ -183,11 +183,11 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
     locked = False
     try:
         if os.name == "nt":
-            import msvcrt
+            import msvcrt   # lazy: Windows only
 
             wait_for_lock(lambda: msvcrt.locking(fd, msvcrt.LK_NBLCK, 1), lock_path)
         else:   # blocks; an error (ENOLCK on some network file systems) is one line via _disk_error
-            import fcntl
+            import fcntl   # lazy: POSIX only
 
             fcntl.flock(fd, fcntl.LOCK_EX)
         locked = True
