@@ -12,10 +12,10 @@ import pytest
 import requests
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_chats, last_reply, new_page
+from browser_fixtures import ARTIFACTS, get_chat, get_chats, last_reply, new_page
 from doc_files import PNG_1PX, make_pdf
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import LiveServer, live_server, wait_until
+from server_fixtures import LiveServer, chat_headers, live_server, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -109,7 +109,7 @@ def test_chips_meter_and_the_too_long_dialog(browser, scripted_model: Path, widt
             page.screenshot(path=str(ARTIFACTS / f"{shot}-sent.png"))
 
             (summary,) = wait_until(lambda: [c for c in get_chats(srv) if c["n_messages"] == 2])
-            chat = _chat(srv, summary["id"])
+            chat = get_chat(srv, summary["id"])
             files = chat["messages"][0]["attachments"]
             assert [f["name"] for f in files] == ["notes.pdf", "long report.pdf"]
             assert files[0]["text"] == "Short notes." and files[1]["note"] == f"first {n} of 10 pages"
@@ -134,18 +134,8 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _headers(srv: LiveServer) -> dict:
-    return {"X-Llmpack-Chat": "1", "X-Llmpack-Token": srv.server.options.chat_token}
-
-
-def _chat(srv: LiveServer, chat_id: str) -> dict:
-    resp = requests.get(f"{srv.url}/api/chats/{chat_id}", headers=_headers(srv), timeout=10)
-    assert resp.status_code == 200, resp.text
-    return resp.json()
-
-
 def _export(srv: LiveServer, chat_id: str) -> str:
-    resp = requests.get(f"{srv.url}/api/chats/{chat_id}/export?format=markdown", headers=_headers(srv), timeout=10)
+    resp = requests.get(f"{srv.url}/api/chats/{chat_id}/export?format=markdown", headers=chat_headers(srv), timeout=10)
     assert resp.status_code == 200, resp.text
     return resp.text
 
