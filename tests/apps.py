@@ -17,6 +17,9 @@ import requests
 from llmpack.runtime.server.state import MESSAGES
 
 UNPACKING = MESSAGES["extracting"]   # the console line of the extraction phase
+# The console line of each phase (llmpack/progress.py, off a terminal): printed when the phase's
+# work has begun, i.e. the first bytes are unpacked, or llama.cpp has started reading the weights.
+PHASE_LINES = {phase: f"llmpack: {MESSAGES[phase]}..." for phase in ("extracting", "loading")}
 READY = "llmpack: model ready"       # the console line once /health is 200 (server/launch.py)
 LOAD_FAILED = "llmpack: error: could not load the model"
 CHAT = [{"role": "user", "content": "hello there"}]
@@ -47,6 +50,7 @@ class App:
         self.err: list[str] = []
         self._lines: queue.Queue[str] = queue.Queue()
         self._ready = threading.Event()
+        self._phases = {phase: threading.Event() for phase in PHASE_LINES}
         self._readers = [threading.Thread(target=self._pump, args=(self.proc.stdout, self.out, True), daemon=True),
                          threading.Thread(target=self._pump, args=(self.proc.stderr, self.err, False), daemon=True)]
         for t in self._readers:
@@ -60,6 +64,9 @@ class App:
                 self._lines.put(line)
             if line.startswith(READY):
                 self._ready.set()
+            for phase, said in PHASE_LINES.items():
+                if line.rstrip("\r\n") == said:
+                    self._phases[phase].set()
 
     def wait_listening(self, timeout: float = 120) -> str:
         deadline = time.monotonic() + timeout
@@ -98,25 +105,14 @@ class App:
         return r.json()
 
     def wait_phase(self, phase: str, timeout: float = 120) -> None:
-        """Until /health says the server is in `phase` (extracting, loading) and has made some
-        progress in it (so llama.cpp is loading, not Python still reading the header): polled every
-        few ms, since the demo model takes about a second in each."""
+        """Until the program says `phase` (extracting, loading) has begun: its console line, as
+        wait_healthy waits for "model ready". Ready or a load error first fails at once."""
         deadline = time.monotonic() + timeout
-        seen = []
-        while time.monotonic() < deadline:
+        while not self._phases[phase].wait(0.5):
             assert self.proc.poll() is None, f"exited ({self.proc.returncode}):\n{self.stderr}"
-            try:
-                health = requests.get(self.url + "/health", timeout=5).json()
-                now = health.get("phase", "ready")
-            except requests.RequestException:
-                now, health = "down", {}
-            if now == phase and health.get("progress", 0) > 0:
-                return
-            if not seen or seen[-1] != now:
-                seen.append(now)
-            assert now not in ("ready", "error"), f"never saw phase {phase!r}, only {seen}:\n{self.stderr}"
-            time.sleep(0.005)
-        raise AssertionError(f"never saw phase {phase!r} in {timeout} s, only {seen}:\n{self.stderr}")
+            assert not self._ready.is_set(), f"ready without a {PHASE_LINES[phase]!r} line:\n{self.stderr}"
+            assert LOAD_FAILED not in self.stderr, self.stderr
+            assert time.monotonic() < deadline, f"no {PHASE_LINES[phase]!r} line in {timeout} s:\n{self.stderr}"
 
     def chat(self, messages=CHAT, max_tokens: int = 16) -> dict:
         r = requests.post(self.url + "/v1/chat/completions", timeout=120,

@@ -149,9 +149,12 @@ class Server:
     def _prepare(self) -> None:
         try:
             path = Path(self.prepare_model(self.progress))
-            if not self.progress("loading", 0.0):
+            if self._stop.is_set():
                 self._console.close()
                 return
+            # The page says "loading" at once; the console's "Loading the model into memory" line
+            # comes with llama.cpp's first report, when it starts reading the weights.
+            self.state.set_progress("loading", 0.0)
             model = build_model(path, self.config, progress=self.progress, warn=self._say)
         except Exception as exc:  # noqa: BLE001 - shown on the page and the console
             if self._stop.is_set():   # abandoned because we are stopping: not an error
