@@ -29,7 +29,7 @@ from pathlib import Path
 import requests
 
 from llmpack.builder.stub import get_stub, stub_info
-from llmpack.paths import demo_model_path
+from llmpack.demo_models import demo_model_path
 
 
 def timed(fn) -> float:
@@ -101,7 +101,7 @@ def main() -> int:
     opts = ap.parse_args()
     n = opts.repeat
 
-    model = demo_model_path()
+    model = demo_model_path("gemma")
     t = time.perf_counter()
     stub = get_stub()
     stub_seconds = time.perf_counter() - t

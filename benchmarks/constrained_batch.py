@@ -66,8 +66,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="alternate the runs this many times; best of each kept")
     args = ap.parse_args()
     if args.model is None:
-        from llmpack.paths import demo_model_path
-        args.model = str(demo_model_path())
+        from llmpack.demo_models import demo_model_path
+        args.model = str(demo_model_path("gemma"))
     engine = LLMEngine(EngineConfig(args.model, n_ctx=4096, max_num_seqs=args.free + args.constrained))
     try:
         run(engine, 1, 1, True, 4)   # warm up (and build the grammar's vocabulary tables)

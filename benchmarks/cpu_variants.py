@@ -61,12 +61,12 @@ def worker(max_seqs: int) -> None:
     sys.path.insert(0, str(HERE))
     from engine_throughput import engine_run, prompts_for
 
-    from llmpack.paths import demo_model_path
+    from llmpack.demo_models import demo_model_path
     from llmpack.runtime.hardware.backends import load_backends
     from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
     from llmpack.runtime.engine.sampling_params import SamplingParams
 
-    engine = LLMEngine(EngineConfig(model_path=str(demo_model_path()), n_ctx=4096, max_num_seqs=max_seqs,
+    engine = LLMEngine(EngineConfig(model_path=str(demo_model_path("gemma")), n_ctx=4096, max_num_seqs=max_seqs,
                                     gpu_layers=0, enable_prefix_cache=False))
     tokenize = lambda text: engine.tokenize(text, add_special=True)  # noqa: E731
     engine_run(engine, prompts_for(tokenize, 1), SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))

@@ -18,7 +18,7 @@ import random
 import statistics
 import time
 
-from llmpack.paths import demo_model_path
+from llmpack.demo_models import demo_model_path
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.llm import collect
 from llmpack.runtime.engine.model_runner import ModelRunner
@@ -115,7 +115,7 @@ def bench_args(counts_flag: str, default: str) -> tuple[argparse.Namespace, list
 
 def main() -> None:
     args, sizes = bench_args("sizes", "1,4,16,32")
-    model = str(demo_model_path())
+    model = str(demo_model_path("gemma"))
     print(f"machine: {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores; "
           f"model: {model}; n_ctx {N_CTX}; {args.tokens}-token generations; median of {args.repeat}")
 

@@ -31,7 +31,7 @@ from servers import build_llama_server, find_llama_server, start_llama_server, s
 from llmpack.bench import workloads  # noqa: E402
 from llmpack.bench.client import Endpoint  # noqa: E402
 from llmpack.bench.runner import RunStats, run  # noqa: E402
-from llmpack.paths import demo_model_path  # noqa: E402
+from llmpack.demo_models import demo_model_path  # noqa: E402
 
 CTX, PARALLEL = 8192, 32
 # (label, workload, concurrency, requests, output tokens, tok/s target, TTFT must not be worse)
@@ -66,7 +66,7 @@ def main() -> int:
     if args.build_only:
         print(binary)
         return 0
-    model = demo_model_path()
+    model = demo_model_path("gemma")
     print(f"{platform.machine()}, {os.cpu_count()} cores, load average {load()} (1/5/15 min) before; "
           f"model {model.name}; llama-server {binary.name} -c {CTX} -np {PARALLEL} -kvu -t {os.cpu_count()}; "
           f"llmpack run --ctx {CTX} --parallel {PARALLEL} {args.server_args}".rstrip(), flush=True)

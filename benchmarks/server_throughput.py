@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from engine_throughput import MAX_SEQS, N_CTX, bench_args, bare_loop, prompts_for  # noqa: E402
 from servers import start_llmpack  # noqa: E402
 
-from llmpack.paths import demo_model_path  # noqa: E402
+from llmpack.demo_models import demo_model_path  # noqa: E402
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.model_runner import ModelRunner  # noqa: E402
 
@@ -69,7 +69,7 @@ def pct(values: list[float], q: float) -> float:
 
 def main() -> None:
     args, sizes = bench_args("clients", "1,16,32")
-    model = str(demo_model_path())
+    model = str(demo_model_path("gemma"))
     print(f"{os.cpu_count()} cores; demo model; {args.tokens}-token streamed completions; median of {args.repeat}")
 
     runner = ModelRunner(EngineConfig(model_path=model, n_ctx=N_CTX, max_num_seqs=MAX_SEQS))

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from server_fixtures import live_server, post_on_socket, sse_events, stream_post  # noqa: E402
 
-from llmpack.paths import demo_model_path  # noqa: E402
+from llmpack.demo_models import demo_model_path  # noqa: E402
 
 ASK = [{"role": "user", "content": "Write a long story about a lighthouse keeper and the sea."}]
 
@@ -92,7 +92,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=120)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    with live_server(demo_model_path(), "--ctx", "2048") as srv:
+    with live_server(demo_model_path("gemma"), "--ctx", "2048") as srv:
         for run in range(1, args.repeat + 1):
             emitted, received = stream_delays(srv, args.tokens)
             delays = [r - e for e, r in zip(emitted, received)]

@@ -30,7 +30,7 @@ from build_launch import launch_to_ready, stop
 from llmpack.builder.stub import get_stub, stub_info
 from llmpack.builder.windows.target import WindowsTarget
 from llmpack.builder.windows.tools import Wine
-from llmpack.paths import demo_model_path
+from llmpack.demo_models import demo_model_path
 
 PROMPT = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
 
@@ -65,7 +65,7 @@ def main() -> int:
     ap.add_argument("-n", "--repeat", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
     opts = ap.parse_args()
-    model = demo_model_path()
+    model = demo_model_path("gemma")
     win_stub, linux_stub = get_stub(target=WindowsTarget()), get_stub()
     info = stub_info(win_stub)
     tmp = Path(tempfile.mkdtemp(prefix="llmpack-bench-wine-"))

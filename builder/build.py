@@ -23,7 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from llmpack import __version__, signals
+from llmpack.builder import packfile, splice
+from llmpack.builder.sign import check_signing, sign_exe
+from llmpack.builder.splice import fits_windows, sidecar_name
+from llmpack.builder.stub import get_stub, llama_cpp_version, resolve_target, stub_info
 from llmpack.errors import LlmpackError
+from llmpack.progress import human_bytes
+from llmpack.runtime.chat.recipes import Recipe, resolve_chat
+from llmpack.runtime.engine.config import parse_gpu_layers
+from llmpack.runtime.model.base_model import is_base_model
+from llmpack.runtime.model.context import choose_n_ctx
+from llmpack.runtime.model.gguf_check import validate_gguf
+from llmpack.runtime.model.model_info import FILE_TYPE_NAMES
+from llmpack.runtime.model.naming import human_name
+
 
 class BuildError(LlmpackError):
     """`llmpack build` cannot make the requested executable."""
@@ -43,8 +56,6 @@ class BuildResult:
 def recipe_dict(chat) -> dict:
     """The recipe a built executable stores: exactly the chat format `chat` resolved to, in the
     recipe (TOML) shape, so the executable never depends on the recipes that ship with it."""
-    from llmpack.runtime.chat.recipes import Recipe
-
     if chat.recipe is not None and chat.source == f"recipe:{chat.recipe.name}":
         data = chat.recipe.to_dict()
     else:  # the template embedded in the GGUF, with a matched recipe's defaults where they apply
@@ -74,8 +85,6 @@ def _check_output(model: Path, out: Path, stub: Path, sidecar: bool) -> None:
     if out.exists() and out.resolve() == model.resolve():
         raise BuildError(f"-o {out} would overwrite the model itself; choose another name")
     if sidecar:
-        from llmpack.builder.splice import sidecar_name
-
         beside = out.parent / sidecar_name(out)
         if beside.exists() and beside.resolve() == model.resolve():
             return   # the model already sits where the sidecar goes: splice verifies it in place
@@ -98,15 +107,13 @@ def _target_name(out: Path, target: str | None) -> str:
 
 def _must_go_beside(stub: Path, model: Path, out: Path, compress: str | None) -> bool:
     """A Windows program of 4 GiB or more does not start: such a model goes beside it, said once."""
-    from llmpack.builder.splice import fits_windows, sidecar_name
-
     if _stub_kind(stub) != "pe" or compress not in (None, "none"):
         return False
     size = model.stat().st_size
     if fits_windows(stub.stat().st_size, size):
         return False
-    print(f"llmpack: {out.name} would be {_mb(stub.stat().st_size + size)}, and Windows does not start a program of "
-          f"4 GB or more: the model goes beside it as {sidecar_name(out)}. Send both files, in one folder.",
+    print(f"llmpack: {out.name} would be {human_bytes(stub.stat().st_size + size)}, and Windows does not start a "
+          f"program of 4 GB or more: the model goes beside it as {sidecar_name(out)}. Send both files, in one folder.",
           file=sys.stderr, flush=True)
     return True
 
@@ -116,15 +123,6 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
                      stub=None, compress: str = "none", sidecar: bool = False, target: str | None = None,
                      sign_pfx=None, progress: Any = "auto") -> BuildResult:
     """Write `out` (and with sidecar=True, `<out stem>.gguf` beside it); see the module doc."""
-    from llmpack.builder import packfile, splice
-    from llmpack.builder.stub import get_stub, llama_cpp_version, resolve_target, stub_info
-    from llmpack.runtime.model.base_model import is_base_model
-    from llmpack.runtime.model.gguf_check import validate_gguf
-    from llmpack.runtime.model.model_info import FILE_TYPE_NAMES
-    from llmpack.runtime.chat.recipes import resolve_chat
-    from llmpack.runtime.engine.config import parse_gpu_layers
-    from llmpack.runtime.model.context import choose_n_ctx
-
     started = time.monotonic()
     model, out = Path(model).expanduser(), Path(out).expanduser()
     if not model.is_file():
@@ -141,7 +139,8 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
                              f"(get it back with `{model} --extract-to DIR`)")
     gpu_layers = None if gpu_layers is None else parse_gpu_layers(gpu_layers)   # the flag's own parser
     # The bounds-checked header is all a build needs (read_model_info's vocabulary scan would
-    # add ~0.3 s on a 262k-token model for figures the manifest does not use).
+    # cost more than the header on a 262k-token model, for figures the manifest does not use:
+    # docs/BENCHMARKS.md, "GGUF header parse").
     header = validate_gguf(model)          # GGUFError: one line
     kv = header.kv
     model_name = kv.get("general.name") if isinstance(kv.get("general.name"), str) else None
@@ -149,14 +148,12 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     chat = resolve_chat(recipe, arch=header.architecture, name=[n for n in (model_name, model.stem) if n],
                         embedded_template=kv.get("tokenizer.chat_template"), bos_token="", eos_token="")
     if sign_pfx is not None:
-        from llmpack.builder.sign import check_signing
-
         check_signing(Path(sign_pfx).expanduser())   # before minutes of work, not after
     stub_path = get_stub(stub, target=None if stub else resolve_target(_target_name(out, target)))
     sidecar = sidecar or _must_go_beside(stub_path, model, out, compress)
     _check_output(model, out, stub_path, sidecar)
 
-    display = name or model_name or model.stem
+    display = name or human_name(kv, model.stem)   # general.name may name the quantization it was made from
     ftype = kv.get("general.file_type")
     defaults = {"ctx": choose_n_ctx(ctx, chat.context, kv.get(f"{header.architecture}.context_length")),
                 "parallel": parallel,
@@ -196,8 +193,6 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
         raise _write_error(exc, out, model.stat().st_size + stub_path.stat().st_size) from None
     os.chmod(out, 0o755)
     if sign_pfx is not None:
-        from llmpack.builder.sign import sign_exe
-
         sign_exe(out, Path(sign_pfx).expanduser(), name=display)
     return BuildResult(path=out, manifest=manifest, model_path=model_out, size=size,
                        seconds=time.monotonic() - started, chat_source=chat.source, sidecar=sidecar)
@@ -205,14 +200,10 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
 
 def _write_error(exc: OSError, out: Path, need: int) -> BuildError:
     if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        return BuildError(f"the disk filled up while writing {out} (about {_mb(need)} needed); "
+        return BuildError(f"the disk filled up while writing {out} (about {human_bytes(need)} needed); "
                           "free some space or pass -o with a folder on another disk")
     return BuildError(f"cannot write {out}: {exc.strerror or type(exc).__name__} ({exc.filename or out}); "
                       "pass -o with a folder you can write to")
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def run_hint(path: Path) -> str:
@@ -231,10 +222,10 @@ def report(result: BuildResult) -> None:
     m = result.manifest
     d = m.defaults or {}
     stored = m.model.stored_size
-    print(f"wrote {result.path} ({_mb(result.path.stat().st_size)}) in {result.seconds:.1f} s")
-    model_line = f"{d.get('name')}: {_mb(m.model.size)}"
+    print(f"wrote {result.path} ({human_bytes(result.path.stat().st_size)}) in {result.seconds:.1f} s")
+    model_line = f"{d.get('name')}: {human_bytes(m.model.size)}"
     if m.model.compression == "zstd":
-        model_line += f", stored zstd-compressed as {_mb(stored)}"
+        model_line += f", stored zstd-compressed as {human_bytes(stored)}"
     print(f"  model      {model_line}, chat format {result.chat_source}, context {d.get('ctx')} tokens")
     if result.sidecar:
         print(f"  model file {result.model_path} (keep it next to the program)")
@@ -276,8 +267,6 @@ def serve_flags(args: argparse.Namespace) -> list[str]:
 
 
 def _needs_build(out: Path, stub: Path, model: Path) -> bool:
-    from llmpack.builder import packfile
-
     if not out.exists():
         return True
     try:
@@ -289,7 +278,7 @@ def _needs_build(out: Path, stub: Path, model: Path) -> bool:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from llmpack.builder.stub import get_stub
+    # lazy: demo_models imports importlib.metadata, a large share of start-up; only `llmpack demo` needs it
     from llmpack.demo_models import demo_model, demo_model_path
 
     demo = demo_model(args.which)

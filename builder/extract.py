@@ -31,7 +31,7 @@ from llmpack.builder.hashing import copy_hashing, hash_path
 from llmpack.builder.manifest import Manifest, ModelBlob
 from llmpack.builder.packfile import PackError
 from llmpack.builder.zstd_frames import read_frames
-from llmpack.progress import ByteProgress, ProgressArg
+from llmpack.progress import ByteProgress, ProgressArg, human_bytes
 
 SPARE_BYTES = 64 << 20       # free space required beyond the model itself
 # How long a launch waits for another one unpacking the same model: minutes even for a big
@@ -74,8 +74,8 @@ def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: P
         unlink_quietly(final)
     free = shutil.disk_usage(final.parent).free
     if free < m.size + SPARE_BYTES:
-        raise PackError(f"not enough disk space to unpack the model: {_size(m.size + SPARE_BYTES)} needed in "
-                        f"{final.parent}, {_size(free)} free; free some space or set LLMPACK_CACHE")
+        raise PackError(f"not enough disk space to unpack the model: {human_bytes(m.size + SPARE_BYTES)} needed in "
+                        f"{final.parent}, {human_bytes(free)} free; free some space or set LLMPACK_CACHE")
     tmp = tmp_sibling(final)
     bar = ByteProgress(progress, m.size, "unpacking model")
     try:
@@ -101,16 +101,12 @@ def _unpack(exe_path: Path, m: ModelBlob, final: Path, marker: Path, progress: P
 def _disk_error(exc: OSError, dest: Path, m: ModelBlob) -> PackError:
     """One line for what goes wrong writing the cache: a full disk, no permission, ..."""
     if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):   # EDQUOT: not on Windows
-        return PackError(f"the disk filled up while unpacking the model into {dest} ({_size(m.size)} needed); "
+        return PackError(f"the disk filled up while unpacking the model into {dest} ({human_bytes(m.size)} needed); "
                          "free some space or set LLMPACK_CACHE to a folder on a bigger disk")
     what = exc.strerror or type(exc).__name__
     where = exc.filename or dest
     return PackError(f"cannot unpack the model into {dest}: {what} ({where}); "
                      "set LLMPACK_CACHE to a folder you can write to")
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 @contextmanager

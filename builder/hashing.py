@@ -27,6 +27,7 @@ from typing import BinaryIO, Callable
 
 from llmpack.builder.fileio import replace_text
 from llmpack.builder.packfile import PackError
+from llmpack.paths import cache_dir
 from llmpack.progress import ByteProgress, ProgressArg
 
 CHUNK = 16 * 1024 * 1024
@@ -114,8 +115,6 @@ def _identity(f: BinaryIO) -> str | None:
 
 
 def _digest_file() -> Path:
-    from llmpack.paths import cache_dir
-
     return cache_dir() / "digests.json"
 
 

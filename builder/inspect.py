@@ -14,7 +14,8 @@ from llmpack.builder.packfile import find_embedded_model
 from llmpack.errors import LlmpackError
 from llmpack.runtime.chat.recipes import match_recipe
 from llmpack.runtime.hardware.placement import fit_report
-from llmpack.runtime.model.model_info import ModelInfo, human_bytes, read_model_info
+from llmpack.progress import human_bytes
+from llmpack.runtime.model.model_info import ModelInfo, read_model_info
 
 
 def locate_model(path: str | Path) -> tuple[int, int | None]:

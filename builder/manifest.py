@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from llmpack import __version__
+
 FORMAT_VERSION = 1           # of the whole layout (trailer + manifest); see packfile.py
 
 
@@ -81,8 +83,6 @@ class Manifest:
 def new_manifest(blob: ModelBlob, manifest_extra: dict | None, stub_sha: str) -> Manifest:
     """The manifest `llmpack build` writes: `manifest_extra` supplies recipe, defaults,
     llama_cpp_version, built_at and any other keys (kept verbatim); the rest is llmpack's."""
-    from llmpack import __version__
-
     extra = dict(manifest_extra or {})
     clash = {"format_version", "model", "stub_sha256", "llmpack_version"} & extra.keys()
     if clash:

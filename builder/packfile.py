@@ -165,8 +165,8 @@ def find_trailer(f, size: int) -> tuple[int, bytes] | None:
     spots = [size - TRAILER.size]
     if read(0, 2) == b"MZ":
         hdr = pe.parse_headers(read)
-        if hdr and hdr[2][0] and hdr[2][0] + hdr[2][1] <= size:
-            spots.append(hdr[2][0] - TRAILER.size)
+        if hdr and hdr.cert[0] and sum(hdr.cert) <= size:
+            spots.append(hdr.cert[0] - TRAILER.size)
     for pos in spots:
         raw = read(pos, TRAILER.size) if pos >= 0 else b""
         if len(raw) == TRAILER.size and raw[:8] == MAGIC:

@@ -1,4 +1,4 @@
-"""Windows PE reader and checksum for splicing bytes in front of PyInstaller's overlay archive.
+"""The one PE reader, and the checksum, for splicing bytes in front of PyInstaller's overlay archive.
 
 Used by :mod:`llmpack.builder.splice` to write and by :mod:`llmpack.builder.packfile` to find the
 trailer in front of a signature (the byte layout is documented there). On Windows,
@@ -7,37 +7,61 @@ last section, which the loader never maps and no header points at. Inserting byt
 archive start therefore needs no offset fix-ups; only ``OptionalHeader.CheckSum`` (which covers
 the whole file, overlay included) has to be recomputed when it was set. An Authenticode
 certificate table also lives in the overlay and signs the old bytes, so a signed stub is refused.
+
+Why in-house rather than pefile (which the tests used to cross-check with, beside a third,
+test-only parser): the three fields read here (checksum, certificate table, end of the last
+section) are 40 lines of ``struct``; the built program reads them at every start (packfile's
+trailer search) and would otherwise bundle pefile into every stub; pefile's checksum wants the
+whole file as one buffer and walks it dword by dword in Python, while a build streams gigabytes
+and feeds :class:`Checksum` piece by piece with numpy (docs/BENCHMARKS.md, "PE checksum"); and
+truncated or odd input must give None, never an exception (tests/test_pe_headers.py). The
+checksum is checked against the value Microsoft's linker wrote into PyInstaller's own
+bootloader (tests/test_packfile.py).
+
+Errors are :class:`PeError` (a ValueError whose str() is one line for the user); splice.py
+turns them into PackError, so this module imports nothing of llmpack's (no import cycle with
+packfile.py, which imports it).
 """
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from typing import Callable, NamedTuple
 
 MAX_FILE_SIZE = 2**32 - 1  # Windows will not start an executable of 4 GiB or more
+
+
+class Headers(NamedTuple):
+    checksum_at: int              # file offset of OptionalHeader.CheckSum
+    checksum: int
+    cert: tuple[int, int]         # (file offset, size) of the Authenticode certificate table; (0, 0): none
+    overlay: int                  # end of the last section's raw data, where the overlay starts
+    cert_entry_at: int | None     # file offset of the certificate table's data-directory entry
+
+
+class PeError(ValueError):
+    """A PE stub llmpack cannot pack; str() is one line that says what to do."""
 
 
 class PeStub:
     """Validated view of a PE stub whose archive starts at `archive_offset`."""
 
     def __init__(self, read: Callable[[int, int], bytes], size: int, archive_offset: int):
-        from llmpack.builder.packfile import PackError
-
         hdr = parse_headers(read)
         if hdr is None:
-            raise PackError("unsupported runtime stub: broken PE headers; rebuild it with `llmpack stub`")
-        self.checksum_offset, self.checksum, cert, self.overlay_start = hdr
-        if cert[0] or cert[1]:
-            raise PackError(
+            raise PeError("unsupported runtime stub: broken PE headers; rebuild it with `llmpack stub`")
+        self.checksum_offset, self.checksum, self.overlay_start = hdr.checksum_at, hdr.checksum, hdr.overlay
+        if hdr.cert[0] or hdr.cert[1]:
+            raise PeError(
                 "the runtime stub is Authenticode-signed; pack the model into an unsigned stub "
                 "and sign the finished executable instead"
             )
         if archive_offset < self.overlay_start:
-            raise PackError("unsupported runtime stub: its archive is not in the PE overlay; "
-                            "rebuild it with `llmpack stub`")
+            raise PeError("unsupported runtime stub: its archive is not in the PE overlay; "
+                          "rebuild it with `llmpack stub`")
 
 
-def parse_headers(read: Callable[[int, int], bytes]):
-    """-> (checksum field offset, checksum, (cert offset, cert size), overlay start), or None
+def parse_headers(read: Callable[[int, int], bytes]) -> Headers | None:
+    """The :class:`Headers` of a PE file, or None
     when the bytes are not a complete PE header (short, truncated or odd input never raises)."""
     dos = read(0, 64)
     if len(dos) < 64 or dos[:2] != b"MZ":
@@ -54,7 +78,8 @@ def parse_headers(read: Callable[[int, int], bytes]):
     if dirs is None or len(opt) < dirs:
         return None
     ndirs = struct.unpack_from("<I", opt, dirs - 4)[0]
-    cert = struct.unpack_from("<II", opt, dirs + 8 * 4) if ndirs > 4 and len(opt) >= dirs + 40 else (0, 0)
+    has_cert = ndirs > 4 and len(opt) >= dirs + 40
+    cert = struct.unpack_from("<II", opt, dirs + 8 * 4) if has_cert else (0, 0)
     table = read(opt_at + opt_size, 40 * nsections)
     if len(table) < 40 * nsections:
         return None
@@ -63,7 +88,8 @@ def parse_headers(read: Callable[[int, int], bytes]):
         raw_size, raw_ptr = struct.unpack_from("<II", table, 40 * i + 16)
         if raw_size:
             overlay = max(overlay, raw_ptr + raw_size)
-    return opt_at + 64, struct.unpack_from("<I", opt, 64)[0], cert, overlay
+    return Headers(opt_at + 64, struct.unpack_from("<I", opt, 64)[0], cert, overlay,
+                   opt_at + dirs + 8 * 4 if has_cert else None)
 
 
 class Checksum:
@@ -83,7 +109,7 @@ class Checksum:
         data = memoryview(data).cast("B")
         if not len(data):
             return
-        import numpy as np   # a dependency; imported here so reading a manifest never needs it
+        import numpy as np   # lazy: only a Windows build sums; a built program reading its manifest never needs numpy
 
         even = len(data) & ~1
         value = int(np.frombuffer(data[:even], dtype="<u2").sum(dtype=np.uint64))

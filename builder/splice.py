@@ -130,7 +130,10 @@ def open_stub(path: Path, allow_macho: bool = False) -> Stub:
         if find_trailer(f, size) is not None:
             raise PackError(f"{path} already contains a packed model; pass the plain runtime stub")
         a, length = find_archive(read, size, path)
-        fmt = elf.ElfStub(read, size, a, length) if kind == "elf" else pe.PeStub(read, size, a)
+        try:
+            fmt = elf.ElfStub(read, size, a, length) if kind == "elf" else pe.PeStub(read, size, a)
+        except (elf.ElfError, pe.PeError) as exc:   # the format modules import nothing of llmpack's
+            raise PackError(str(exc)) from None
         return Stub(path, size, kind, a, length, fmt, hash_file(f))
 
 

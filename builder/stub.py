@@ -47,8 +47,8 @@ from llmpack import __version__
 from llmpack.builder.stub_bundle import (BuildEnv, StubError, StubTarget, llama_lib_dir, runtime_sources, shared_libs,
                                          write_spec)
 from llmpack.builder.stub_wheel import installed_stub, write_stub_wheel
-from llmpack.builder.windows.target import WindowsTarget
-from llmpack.progress import Bar
+from llmpack.paths import stubs_dir
+from llmpack.progress import Bar, human_bytes
 
 STUB_NAME = "llmpack-stub"
 INFO_SUFFIX = ".json"
@@ -64,7 +64,7 @@ def entry_script() -> Path:
 
 
 def llama_cpp_version() -> str | None:
-    from importlib import metadata
+    from importlib import metadata   # lazy: a large share of start-up (BENCHMARKS.md), and `build --stub` never asks
 
     try:
         return metadata.version("llama_cpp_python")
@@ -103,7 +103,7 @@ def _libs_hash(lib: Path) -> str:
 
 
 def _pyinstaller_version() -> str:
-    from importlib import metadata
+    from importlib import metadata   # lazy: a large share of start-up (BENCHMARKS.md); only building a stub asks
 
     try:
         return metadata.version("pyinstaller")
@@ -160,6 +160,9 @@ def resolve_target(name: str | None) -> StubTarget:
     if name in (None, "native", native.name):
         return native
     if name == "windows-x64":
+        # lazy: the Windows cross-build's six modules only for --target windows-x64 (or an .exe)
+        from llmpack.builder.windows.target import WindowsTarget
+
         return WindowsTarget()
     raise StubError(f"a stub for {name} cannot be made on this computer; choose one of {', '.join(TARGETS)}")
 
@@ -177,8 +180,6 @@ def exe_name(target: StubTarget | None = None) -> str:
 
 
 def stubs_dir_safe() -> Path:
-    from llmpack.paths import stubs_dir
-
     return stubs_dir()
 
 
@@ -222,6 +223,7 @@ def get_stub(path_override=None, *, target: StubTarget | None = None, force: boo
 
 def _ensure_webui_vendor() -> None:
     """markdown-it and highlight.js (npm, pinned in webui/vendor.lock.json) into webui/vendor/."""
+    # lazy: webui.vendor pulls in urllib.request (http.client, email, ssl): only when the cached stub is looked up
     from llmpack.webui.vendor import VendorError, ensure_vendor
 
     try:
@@ -270,7 +272,7 @@ def build_stub(key: str, final: Path, target: StubTarget | None = None, *, quiet
         os.replace(tmp_final, final)
         if not quiet:
             print(f"llmpack: {target.name} runtime stub ready in {time.monotonic() - started:.0f} s: {final} "
-                  f"({final.stat().st_size / 1e6:.1f} MB)", file=sys.stderr, flush=True)
+                  f"({human_bytes(final.stat().st_size)})", file=sys.stderr, flush=True)
         _prune(root, key)
         return final
     finally:
@@ -385,7 +387,7 @@ def cmd_stub(args: argparse.Namespace) -> int:
     info = stub_info(stub)
     size = stub.stat().st_size
     print(f"runtime stub  {stub}")
-    print(f"size          {size / 1e6:.1f} MB")
+    print(f"size          {human_bytes(size)}")
     print(f"key           {info.get('key') or stub.parent.name}")
     print(f"llama.cpp     llama-cpp-python {info.get('llama_cpp_version') or '?'} ({target.platform})")
     if took > 5:

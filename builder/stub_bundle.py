@@ -23,10 +23,10 @@ from llmpack.builder import elf
 from llmpack.errors import LlmpackError
 
 # Compression of the onefile archive's entries by PyInstaller typecode. Every launch unpacks the
-# whole archive to a temporary folder; inflating ~80 MB of libraries costs ~0.25 s per launch
-# (measured: 1.49 s vs 1.25 s to a ready demo model; `llmpack run` 1.16 s), so libraries are stored
-# as they are (stub 77 MB instead of 31 MB). Python modules stay compressed: they are only
-# inflated when imported.
+# whole archive to a temporary folder, and inflating the libraries there is a visible part of a
+# launch (docs/BENCHMARKS.md, "Stub archive compression"), so libraries are stored as they are
+# (a stub about 2.5 times larger). Python modules stay compressed: they are only inflated when
+# imported.
 ARCHIVE_COMPRESSION = {"EXTENSION": False, "BINARY": False, "DATA": True, "EXECUTABLE": True,
                        "PYSOURCE": True, "PYMODULE": True, "SPLASH": True, "PYZ": False, "SYMLINK": False}
 

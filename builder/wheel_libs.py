@@ -9,7 +9,9 @@ them with the rest of `llama_cpp/lib`. Libraries not in that folder (libc, libcu
 driver, which must come from the user's machine) are left alone. RECORD gets each new file's
 sha256 and size, so pip installs the result like any wheel.
 
-Stdlib only (plus binutils' `readelf`): ./dev runs it before llmpack is installed.
+DT_NEEDED is read by builder/elf.py, the one ELF reader. ./dev runs this file as a script
+before llmpack is installed, so it needs only the standard library and two files of the source
+tree that import nothing else: elf.py beside it and llmpack/errors.py.
 
     python builder/wheel_libs.py WHEEL LIBDIR [TARGET]     (TARGET defaults to libggml-cuda.so)
 """
@@ -18,16 +20,21 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import subprocess
 import sys
 import tempfile
 import zipfile
 
+try:
+    from llmpack.builder.elf import ElfError, needed
+    from llmpack.errors import LlmpackError
+except ModuleNotFoundError:   # ./dev, before llmpack is installed: the same two files, from the source tree
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # for llmpack/errors.py
+    from elf import ElfError, needed   # beside this file, so on sys.path already
+    from llmpack.errors import LlmpackError
 
-def needed(path: str) -> list[str]:
-    """The DT_NEEDED names of an ELF shared library."""
-    out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
-    return [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+
+class WheelLibsError(LlmpackError):
+    """The wheel or a library in it cannot be vendored (not the wheel llama-cpp-python built, not ELF)."""
 
 
 def closure(first: list[str], libdir: str) -> list[str]:
@@ -38,8 +45,16 @@ def closure(first: list[str], libdir: str) -> list[str]:
         path = os.path.join(libdir, name)
         if name not in found and os.path.isfile(path):
             found.append(name)
-            todo += needed(path)
+            todo += _needed(path)
     return found
+
+
+def _needed(path: str) -> list[str]:
+    try:
+        return needed(path)
+    except ElfError as exc:
+        raise WheelLibsError(f"{exc}: vendor_libs handles 64-bit little-endian Linux libraries only; "
+                             "check that the wheel and LIBDIR are for linux x86_64") from None
 
 
 def _record_hash(data: bytes) -> str:
@@ -53,9 +68,11 @@ def vendor_libs(wheel: str, libdir: str, target: str = "libggml-cuda.so") -> lis
         names = zin.namelist()
         member = next((n for n in names if n.rsplit("/", 1)[-1] == target), None)
         if member is None:
-            raise SystemExit(f"{wheel} holds no {target}; is it the right wheel?")
+            raise WheelLibsError(f"{wheel} holds no {target}: pass the llama-cpp-python wheel that ./dev built "
+                                 f"with the CUDA flavour (LLMPACK_LLAMA_FLAVOUR=cuda), or name the library to "
+                                 f"vendor as the third argument")
         with tempfile.TemporaryDirectory() as tmp:
-            deps = needed(zin.extract(member, tmp))
+            deps = _needed(zin.extract(member, tmp))
         dest = member.rsplit("/", 1)[0]
         libs = [n for n in closure(deps, libdir) if f"{dest}/{n}" not in names]
         if not libs:
@@ -78,7 +95,17 @@ def vendor_libs(wheel: str, libdir: str, target: str = "libggml-cuda.so") -> lis
     return libs
 
 
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3):
+        print("usage: " + __doc__.rsplit("\n\n", 1)[-1].strip(), file=sys.stderr)
+        return 2
+    try:
+        print("\n".join(vendor_libs(*argv)))
+    except LlmpackError as exc:
+        print(f"wheel_libs: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) not in (3, 4):
-        raise SystemExit(__doc__.rsplit("\n\n", 1)[-1].strip())
-    print("\n".join(vendor_libs(*sys.argv[1:])))
+    sys.exit(main(sys.argv[1:]))

@@ -34,7 +34,7 @@ class Sink(Protocol):
 
 def zstd() -> Any:
     """The zstandard module (a dependency), imported on first use: uncompressed models never need it."""
-    import zstandard
+    import zstandard   # lazy: only --compress and compressed models need it
 
     return zstandard
 

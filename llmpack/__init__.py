@@ -23,11 +23,11 @@ __all__ = ["LLM", "SamplingParams", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "LLM":
-        from llmpack.runtime.llm import LLM
+        from llmpack.runtime.llm import LLM   # lazy: llama.cpp loads only when the offline API is used
 
         return LLM
     if name == "SamplingParams":
-        from llmpack.runtime.engine.sampling_params import SamplingParams
+        from llmpack.runtime.engine.sampling_params import SamplingParams   # lazy: as LLM
 
         return SamplingParams
     raise AttributeError(name)

@@ -3,6 +3,7 @@ declares arguments (so `llmpack run` and a built executable accept exactly the s
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -61,6 +62,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="llama.cpp flash attention (default auto: on wherever the backend supports it)")
     p.add_argument("--device", default=None, help="GPU to offload to: an id such as Vulkan1 (listed in /health), "
                    "cpu for none, or auto (default: the discrete GPU with the most free memory)")
+    p.add_argument("--verbose", action="store_true",
+                   help="technical details on the console: why no GPU is used, the CPU backend")
 
 
 def serve_config(args: argparse.Namespace, *, display_name: str | None = None, recipe_data: Any = None,
@@ -71,7 +74,7 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
     return ServeConfig(recipe=args.recipe, recipe_data=recipe_data, display_name=display_name, system=args.system,
                        base_model=base_model, ctx=args.ctx, device=args.device, flash_attn=args.flash_attn,
                        max_waiting=args.max_waiting, host=args.host, port=args.port, open_browser=not args.no_browser,
-                       api_key=args.api_key or None, cors=args.cors, **set_)
+                       api_key=args.api_key or None, cors=args.cors, verbose=args.verbose, **set_)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -90,10 +93,40 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     return print_recipes(as_json=args.json)
 
 
-def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int | None]:
-    def run(args: argparse.Namespace) -> int | None:
-        import importlib
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("give one or more numbers, each at least 1")
+    return values
 
+
+def add_bench_args(p: argparse.ArgumentParser) -> None:
+    """`llmpack bench` flags (declared here so `llmpack build` never imports the benchmark)."""
+    p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8080 (with or without /v1)")
+    p.add_argument("--model", default=None, help="model name to send (default: the first one /v1/models lists)")
+    p.add_argument("--api-key", default=None, help="sent as `Authorization: Bearer KEY`")
+    p.add_argument("--workload", default="random,chat,long",
+                   help="comma-separated: random (short distinct prompts), chat (shared system prompt), long")
+    p.add_argument("--concurrency", type=int_list, default=[1, 16, 32], help="clients at once, e.g. 1,16,32")
+    p.add_argument("--num-prompts", type=int, default=None,
+                   help="requests per level (default: 2 x concurrency; the long workload: 3)")
+    p.add_argument("--input-len", type=int, default=32, help="words in a random prompt (about tokens)")
+    p.add_argument("--output-len", type=int, default=64, help="tokens each reply is asked for (greedy, ignore_eos)")
+    p.add_argument("--system-len", type=int, default=280, help="words in the chat workload's shared system prompt")
+    p.add_argument("--long-len", type=int, default=2000, help="words in the long workload's prompt")
+    p.add_argument("--seed", type=int, default=0, help="prompts are random words from this seed")
+    p.add_argument("--timeout", type=float, default=600, help="seconds one request may take")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int | None]:
+    """The subcommand's function, imported only when that subcommand runs: `llmpack build` never
+    pays for the server, `llmpack inspect` never for the builder (tests/test_startup.py)."""
+    def run(args: argparse.Namespace) -> int | None:
         return getattr(importlib.import_module(module), func)(args)
 
     return run
@@ -145,7 +178,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("llmpack.builder.stub", "cmd_stub"))
 
     p = sub.add_parser("bench", help="benchmark any OpenAI-compatible server (TTFT, TPOT, ITL, tok/s)")
-    from llmpack.bench.report import add_args as add_bench_args
     add_bench_args(p)
     p.set_defaults(func=_lazy("llmpack.bench.report", "cmd_bench"))
 

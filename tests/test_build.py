@@ -25,7 +25,7 @@ from tmpfs import on_small_tmpfs
 from llmpack.builder import packfile
 from llmpack.builder import stub as stub_module
 from llmpack.builder.stub import exe_name, get_stub, stub_info, stub_key
-from apps import UNPACKING, App, assert_clean_exit, cached_model, launch, llmpack_cli, minimal_env
+from apps import FILE_READ, UNPACKING, App, assert_clean_exit, cached_model, launch, llmpack_cli, minimal_env
 
 pytestmark = pytest.mark.stub
 
@@ -92,7 +92,7 @@ def test_stub_is_cached_under_its_key(stub, monkeypatch):
 def test_llmpack_stub_prints_and_copies(stub, tmp_path):
     same_sources(stub)
     proc = llmpack_cli("stub", "-o", str(tmp_path / "my-stub"))
-    assert str(stub) in proc.stdout and "MB" in proc.stdout
+    assert str(stub) in proc.stdout and "MiB" in proc.stdout
     assert (tmp_path / "my-stub").read_bytes() == stub.read_bytes()
     assert os.access(tmp_path / "my-stub", os.X_OK)
 
@@ -265,7 +265,7 @@ def test_a_full_cache_disk_is_one_clear_line(tiny_exe, tmp_path):
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1, proc.stderr
     assert "not enough disk space" in errors[0] and str(cache / "models") in errors[0] and "LLMPACK_CACHE" in errors[0]
-    assert "MB needed" in errors[0] and "Traceback" not in proc.stdout + proc.stderr
+    assert "MiB needed" in errors[0] and "Traceback" not in proc.stdout + proc.stderr
 
 
 def test_an_unusable_cache_folder_is_one_clear_line(tiny_exe, tmp_path):
@@ -304,7 +304,7 @@ def test_a_full_output_disk_is_one_line_and_leaves_no_partial_file(tiny_gguf, st
     proc = subprocess.run(on_small_tmpfs(out_dir, "1m", then_list), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("llmpack: error: the disk filled up while writing")
-    assert str(out_dir / "app") in proc.stderr and "MB needed" in proc.stderr
+    assert str(out_dir / "app") in proc.stderr and "MiB needed" in proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "left:"
 
 
@@ -364,10 +364,12 @@ def test_ctrl_c_while_the_model_unpacks_or_loads_stops_cleanly(demo_exe, phase, 
     The unpacking and the load are abandoned, not finished first, and no partial model is left."""
     for run in range(3):   # not retries: every run must pass (the abort came only now and then)
         tmp = tmp_path / str(run)
-        app = launch(demo_exe, tmp)
+        app = launch(demo_exe, tmp, *(["--verbose"] if phase == "loading" else []))
         try:
             app.wait_listening()
             app.wait_phase(phase)
+            if phase == "loading":
+                app.wait_line(FILE_READ)   # the file is in memory: llama.cpp loads it now
         finally:
             rc = app.stop(group=True)
         assert_clean_exit(app, rc)

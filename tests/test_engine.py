@@ -126,6 +126,24 @@ def test_prefix_cache_hit_gives_the_same_output_and_skips_the_cached_prefill(eng
 
 
 @pytest.mark.demo
+def test_prompt_progress_outputs_follow_each_prefill_step(engine):
+    """add_request(prompt_progress=True): an output with no text after every step that read part
+    of the prompt, the processed count growing to the whole prompt by the first token; without
+    the flag the stream is only text, as before."""
+    prompt = engine.tokenize(" ".join(f"Line {i}: the paste goes on." for i in range(160)))
+    budget = engine.scheduler.token_budget
+    assert len(prompt) > 2 * budget
+    outs = list(engine.add_request(prompt, greedy(4), prompt_progress=True))
+    reading = [o for o in outs if not o.outputs and not o.finished]
+    steps = -(-len(prompt) // budget)
+    assert [o.num_processed_prompt_tokens for o in reading] == [budget * k for k in range(1, steps)]
+    first = next(o for o in outs if o.outputs)
+    assert outs.index(first) == len(reading) and first.num_processed_prompt_tokens == len(prompt)
+    plain = list(engine.add_request(prompt[1:], greedy(4)))
+    assert all(o.outputs for o in plain)
+
+
+@pytest.mark.demo
 def test_requests_that_cannot_all_fit_complete_through_preemption(small_engine):
     prompts = [f"Item {i}: a short story about the number {i} begins with" for i in range(16)]
     params = greedy(40, logprobs=5)

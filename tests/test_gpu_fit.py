@@ -122,4 +122,4 @@ def test_auto_fits_on_the_device_it_picks(tiny_model):
     assert plan_offload("auto", tiny_model, N_CTX, device="Vulkan1", devices=devices) == OffloadPlan(1, small)
     assert plan_offload("auto", tiny_model, N_CTX, device="0", devices=devices) == OffloadPlan(3, igpu)
     assert plan_offload("auto", tiny_model, N_CTX, device="cpu", devices=devices) == \
-        OffloadPlan(0, None, "--device cpu keeps the model on the CPU")
+        OffloadPlan(0, None, "--device cpu keeps the model on the CPU", "as --device cpu asks")

@@ -28,7 +28,7 @@ RUNTIME = {MODEL, HARDWARE, STRUCTURED, ENGINE, CHAT, LLM, SERVER}
 ALLOWED: dict[str, set[str]] = {
     "llmpack": {LLM, ENGINE},                     # the package exports LLM / SamplingParams, lazily
     "llmpack.errors": set(),
-    "llmpack.paths": {"llmpack.errors", "llmpack.demo_models"},
+    "llmpack.paths": {"llmpack.errors"},
     "llmpack.progress": set(),
     "llmpack.signals": set(),
     "llmpack.demo_models": BASE,

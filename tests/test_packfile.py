@@ -28,11 +28,10 @@ import threading
 import zlib
 from pathlib import Path
 
-import pefile
 import platformdirs
 import PyInstaller
 import pytest
-from llmpack.builder import extract, packfile, splice, zstd_frames
+from llmpack.builder import extract, packfile, pe, splice, zstd_frames
 from llmpack.builder.manifest import Manifest
 from llmpack.builder.packfile import PackError
 from PyInstaller.archive.readers import CArchiveReader
@@ -99,40 +98,34 @@ def windows_run_exe() -> bytes:
     return cached.read_bytes()
 
 
-def _pe(data: bytes) -> dict:
-    """Independent minimal PE parser for the checks below."""
-    pe = struct.unpack_from("<I", data, 0x3C)[0]
-    assert data[pe:pe + 4] == b"PE\0\0"
-    nsec, optsz = struct.unpack_from("<H", data, pe + 6)[0], struct.unpack_from("<H", data, pe + 20)[0]
-    opt = pe + 24
-    magic = struct.unpack_from("<H", data, opt)[0]
-    dirs = opt + (112 if magic == 0x20B else 96)
-    sections = [data[opt + optsz + 40 * i: opt + optsz + 40 * (i + 1)] for i in range(nsec)]
-    overlay = max(struct.unpack_from("<I", s, 20)[0] + struct.unpack_from("<I", s, 16)[0] for s in sections)
-    return {"checksum_at": opt + 64, "checksum": struct.unpack_from("<I", data, opt + 64)[0],
-            "security_at": dirs + 32, "sections": sections, "overlay": overlay}
+def _pe(data: bytes) -> pe.Headers:
+    """The PE fields the checks below compare, read by builder/pe.py, the one PE reader."""
+    hdr = pe.parse_headers(lambda offset, n: data[offset:offset + n])
+    assert hdr is not None
+    return hdr
 
 
-def _pe_checksum(data: bytes, checksum_at: int) -> int:
-    """pefile's algorithm: 32-bit end-around-carry sum of dwords, folded to 16 bits, + length."""
-    import numpy as np
+def _pe_checksum(data: bytes) -> int:
+    """builder/pe.py's checksum of a whole file in one piece (the CheckSum field counted as zero)."""
+    at = _pe(data).checksum_at
+    total = pe.Checksum()
+    total.add(0, data[:at])
+    total.add(at + 4, data[at + 4:])
+    return total.value(len(data))
 
-    buf = bytearray(data)
-    buf[checksum_at:checksum_at + 4] = bytes(4)
-    buf += bytes(-len(buf) % 4)
-    total = int(np.frombuffer(bytes(buf), "<u4").sum(dtype=np.uint64))
-    while total >> 32:
-        total = (total & 0xFFFFFFFF) + (total >> 32)
-    total = (total & 0xFFFF) + (total >> 16)
-    total = (total + (total >> 16)) & 0xFFFF
-    return total + len(data)
+
+def test_pe_checksum_matches_the_one_microsoft_s_linker_wrote(windows_run_exe):
+    """The independent check of pe.Checksum: PyInstaller's Windows bootloader as shipped carries
+    the checksum its MSVC linker computed."""
+    assert _pe(windows_run_exe).checksum != 0
+    assert _pe_checksum(windows_run_exe) == _pe(windows_run_exe).checksum
 
 
 @pytest.fixture(scope="session")
 def pe_stub(tmp_path_factory, windows_run_exe, win_archive) -> Path:
     data = bytearray(windows_run_exe + win_archive.read_bytes())  # PyInstaller appends the PKG as overlay
-    at = _pe(bytes(data))["checksum_at"]
-    data[at:at + 4] = struct.pack("<I", _pe_checksum(bytes(data), at))
+    at = _pe(bytes(data)).checksum_at
+    data[at:at + 4] = struct.pack("<I", _pe_checksum(bytes(data)))
     out = tmp_path_factory.mktemp("pe") / "stub.exe"
     out.write_bytes(bytes(data))
     return out
@@ -342,18 +335,17 @@ def test_pe_splice_keeps_headers_sections_overlay_and_checksum(pe_stub, model, t
     manifest = splice.write_packed(pe_stub, model, out, EXTRA)
     stub, data = pe_stub.read_bytes(), out.read_bytes()
     before, after = _pe(stub), _pe(data)
-    assert before["checksum"] != 0
-    assert after["sections"] == before["sections"] and after["overlay"] == before["overlay"]
-    at, ov = before["checksum_at"], before["overlay"]
-    assert data[:at] + data[at + 4:ov] == stub[:at] + stub[at + 4:ov]  # only the checksum changed
+    assert before.checksum != 0
+    assert after.overlay == before.overlay
+    at, ov = before.checksum_at, before.overlay
+    assert data[:at] + data[at + 4:ov] == stub[:at] + stub[at + 4:ov]  # headers and sections: only the checksum changed
     # the overlay is now: padding, model, manifest, the archive ending with its cookie, trailer
-    assert manifest.model.offset >= after["overlay"] and manifest.model.offset % 65536 == 0
+    assert manifest.model.offset >= after.overlay and manifest.model.offset % 65536 == 0
     alen = win_archive.stat().st_size
     assert data[manifest.archive_offset:manifest.archive_offset + alen] == win_archive.read_bytes()
     assert data[manifest.archive_offset + alen - 88:][:8] == COOKIE_MAGIC
     assert CArchiveReader(str(out))._start_offset == manifest.archive_offset
-    assert after["checksum"] == _pe_checksum(data, after["checksum_at"]) != before["checksum"]
-    assert pefile.PE(data=data, fast_load=True).generate_checksum() == after["checksum"]   # independent check
+    assert after.checksum == _pe_checksum(data) != before.checksum   # summed in pieces == in one
     assert packfile.read_manifest(out).to_dict() == manifest.to_dict()
     assert extract.extract_model(out, manifest, tmp_path / "m").read_bytes() == model.read_bytes()
 
@@ -394,11 +386,11 @@ def test_a_spliced_pe_starts_under_wine(pe_stub, model, tmp_path, wine):
 
 def test_pe_checksum_left_zero_when_the_stub_had_none(pe_stub, model, tmp_path):
     stub = bytearray(pe_stub.read_bytes())
-    at = _pe(bytes(stub))["checksum_at"]
+    at = _pe(bytes(stub)).checksum_at
     stub[at:at + 4] = bytes(4)
     (tmp_path / "nosum.exe").write_bytes(bytes(stub))
     splice.write_packed(tmp_path / "nosum.exe", model, tmp_path / "app.exe", {})
-    assert _pe((tmp_path / "app.exe").read_bytes())["checksum"] == 0
+    assert _pe((tmp_path / "app.exe").read_bytes()).checksum == 0
 
 
 def test_pe_checksum_matches_with_zstd_and_odd_sizes(pe_stub, tmp_path):
@@ -408,7 +400,7 @@ def test_pe_checksum_matches_with_zstd_and_odd_sizes(pe_stub, tmp_path):
     m = splice.write_packed(pe_stub, odd, out, {"defaults": {"name": "\u00e9t\u00e9"}}, compress="zstd")
     data = out.read_bytes()
     assert m.model.compression == "zstd"
-    assert _pe(data)["checksum"] == _pe_checksum(data, _pe(data)["checksum_at"])
+    assert _pe(data).checksum == _pe_checksum(data)
 
 
 def test_pe_over_4_gib_is_refused_before_writing(pe_stub, tmp_path, monkeypatch):
@@ -423,7 +415,7 @@ def test_pe_over_4_gib_is_refused_before_writing(pe_stub, tmp_path, monkeypatch)
 
 def test_signed_pe_stub_is_refused_but_a_signed_result_is_readable(pe_stub, model, tmp_path):
     stub = bytearray(pe_stub.read_bytes())
-    sec = _pe(bytes(stub))["security_at"]
+    sec = _pe(bytes(stub)).cert_entry_at
     signed = stub + bytes(-len(stub) % 8) + b"\x10\x00\x00\x00\x00\x02\x02\x00" + bytes(8)
     struct.pack_into("<II", signed, sec, len(signed) - 16, 16)
     (tmp_path / "signed.exe").write_bytes(bytes(signed))

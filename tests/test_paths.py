@@ -10,6 +10,7 @@ import pytest
 
 from llmpack import paths
 from llmpack.cli import main
+from llmpack.demo_models import demo_model_path
 from llmpack.errors import LlmpackError
 
 
@@ -22,7 +23,7 @@ def blocked_cache(tmp_path, monkeypatch):
     return cache
 
 
-@pytest.mark.parametrize("where", [paths.cache_dir, paths.models_dir, paths.stubs_dir, paths.demo_model_path])
+@pytest.mark.parametrize("where", [paths.cache_dir, paths.models_dir, paths.stubs_dir, demo_model_path])
 def test_an_unusable_cache_is_one_actionable_line(blocked_cache, where):
     with pytest.raises(paths.PathsError) as info:
         where()

@@ -1,13 +1,13 @@
 """pe.parse_headers on short, truncated and odd input: None (callers turn that into one clear
-line), never a struct.error traceback."""
+line), never a struct.error traceback. builder/pe.py is the one PE reader (see its docstring)."""
 from __future__ import annotations
 
 import struct
 
 import pytest
 
-from llmpack.builder import pe
-from llmpack.builder.packfile import PackError
+from llmpack.builder import pe, splice
+from llmpack.builder.packfile import COOKIE, COOKIE_MAGIC, PackError
 
 
 def minimal_pe(magic: int = 0x20B, nsections: int = 2) -> bytes:
@@ -38,9 +38,11 @@ def reader(data: bytes):
 @pytest.mark.parametrize("magic", [0x10B, 0x20B])
 def test_a_complete_header_parses(magic):
     data = minimal_pe(magic)
-    checksum_at, checksum, cert, overlay = pe.parse_headers(reader(data))
-    assert checksum == 0x1234 and data[checksum_at:checksum_at + 4] == struct.pack("<I", 0x1234)
-    assert cert == (0, 0) and overlay == 0x400 + 0x200 + 0x200
+    hdr = pe.parse_headers(reader(data))
+    assert hdr.checksum == 0x1234 and data[hdr.checksum_at:hdr.checksum_at + 4] == struct.pack("<I", 0x1234)
+    assert hdr.cert == (0, 0) and hdr.overlay == 0x400 + 0x200 + 0x200
+    dirs = 64 + 24 + (112 if magic == 0x20B else 96)
+    assert hdr.cert_entry_at == dirs + 8 * 4   # the fifth data directory: the certificate table
 
 
 @pytest.mark.parametrize("magic", [0x10B, 0x20B])
@@ -59,8 +61,12 @@ def test_odd_input_is_refused_without_an_exception(odd):
     assert pe.parse_headers(reader(odd)) is None
 
 
-def test_a_broken_stub_gets_one_clear_line():
+def test_a_broken_stub_gets_one_clear_line(tmp_path):
     data = minimal_pe()[:200]
-    with pytest.raises(PackError) as err:
+    with pytest.raises(pe.PeError) as err:
         pe.PeStub(reader(data), len(data), archive_offset=100)
     assert "broken PE headers" in str(err.value) and "\n" not in str(err.value)
+    cookie = COOKIE.pack(COOKIE_MAGIC, COOKIE.size, 0, 0, 311, b"python311.dll")   # an empty archive
+    (tmp_path / "stub.exe").write_bytes(data + cookie)
+    with pytest.raises(PackError, match="broken PE headers"):   # what a build reports
+        splice.open_stub(tmp_path / "stub.exe")

@@ -156,7 +156,7 @@ def test_lavapipe_takes_every_layer_and_agrees_with_the_cpu(tiny_model):
     need(LAVAPIPE_ICD.exists() and VULKAN_LOADER.exists(),
          "Mesa's lavapipe is not installed (apt-get install mesa-vulkan-drivers libvulkan1)")
     run = [sys.executable, "-m", "llmpack", "run", str(tiny_model)]
-    gpu = serve([*run, "--gpu-layers", "all"], LAVAPIPE)
+    gpu = serve([*run, "--gpu-layers", "all", "--verbose"], LAVAPIPE)
     try:
         backend, gpu_lp = gpu.health["backend"], gpu.complete()
     finally:
@@ -164,7 +164,8 @@ def test_lavapipe_takes_every_layer_and_agrees_with_the_cpu(tiny_model):
     assert backend["gpu_device"] == "Vulkan0" and backend["note"] is None, backend
     assert backend["gpu_layers"] == backend["n_layers"] == 2
     assert "llvmpipe" in backend["devices"][0]["name"] and backend["devices"][0]["memory_total"] > 0
-    assert "llmpack: GPU Vulkan0 (llvmpipe" in gpu_out and ": 2/2 layers" in gpu_out
+    assert "llmpack: Running on your graphics card (llvmpipe" in gpu_out   # the line for anyone
+    assert "llmpack: GPU Vulkan0 (llvmpipe" in gpu_out and ": 2/2 layers" in gpu_out   # --verbose
     cpu = serve([*run, "--gpu-layers", "0"], LAVAPIPE)
     try:
         assert cpu.health["backend"]["gpu_layers"] == 0
@@ -178,7 +179,8 @@ def test_without_a_vulkan_loader_the_model_comes_up_on_the_cpu_and_says_why(tiny
     need(VULKAN_LOADER.exists() and shutil.which("unshare") is not None and os.geteuid() == 0,
          "needs root, unshare and libvulkan.so.1 to hide the loader")
     hide = ["unshare", "-m", "sh", "-c", f"mount --bind /dev/null {VULKAN_LOADER} && exec \"$@\"", "sh"]
-    srv = serve([sys.executable, "-m", "llmpack", "run", str(tiny_model), "--gpu-layers", "all"], LAVAPIPE, hide)
+    srv = serve([sys.executable, "-m", "llmpack", "run", str(tiny_model), "--gpu-layers", "all", "--verbose"], LAVAPIPE,
+                hide)
     try:
         backend = srv.health["backend"]
         srv.complete(2)
@@ -188,7 +190,8 @@ def test_without_a_vulkan_loader_the_model_comes_up_on_the_cpu_and_says_why(tiny
     # the only line in the default build; the CUDA flavour puts its own line first
     assert "no usable Vulkan loader (libvulkan.so.1: " in backend["note"]
     assert backend["cpu_variant"]
-    assert "llmpack: running on the CPU" in out and "no usable Vulkan loader" in out
+    assert "llmpack: Running on your processor (no graphics card found that llmpack can use)." in out
+    assert "no usable Vulkan loader" in out   # --verbose: the technical reason too
     assert "Traceback" not in out
 
 

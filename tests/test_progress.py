@@ -71,3 +71,8 @@ def test_phase_bars_start_one_bar_per_phase_and_stay_quiet_when_disabled():
     off("extracting", 0.5)
     off.close()
     assert quiet.getvalue() == ""
+
+
+def test_human_bytes_is_the_one_way_a_size_is_shown():
+    assert [progress.human_bytes(n) for n in (0, 1023, 1024, 1536, 329_360_000, 4 * 1024**3, 5 * 1024**4)] == [
+        "0 B", "1023 B", "1.00 KiB", "1.50 KiB", "314.10 MiB", "4.00 GiB", "5120.00 GiB"]

@@ -8,12 +8,16 @@ import base64
 import ctypes
 import hashlib
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from llmpack.builder.wheel_libs import vendor_libs
+from llmpack.builder.elf import needed
+from llmpack.builder.wheel_libs import WheelLibsError, vendor_libs
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cc(out: Path, *args: str) -> None:
@@ -97,5 +101,31 @@ def test_a_wheel_without_the_backend_is_refused_by_name(tmp_path, toolkit):
     wheel = tmp_path / "other.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("x.dist-info/RECORD", "")
-    with pytest.raises(SystemExit, match="holds no libggml-cuda.so"):
+    with pytest.raises(WheelLibsError, match="holds no libggml-cuda.so: pass the llama-cpp-python wheel"):
         vendor_libs(str(wheel), str(lib))
+
+
+def test_needed_lists_dt_needed_in_order(toolkit):
+    _, lib = toolkit
+    assert needed(lib / "libmid.so.13") == ["libleaf.so.13", "libc.so.6"]
+    assert needed(lib / "libleaf.so.13") == ["libc.so.6"]
+
+
+def test_a_library_that_is_not_elf_is_one_clear_error(tmp_path, toolkit):
+    wheel, lib = toolkit
+    (lib / "libmid.so.13").write_bytes(b"not a library")
+    with pytest.raises(WheelLibsError, match="libmid.so.13: not an ELF file.*linux x86_64"):
+        vendor_libs(str(wheel), str(lib))
+
+
+def test_dev_runs_it_as_a_script_before_llmpack_is_installed(toolkit, tmp_path):
+    """-S: no site-packages, so no installed llmpack; elf.py and llmpack/errors.py come from the tree."""
+    wheel, lib = toolkit
+    script = [sys.executable, "-S", str(ROOT / "builder" / "wheel_libs.py")]
+    done = subprocess.run([*script, str(wheel), str(lib)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.split() == ["libmid.so.13", "libleaf.so.13"], done.stderr
+    other = tmp_path / "other.whl"
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("x.dist-info/RECORD", "")
+    done = subprocess.run([*script, str(other), str(lib)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("wheel_libs: error: ") and "Traceback" not in done.stderr

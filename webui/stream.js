@@ -5,6 +5,7 @@ import { ApiError, readBody } from "./api.js";
 import { requestContent, restoreFiles } from "./attach.js";
 import { renderChatList } from "./chatlist.js";
 import { plainError } from "./errors.js";
+import { showPromptProgress } from "./progress.js";
 import { addNotice, fillMessage, isNearBottom, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
   updateStatusbar } from "./render.js";
 import { saveChat, saveNowAndThen } from "./save.js";
@@ -23,7 +24,7 @@ export function setComposerHook(fn) {
 
 function buildRequest(chat) {
   const e = effective();
-  const body = { model: state.model, stream: true, stream_options: { include_usage: true } };
+  const body = { model: state.model, stream: true, stream_options: { include_usage: true }, return_progress: true };
   for (const k of SAMPLING_KEYS) {
     if (typeof e[k] === "number" && isFinite(e[k])) body[k] = e[k];
   }
@@ -125,6 +126,7 @@ function handleEvent(gen, block) {
   if (!obj || typeof obj !== "object") return undefined;
   if (obj.error) throw new ApiError(typeof obj.error === "string" ? obj.error : obj.error.message || "The server reported an error.", 500);
   if (obj.usage && typeof obj.usage === "object") gen.usage = obj.usage;
+  if (obj.prompt_progress) showPromptProgress(gen.node, gen.msg, obj.prompt_progress);
   for (const ch of Array.isArray(obj.choices) ? obj.choices : []) {
     if (!ch || (ch.index !== undefined && ch.index !== 0)) continue;
     const piece = ch.delta && typeof ch.delta.content === "string" ? ch.delta.content : typeof ch.text === "string" ? ch.text : "";

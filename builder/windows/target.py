@@ -19,11 +19,10 @@ from llmpack.builder.windows.llama_dlls import build_dlls, dlls_key
 from llmpack.builder.windows.pins import LLAMA_CPP, PYTHON_VERSION
 from llmpack.builder.windows.python_env import build_python, python_key
 from llmpack.builder.windows.tools import Wine, require, windows_path
+from llmpack.paths import cache_dir
 
 
 def windows_root() -> Path:
-    from llmpack.paths import cache_dir
-
     return cache_dir() / "windows"
 
 

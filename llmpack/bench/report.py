@@ -13,35 +13,6 @@ from llmpack.bench.runner import Percentiles, RunStats, run
 from llmpack.errors import LlmpackError
 
 
-def int_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("give one or more numbers, each at least 1")
-    return values
-
-
-def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8080 (with or without /v1)")
-    p.add_argument("--model", default=None, help="model name to send (default: the first one /v1/models lists)")
-    p.add_argument("--api-key", default=None, help="sent as `Authorization: Bearer KEY`")
-    p.add_argument("--workload", default="random,chat,long",
-                   help="comma-separated: random (short distinct prompts), chat (shared system prompt), long")
-    p.add_argument("--concurrency", type=int_list, default=[1, 16, 32], help="clients at once, e.g. 1,16,32")
-    p.add_argument("--num-prompts", type=int, default=None,
-                   help="requests per level (default: 2 x concurrency; the long workload: 3)")
-    p.add_argument("--input-len", type=int, default=32, help="words in a random prompt (about tokens)")
-    p.add_argument("--output-len", type=int, default=64, help="tokens each reply is asked for (greedy, ignore_eos)")
-    p.add_argument("--system-len", type=int, default=280, help="words in the chat workload's shared system prompt")
-    p.add_argument("--long-len", type=int, default=2000, help="words in the long workload's prompt")
-    p.add_argument("--seed", type=int, default=0, help="prompts are random words from this seed")
-    p.add_argument("--timeout", type=float, default=600, help="seconds one request may take")
-    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
 def plan(args: argparse.Namespace) -> list[tuple[workloads.Workload, int]]:
     """(workload, concurrency) pairs. Each level gets prompts from its own seed, so no level
     is served from the prompt cache a previous one filled (except the chat system prompt)."""
@@ -61,7 +32,7 @@ def plan(args: argparse.Namespace) -> list[tuple[workloads.Workload, int]]:
 
 
 def benchmark(ep: Endpoint, runs: list[tuple[workloads.Workload, int]], progress: bool = True) -> list[RunStats]:
-    from tqdm import tqdm
+    from tqdm import tqdm   # lazy: only with a progress bar (not --no-progress / --json)
 
     total = sum(len(w.requests) for w, _ in runs)
     results = []

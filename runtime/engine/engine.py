@@ -101,7 +101,10 @@ class LLMEngine:
         return list(with_special[:k]) if k > 0 and with_special[k:] == plain else []
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None) -> RequestStream:
+                    request_id: str | None = None, prompt_progress: bool = False) -> RequestStream:
+        """Queue a request. `prompt_progress`: the stream also gets an output with no `outputs`
+        after each step that advanced the prompt's prefill without finishing it (a long prompt
+        is read over several steps under the token budget)."""
         params = params or SamplingParams()
         params.validate()
         if params.grammar is not None:   # parse it here: on the engine thread a bad one would be fatal
@@ -112,7 +115,8 @@ class LLMEngine:
         if len(ids) + 1 > self.max_model_len:
             raise PromptTooLongError(len(ids), self.max_model_len)
         seed = params.seed if params.seed is not None else random.getrandbits(31)
-        req = Request(request_id or uuid.uuid4().hex, prompt if isinstance(prompt, str) else None, ids, params, seed)
+        req = Request(request_id or uuid.uuid4().hex, prompt if isinstance(prompt, str) else None, ids, params, seed,
+                      prompt_progress=prompt_progress)
         with self._pending_lock:
             if self.failure is not None:
                 raise EngineDeadError(f"the engine has stopped ({self.failure}); restart the server")
@@ -263,6 +267,10 @@ class LLMEngine:
                 self._sample_and_append(c.seq, row, deltas)
         for req, outs in deltas.items():
             self._emit(req, outs)
+        for c in chunks:
+            if not c.samples and c.seq.request.prompt_progress and c.seq.index == 0 \
+                    and c.seq.num_output_tokens == 0 and c.seq.request not in deltas:
+                self._emit(c.seq.request, [])   # prefill progress: no new text yet
 
     def _sample_and_append(self, seq: Sequence, row, deltas: dict[Request, list[CompletionOutput]]) -> None:
         req, p = seq.request, seq.request.params
@@ -323,6 +331,7 @@ class LLMEngine:
             prompt_token_ids=req.prompt_token_ids, num_prompt_tokens=len(req.prompt_token_ids),
             num_cached_tokens=min(head.num_cached_tokens, len(req.prompt_token_ids)),
             num_generated_tokens=sum(s.num_output_tokens for s in req.seqs),
+            num_processed_prompt_tokens=min(head.num_computed_tokens, len(req.prompt_token_ids)),
             time_to_first_token=None if head.first_token_time is None else head.first_token_time - req.arrival_time))
         if finished:
             self._retire(req)

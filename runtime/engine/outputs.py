@@ -2,7 +2,9 @@
 
 In a stream, each RequestOutput carries *deltas*: `outputs` lists only the samples (by `index`)
 that produced new text or finished at this step. `LLM.generate` accumulates them into the
-final, vLLM-shaped result where each CompletionOutput holds the whole text.
+final, vLLM-shaped result where each CompletionOutput holds the whole text. A request submitted
+with `prompt_progress=True` may also receive outputs whose `outputs` is empty: prefill progress
+(`num_processed_prompt_tokens` of `num_prompt_tokens`) while a long prompt is read in chunks.
 """
 from __future__ import annotations
 
@@ -39,3 +41,7 @@ class RequestOutput:
     num_generated_tokens: int = 0                # so far, summed over the n samples
     time_to_first_token: float | None = None     # seconds from add_request to the first token
     error: str | None = None                     # set when the engine failed this request
+    # Prompt tokens whose KV is ready (prefix-cache hits included): equals num_prompt_tokens from
+    # the first generated token on. A request added with prompt_progress=True also gets an output
+    # with no `outputs` after every step that advanced its prefill without finishing it.
+    num_processed_prompt_tokens: int = 0

@@ -48,6 +48,7 @@ class Request:
     outbox: "queue.SimpleQueue[RequestOutput]" = field(default_factory=queue.SimpleQueue)
     seqs: "list[Sequence]" = field(default_factory=list)
     forked: bool = False
+    prompt_progress: bool = False     # emit a progress output per prefill step (add_request's flag)
     arrival_time: float = field(default_factory=time.monotonic)
 
     def final_output(self, error: str | None = None) -> RequestOutput:

@@ -1,11 +1,11 @@
 """Token sampling that stays exact and cheap at a 262k-token vocabulary.
 
-Measured on the demo model (Gemma 3, 262,144 tokens, 2 cores): one decode step of 16
-sequences takes ~100 ms; llama.cpp's sampler chain run over the whole vocabulary costs
-2.3 ms per row for temperature sampling and 18 ms per row for top_p (it sorts all 262k
-candidates) - more than the whole step. So each row goes through two stages:
+On a 262k-token vocabulary, llama.cpp's sampler chain run over the whole vocabulary is
+expensive per row, and with top_p (it sorts every candidate) it costs more than a whole decode
+step of 16 sequences (figures: docs/BENCHMARKS.md, "Sampler"). So each row goes through two
+stages:
 
-1. numpy, over the whole row (vectorised, ~0.5 ms): penalties are applied to the few
+1. numpy, over the whole row (vectorised, a fraction of a millisecond): penalties are applied to the few
    tokens in the history; the unnormalised probabilities w = exp((logit - max) / T) and
    their sum Z are computed exactly; then top_k, top_p and min_p are applied *exactly*
    without sorting the vocabulary: a threshold on w is lowered in steps until the tokens

@@ -9,7 +9,7 @@ from __future__ import annotations
 from llmpack.runtime.hardware.backends import Device
 from llmpack.runtime.model.model_info import ModelInfo
 
-COMPUTE_RESERVE = 512 * 1024 * 1024   # scratch buffers; measured 514 MiB at n_batch 512 for a 262k vocabulary
+COMPUTE_RESERVE = 512 * 1024 * 1024   # scratch buffers: docs/BENCHMARKS.md, "GPU compute reserve"
 SAFETY_MARGIN = 256 * 1024 * 1024
 
 

@@ -16,11 +16,15 @@ from llmpack.runtime.hardware.gpu_fit import fit_gpu_layers, fit_on
 from llmpack.runtime.model.model_info import ModelInfo, read_model_info
 
 
+NO_GPU = "no graphics card found that llmpack can use"
+
+
 @dataclass(slots=True)
 class OffloadPlan:
     n_gpu_layers: int             # llama.cpp's n_gpu_layers: -1 all, 0 none
     device: Device | None         # the one GPU the layers go to
-    note: str | None = None       # why the GPU is not used, when it is not
+    note: str | None = None       # why the GPU is not used, when it is not (technical: backends, drivers)
+    why: str | None = None        # the same for anyone: the start-up line and /health's `summary`
 
 
 def no_gpu_reason() -> str:
@@ -51,11 +55,12 @@ def plan_offload(layers: int | str, model_path, n_ctx: int, device: str | None =
     test with chosen free memory, passes its own). `auto` needs the model's layer sizes: `info`
     when the caller has read the header already, else it is read here."""
     if layers == 0:
-        return OffloadPlan(0, None, "--gpu-layers 0 keeps the model on the CPU")
+        return OffloadPlan(0, None, "--gpu-layers 0 keeps the model on the CPU", "as --gpu-layers 0 asks")
     chosen = pick_device(gpu_devices() if devices is None else devices, device)
     if chosen is None:
-        reason = "--device cpu keeps the model on the CPU" if (device or "").lower() == "cpu" else no_gpu_reason()
-        return OffloadPlan(0, None, reason)
+        if (device or "").lower() == "cpu":
+            return OffloadPlan(0, None, "--device cpu keeps the model on the CPU", "as --device cpu asks")
+        return OffloadPlan(0, None, no_gpu_reason(), NO_GPU)
     if layers == "all":
         return OffloadPlan(-1, chosen)
     if isinstance(layers, int):
@@ -63,7 +68,8 @@ def plan_offload(layers: int | str, model_path, n_ctx: int, device: str | None =
     n = fit_on(chosen, info or read_model_info(model_path, ctx=n_ctx), n_ctx)
     if n == 0:
         return OffloadPlan(0, None, f"not one layer fits in the {chosen.memory_free >> 20} MiB free on "
-                                    f"{chosen.id} ({chosen.name}); pass --gpu-layers N to try anyway")
+                                    f"{chosen.id} ({chosen.name}); pass --gpu-layers N to try anyway",
+                           f"not enough free memory on {chosen.name}")
     return OffloadPlan(n, chosen)
 
 
@@ -71,21 +77,36 @@ def backend_report(plan: OffloadPlan, runner: Any) -> dict:
     """/health's `backend` object (its shape: docs/PORTABILITY.md, "GPU offload") for a loaded ModelRunner."""
     found = load_backends()
     offloaded = runner.gpu_layers if plan.device is not None else 0
-    note = plan.note
+    note, why = plan.note, plan.why
     if plan.device is not None and offloaded == 0 and plan.n_gpu_layers != 0:
-        note = f"llama.cpp offloaded no layers to {plan.device.id}"
+        note, why = f"llama.cpp offloaded no layers to {plan.device.id}", f"{plan.device.name} took none of it"
+    if offloaded:
+        summary = f"Running on your graphics card ({plan.device.name})"   # type: ignore[union-attr]
+        if offloaded < runner.n_layer:
+            summary += f", {offloaded} of {runner.n_layer} layers; the rest on your processor"
+    else:
+        summary = f"Running on your processor ({why or 'the graphics card is not used'})"
     return {"cpu_variant": found.cpu_variant,
             "devices": [d.to_dict() for d in gpu_devices()],
             "gpu_device": plan.device.id if plan.device is not None and offloaded else None,
-            "gpu_layers": offloaded, "n_layers": runner.n_layer, "note": note}
+            "gpu_layers": offloaded, "n_layers": runner.n_layer, "note": note, "summary": summary + "."}
 
 
-def startup_line(report: dict) -> str:
-    """One line saying where the model runs, e.g.
-    `llmpack: GPU Vulkan0 (NVIDIA GeForce RTX 3060): 18/18 layers; CPU backend haswell`."""
+def startup_line(report: dict, verbose: bool = False) -> str:
+    """Where the model runs, in words for anyone (/health's `summary`), e.g. `llmpack: Running on
+    your processor (no graphics card found that llmpack can use).`; the technical reason (a
+    backend's or driver's line) and the CPU variant follow with `verbose`, and are one flag away
+    otherwise."""
+    line = f"llmpack: {report.get('summary') or 'Running on your processor.'}"
     cpu = f"CPU backend {report['cpu_variant']}" if report.get("cpu_variant") else "CPU backend built in"
     if report.get("gpu_layers"):
         dev = next((d for d in report["devices"] if d["id"] == report["gpu_device"]), {"name": "?"})
-        return (f"llmpack: GPU {report['gpu_device']} ({dev['name']}): "
-                f"{report['gpu_layers']}/{report['n_layers']} layers; {cpu}")
-    return f"llmpack: running on the CPU ({cpu}); GPU not used: {report.get('note') or 'unknown reason'}"
+        detail = (f"llmpack: GPU {report['gpu_device']} ({dev['name']}): "
+                  f"{report['gpu_layers']}/{report['n_layers']} layers; {cpu}")
+    else:
+        detail = f"llmpack: {cpu}; GPU not used: {report.get('note') or 'unknown reason'}"
+    if verbose:
+        return f"{line}\n{detail}"
+    if report.get("gpu_layers") or not report.get("note") or "--" in line:   # nothing more to say
+        return line
+    return f"{line} Start with --verbose for the technical reason."

@@ -3,9 +3,10 @@
 llama.cpp validates too, but a bad file there becomes a crash, a C-level log line on stderr or a
 vague "failed to load model". Here every problem becomes a GGUFError whose one line names it.
 The parser never reads the whole file: it walks the header over an mmap and keeps large arrays
-(the vocabulary) as lazy `ArrayInfo` descriptors. That makes it fast enough (~0.05 s for Gemma 3's
-262k-token vocabulary) to be the metadata source for `llmpack inspect` too; gguf.GGUFReader needs
-~10 s for the same file because it makes a numpy array per token.
+(the vocabulary) as lazy `ArrayInfo` descriptors. That makes it fast enough to be the metadata
+source for `llmpack inspect` too, where gguf.GGUFReader is two orders of magnitude slower on a
+262k-token vocabulary because it makes a numpy array per token (docs/BENCHMARKS.md, "GGUF header
+parse").
 
 All offsets are relative to a *region*: a GGUF file may sit inside a built executable.
 """

@@ -3,7 +3,8 @@
 GPU offload (`weight_bytes_per_layer`, `kv_bytes_per_token`).
 
 Metadata comes from gguf_check's own header parse rather than gguf.GGUFReader: the parse is
-already bounds-checked, and GGUFReader takes ~10 s on a 262k-token vocabulary (~0.05 s here).
+already bounds-checked, and GGUFReader is far slower on a 262k-token vocabulary
+(docs/BENCHMARKS.md, "GGUF header parse").
 Figures follow llama.cpp's conventions so they can be checked against its load log: "model
 params" is the sum of tensor element counts, "file size" the sum of tensor bytes, and the KV
 cache holds every layer at full context (llama-cpp-python keeps a full-size SWA cache).
@@ -20,6 +21,7 @@ from llmpack.errors import LlmpackError
 from llmpack.runtime.model.base_model import is_base_model
 from llmpack.runtime.model.context import DEFAULT_N_CTX
 from llmpack.runtime.model.gguf_check import ArrayInfo, GGUFHeader, validate_gguf
+from llmpack.runtime.model.naming import NAME_KEYS
 
 # llama_ftype_name() in llama.cpp's src/llama-model-loader.cpp, by general.file_type
 FILE_TYPE_NAMES = {
@@ -64,6 +66,7 @@ class ModelInfo:
     special_tokens: dict[str, dict[str, Any] | None]  # bos/eos/eot/pad/unk -> {"id", "text"}
     chat_template: str | None = field(repr=False)
     basename: str | None             # general.basename, which recipes match like the name
+    naming: dict[str, str]           # the general.* names a display name is made of (runtime.model.naming)
     base_model: bool                 # no chat template and no instruct/chat tag (runtime.base_model)
     weight_bytes: int                # sum of tensor bytes (llama.cpp's "file size")
     weight_bytes_per_layer: list[int]  # tensors named blk.N.*
@@ -141,7 +144,7 @@ def read_model_info(path: str | Path, ctx: int | None = None, offset: int = 0,
         context_length=ctx_len, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
         head_dim_k=dim_k, head_dim_v=dim_v, sliding_window=window, swa_layers=swa,
         vocab_size=_vocab_size(h), special_tokens=_special_tokens(h), chat_template=template,
-        basename=kv.get("general.basename"),
+        basename=kv.get("general.basename"), naming={k: v for k in NAME_KEYS if isinstance(v := kv.get(k), str)},
         base_model=is_base_model(kv, [Path(path).stem]),
         weight_bytes=sum(t.nbytes for t in h.tensors), weight_bytes_per_layer=per_layer,
         non_layer_weight_bytes=other, kv_bytes_per_token_per_layer=kv_layer,
@@ -196,17 +199,9 @@ def _special_tokens(h: GGUFHeader) -> dict[str, dict[str, Any] | None]:
     wanted = {i for i in ids.values() if isinstance(i, int)}
     eot_texts = {t.encode() for t in EOT_TEXTS} if ids["eot"] is None else set()
     texts: dict[int, str] = {}
-    for i, raw in enumerate(h.iter_strings("tokenizer.ggml.tokens")):   # one pass, ~0.1 s for 262k
+    for i, raw in enumerate(h.iter_strings("tokenizer.ggml.tokens")):   # one pass (docs/BENCHMARKS.md, "GGUF header parse")
         if i in wanted:
             texts[i] = raw.decode("utf-8", "replace")
         if raw in eot_texts:
             ids["eot"], texts[i], eot_texts = i, raw.decode(), set()
     return {k: (None if i is None else {"id": i, "text": texts.get(i)}) for k, i in ids.items()}
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    raise AssertionError  # unreachable

@@ -30,6 +30,8 @@ from urllib.parse import quote
 
 import platformdirs
 
+from llmpack.runtime.server.protocol import scrub   # lone surrogates -> U+FFFD, as requests get
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
     model    TEXT NOT NULL,
@@ -95,28 +97,19 @@ def clean_chat(data: Any, *, chat_id: str | None = None) -> dict:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
             raise ChatError(f"messages[{i}] must be {{\"role\": one of {', '.join(ROLES)}, \"content\": text}}")
-        item: dict[str, Any] = {"role": m["role"], "content": _text(m["content"])}
+        item: dict[str, Any] = {"role": m["role"], "content": scrub(m["content"])}
         if m.get("stats") is not None:
             item["stats"] = _stats(m["stats"], f"messages[{i}].stats")
         if m.get("attachments"):
             item["attachments"] = _clean_attachments(m["attachments"], i)
         clean.append(item)
     now = int(time.time() * 1000)
-    title = _text(data["title"]) if isinstance(data.get("title"), str) else ""
+    title = scrub(data["title"]) if isinstance(data.get("title"), str) else ""
     created = _time(data, "created", now)
     updated = _time(data, "updated", created)
     mode = data.get("mode") if data.get("mode") in MODES else "chat"
     return {"id": chat_id or data.get("id"), "title": (title.strip() or "Chat")[:MAX_TITLE], "mode": mode,
             "created": created, "updated": updated, "messages": clean}
-
-
-def _text(value: str) -> str:
-    """`value` with lone surrogates (valid JSON escapes, not encodable as UTF-8) replaced by U+FFFD."""
-    try:
-        value.encode("utf-8")
-        return value
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "replace").decode("utf-8")
 
 
 def _number(value: Any) -> bool:
@@ -145,7 +138,7 @@ def _stats(stats: Any, where: str) -> dict:
         if len(key) > MAX_STAT_TEXT or not ok:
             raise ChatError(f"{where}.{key[:40]} must be a number of at most {MAX_STAT_NUMBER:.0e}, "
                             f"true/false, null or text of at most {MAX_STAT_TEXT} characters")
-    return {_text(k): (_text(v) if isinstance(v, str) else v) for k, v in stats.items()}
+    return {scrub(k): (scrub(v) if isinstance(v, str) else v) for k, v in stats.items()}
 
 
 def _clean_attachments(files: Any, i: int) -> list[dict]:
@@ -155,8 +148,8 @@ def _clean_attachments(files: Any, i: int) -> list[dict]:
     for f in files:
         if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("text"), str):
             raise ChatError(f"messages[{i}].attachments entries need 'name' and 'text' strings")
-        item = {"name": _text(f["name"][:MAX_TITLE]), "text": _text(f["text"])}
-        item.update({k: _text(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note") if isinstance(f.get(k), str)})
+        item = {"name": scrub(f["name"][:MAX_TITLE]), "text": scrub(f["text"])}
+        item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note") if isinstance(f.get(k), str)})
         for k in ("size", "tokens"):
             if f.get(k) is None:
                 continue
@@ -258,7 +251,7 @@ def clean_settings(data: Any) -> dict:
     if prompt is not None:
         if not isinstance(prompt, str) or len(prompt) > MAX_SYSTEM_PROMPT:
             raise ChatError(f"system_prompt must be text of at most {MAX_SYSTEM_PROMPT} characters")
-        out["system_prompt"] = _text(prompt)
+        out["system_prompt"] = scrub(prompt)
     for key, (low, high, low_open, whole) in SETTING_NUMBERS.items():
         if key in data:
             out[key] = _setting(key, data[key], low, high, low_open, whole)

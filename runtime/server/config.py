@@ -34,3 +34,4 @@ class ServeConfig:
     open_browser: bool = True
     api_key: str | None = None
     cors: bool = False
+    verbose: bool = False                     # --verbose: technical detail on the console (why no GPU)

@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 import urllib.parse
-import warnings
 import webbrowser
 from pathlib import Path
 from typing import Any, Callable
@@ -43,11 +42,12 @@ class ServerError(LlmpackError):
 
 
 def waitress_settings(max_num_seqs: int) -> dict[str, Any]:
-    """waitress tuned for token streaming: every small write goes out at once (send_bytes=1),
-    a thread per open stream (>= 64 plus the engine's batch), a disconnected client noticed
-    while its request still runs (request lookahead -> waitress.client_disconnected)."""
+    """waitress tuned for token streaming: a thread per open stream (>= 64 plus the engine's
+    batch), a disconnected client noticed while its request still runs (request lookahead ->
+    waitress.client_disconnected). Every small write (one SSE event) goes out at once: that is
+    waitress's default since 1.3, which deprecated the send_bytes option that used to ask for it."""
     threads = max(128, max_num_seqs + 64)
-    return dict(threads=threads, connection_limit=threads + 512, channel_timeout=300, send_bytes=1,
+    return dict(threads=threads, connection_limit=threads + 512, channel_timeout=300,
                 channel_request_lookahead=1, asyncore_use_poll=True, ident="llmpack",
                 max_request_body_size=ATTACH_BODY + 4 * MAX_BODY, expose_tracebacks=False,
                 clear_untrusted_proxy_headers=True, cleanup_interval=15)
@@ -111,10 +111,8 @@ class Server:
             self.options = ServerOptions(host=host, port=self.port, api_key=config.api_key or None,
                                          cors=config.cors, chat_token=secrets.token_urlsafe(24))
             self.app = create_app(self.state, self.options)
-            with warnings.catch_warnings():   # send_bytes is deprecated, but it is what flushes each chunk
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self.server = waitress.create_server(
-                    self.app, sockets=[self.sock], **waitress_settings(config.parallel))
+            self.server = waitress.create_server(
+                self.app, sockets=[self.sock], **waitress_settings(config.parallel))
         except BaseException:
             self.sock.close()
             raise
@@ -149,12 +147,9 @@ class Server:
     def _prepare(self) -> None:
         try:
             path = Path(self.prepare_model(self.progress))
-            if self._stop.is_set():
+            if not self.progress("loading", 0.0):
                 self._console.close()
                 return
-            # The page says "loading" at once; the console's "Loading the model into memory" line
-            # comes with llama.cpp's first report, when it starts reading the weights.
-            self.state.set_progress("loading", 0.0)
             model = build_model(path, self.config, progress=self.progress, warn=self._say)
         except Exception as exc:  # noqa: BLE001 - shown on the page and the console
             if self._stop.is_set():   # abandoned because we are stopping: not an error
@@ -171,7 +166,7 @@ class Server:
         self.state.set_ready(model)
         self._console.close()
         if model.backend:
-            self._say(startup_line(model.backend))
+            self._say(startup_line(model.backend, verbose=self.config.verbose))
         self._say(f"llmpack: model ready ({model.display_name}, context {model.n_ctx} tokens)")
 
     def _say(self, text: str) -> None:

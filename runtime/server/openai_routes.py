@@ -107,12 +107,16 @@ class Generation:
         self.streams: list[Any] = []
         self.finished: list[bool] = []
         self.counts: list[tuple[int, int, int]] = []   # (prompt, cached, generated) per stream
+        self.processed: list[int] = []                  # prompt tokens read so far, per stream
         self.reasons: dict[int, str] = {}
+        self.started = time.monotonic()
         try:
             for i, ids in enumerate(prep.prompts):
-                self.streams.append(model.engine.add_request(ids, prep.params, request_id=f"{rid}-{i}"))
+                self.streams.append(model.engine.add_request(ids, prep.params, request_id=f"{rid}-{i}",
+                                                             prompt_progress=prep.return_progress))
                 self.finished.append(False)
                 self.counts.append((len(ids), 0, 0))
+                self.processed.append(0)
         except Exception as exc:
             self._abort()
             self.timer.done = True
@@ -129,12 +133,20 @@ class Generation:
                 self.timer.tokens(out.num_generated_tokens - seen)
                 seen = out.num_generated_tokens
                 self.counts[i] = (out.num_prompt_tokens or self.counts[i][0], out.num_cached_tokens, seen)
+                self.processed[i] = max(self.processed[i], out.num_processed_prompt_tokens)
                 for c in out.outputs:
                     if c.finish_reason:
                         self.reasons[i * self.n + c.index] = c.finish_reason
                 if out.finished:
                     self.finished[i] = True
                 yield i * self.n, out
+
+    def prompt_progress(self) -> dict:
+        """llama-server's `prompt_progress`: prompt tokens in all (`total`), reused from the prefix
+        cache (`cache`), ready so far, cache included (`processed`), and milliseconds since the
+        request came (`time_ms`)."""
+        return {"total": sum(c[0] for c in self.counts), "cache": sum(c[1] for c in self.counts),
+                "processed": sum(self.processed), "time_ms": round((time.monotonic() - self.started) * 1000)}
 
     def usage(self) -> dict:
         return P.usage(sum(c[0] for c in self.counts), sum(c[2] for c in self.counts),
@@ -222,12 +234,17 @@ def _stream(gen: Generation, kind: str, rid: str, created: int) -> Iterator[byte
     want_lp, k = gen.prep.params.logprobs is not None, gen.prep.top_logprobs or 0
     offsets: dict[int, int] = {}
     held = [ChoiceText(gen.prep.plan) for _ in range(len(gen.streams) * gen.n)] if chat else []
+    progress_sent = 0   # the last `processed` sent; each engine step that read more of the prompt sends one
     try:
         if chat:   # at once: the client knows it was accepted even while it waits in the queue
             yield P.sse({**head, "choices": [
                 {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
                 for i in range(len(gen.streams) * gen.n)], **tail})
         for base, out in gen.outputs():
+            if gen.prep.return_progress and sum(gen.processed) > progress_sent:
+                progress = gen.prompt_progress()
+                progress_sent = progress["processed"]
+                yield P.sse({**head, "choices": [], "prompt_progress": progress})
             choices = []
             for c in out.outputs:
                 if c.finish_reason == "abort":

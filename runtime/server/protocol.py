@@ -25,8 +25,9 @@ MAX_CHOICES = 128
 # ---------------------------------------------------------------- parameters
 _FLOATS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 _INTS = ("n", "top_k", "seed", "max_tokens", "max_completion_tokens", "top_logprobs", "best_of")
-_BOOLS = ("stream", "ignore_eos", "echo", "parallel_tool_calls", "store", "include_stop_str_in_output")
-_COMMON = {"model", "stream", "stream_options", "n", "stop", "max_tokens", "seed", "user", "logit_bias",
+_BOOLS = ("stream", "ignore_eos", "echo", "parallel_tool_calls", "store", "include_stop_str_in_output",
+          "return_progress")
+_COMMON = {"model", "stream", "stream_options", "return_progress", "n", "stop", "max_tokens", "seed", "user", "logit_bias",
            "ignore_eos", "stop_token_ids", "include_stop_str_in_output", "metadata", "store",
            "service_tier", *_FLOATS, "top_k"}
 _SHAPE = {"response_format", "grammar", "json_schema"}   # constrained output (see structured.py)
@@ -190,6 +191,13 @@ class Prepared:
     top_logprobs: int | None = None     # chat: k when logprobs are on
     texts: list[str | None] = field(default_factory=list)
     plan: Any = None                    # structured.OutputPlan: grammar and tools
+    return_progress: bool = False       # llama-server's extension: prompt_progress chunks while streaming
+
+
+def wants_progress(body: dict, stream: bool) -> bool:
+    """`"return_progress": true` (llama-server's name) asks a stream for `prompt_progress` chunks
+    while the prompt is read; without `stream` there is nothing to send them in, as there."""
+    return bool(_get(body, "return_progress")) and stream
 
 
 def parse_chat(body: Any, model: ServedModel) -> Prepared:
@@ -208,7 +216,8 @@ def parse_chat(body: Any, model: ServedModel) -> Prepared:
     params = sampling_params(body, model, chat=True, logprobs=(k or 0) if want else None, grammar=plan.grammar)
     text = render_messages(model, body.get("messages"), plan)
     return Prepared([tokenize_prompt(model, text)], params, stream, usage, "messages",
-                    top_logprobs=(k or 0) if want else None, texts=[text], plan=plan)
+                    top_logprobs=(k or 0) if want else None, texts=[text], plan=plan,
+                    return_progress=wants_progress(body, stream))
 
 
 def parse_completion(body: Any, model: ServedModel) -> Prepared:
@@ -223,7 +232,8 @@ def parse_completion(body: Any, model: ServedModel) -> Prepared:
     prompts, texts = _prompts(body.get("prompt"), model)
     if len(prompts) * params.n > MAX_CHOICES:
         raise bad("prompt", f"at most {MAX_CHOICES} choices per request (prompts x n)")
-    return Prepared(prompts, params, stream, usage, "prompt", texts=texts, plan=plan)
+    return Prepared(prompts, params, stream, usage, "prompt", texts=texts, plan=plan,
+                    return_progress=wants_progress(body, stream))
 
 
 def _is_ids(x: Any) -> bool:

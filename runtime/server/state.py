@@ -70,6 +70,9 @@ class ServerState:
         self.model: ServedModel | None = None
         self.ready = threading.Event()
         self.active = ActiveRequests()
+        # called with (phase, fraction) after each accepted set_progress, on the caller's thread
+        # (the preparing thread): what /health says next, for logs and tests
+        self.progress_listeners: list[Callable[[str, float], None]] = []
 
     def set_progress(self, phase: str, fraction: float, message: str | None = None) -> None:
         with self._lock:
@@ -81,6 +84,8 @@ class ServerState:
                 fraction = 0.0
             self.phase, self.progress = phase, fraction
             self.message = message or MESSAGES.get(phase, phase)
+        for listener in list(self.progress_listeners):
+            listener(phase, fraction)
 
     def set_ready(self, model: ServedModel) -> None:
         with self._lock:
