@@ -25,7 +25,7 @@ from llmpack.runtime.server.launch import Server
 
 __all__ = ["LiveServer", "live_server", "chat_server", "wait_until", "wait_idle", "write_scripted_model",
            "SCRIPTED_REPLY", "sse_events", "stream_post", "post_on_socket",
-           "chat_headers", "LockStep", "finished_metric"]
+           "chat_headers", "LockStep", "finished_metric", "held_unpacking"]
 
 
 class LiveServer:
@@ -74,6 +74,19 @@ class LiveServer:
         self.server.stop()
         self._thread.join(30)
         assert not self._thread.is_alive(), "the server did not stop"
+
+
+def held_unpacking(model: Path, fraction: float = 0.4) -> tuple[LiveServer, threading.Event]:
+    """A started server whose model stays in its unpacking phase (at `fraction`) until the event
+    is set; then it loads `model`. The caller sets the event and stops the server when done."""
+    release = threading.Event()
+
+    def prepare(progress: Callable[[str, float], bool]) -> Path:
+        progress("extracting", fraction)
+        release.wait(60)
+        return model
+
+    return LiveServer(model, prepare=prepare).start(wait=False), release
 
 
 def chat_headers(srv: LiveServer) -> dict:

@@ -6,7 +6,6 @@ the `browser` fixtures of browser_fixtures.py (Chromium found on PATH; with CI=t
 browser fails the run instead of skipping it)."""
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -16,7 +15,8 @@ from browser_fixtures import *  # noqa: F401,F403
 from browser_fixtures import (ARTIFACTS, assert_inert, get_chat, get_chats, last_reply, put_chat, set_settings,
                               shown_in_order)
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import LiveServer, LockStep, finished_metric, live_server, wait_idle, wait_until
+from server_fixtures import (LiveServer, LockStep, finished_metric, held_unpacking, live_server, wait_idle,
+                             wait_until)
 
 pytestmark = pytest.mark.browser
 
@@ -82,14 +82,7 @@ def test_chat_streams_stops_and_starts_over(demo_server: LiveServer, page):
 # ---- HTML in model output is text -------------------------------------------------------------------
 def test_loading_view_then_html_reply_is_text(scripted_model: Path, page):
     """The scripted model answers with <img onerror>, <script> and **bold** (deterministically)."""
-    release = threading.Event()
-
-    def prepare(progress):
-        progress("extracting", 0.4)
-        release.wait(60)
-        return scripted_model
-
-    srv = LiveServer(scripted_model, prepare=prepare).start(wait=False)
+    srv, release = held_unpacking(scripted_model)
     try:
         page.goto(srv.server.page_url)
         page.wait_for_selector("[data-testid=loading]:not([hidden])")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import requests
 from browser_fixtures import *  # noqa: F401,F403
 from browser_fixtures import ARTIFACTS, last_reply, new_page, put_chat, set_settings
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import LiveServer, live_server, wait_until
+from server_fixtures import held_unpacking, live_server, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -211,14 +210,7 @@ def test_reply_figures_read_like_numbers(scripted_model: Path, page):
 
 
 def test_the_loading_card_says_first_run_once(scripted_model: Path, page):
-    release = threading.Event()
-
-    def prepare(progress):
-        progress("extracting", 0.4)
-        release.wait(60)
-        return scripted_model
-
-    srv = LiveServer(scripted_model, prepare=prepare).start(wait=False)
+    srv, release = held_unpacking(scripted_model)
     try:
         page.goto(srv.server.page_url)
         card = page.locator("[data-testid=loading] .card")

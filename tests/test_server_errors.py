@@ -20,8 +20,8 @@ import pytest
 import requests
 
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import (LiveServer, finished_metric, live_server, post_on_socket, sse_events, stream_post,
-                             wait_idle, wait_until)
+from server_fixtures import (LiveServer, finished_metric, held_unpacking, live_server, post_on_socket, sse_events,
+                             stream_post, wait_idle, wait_until)
 
 from ggufs import CHATML_TEMPLATE
 from llmpack.errors import LlmpackError
@@ -305,14 +305,7 @@ def test_queue_full_is_503(long_model: Path):
 
 # ---- loading, failed loading ----------------------------------------------------------------------
 def test_loading_then_ready(tiny_chat_model: Path):
-    release = threading.Event()
-
-    def prepare(progress):
-        progress("extracting", 0.5)
-        release.wait(30)
-        return tiny_chat_model
-
-    s = LiveServer(tiny_chat_model, prepare=prepare).start(wait=False)
+    s, release = held_unpacking(tiny_chat_model, 0.5)
     try:
         wait_until(lambda: requests.get(s.url + "/health").json().get("phase") == "extracting")
         h = requests.get(s.url + "/health")
