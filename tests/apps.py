@@ -18,6 +18,11 @@ from llmpack.runtime.server.state import MESSAGES
 
 UNPACKING = MESSAGES["extracting"]   # the console line of the extraction phase (compressed builds)
 CHECKING = MESSAGES["checking"]      # ... of the one-time check of a model read in place
+# The console line of each phase (llmpack/progress.py, off a terminal), printed as it begins:
+# unpacking once the first bytes are written, loading once the server starts reading the model.
+PHASE_LINES = {phase: f"llmpack: {MESSAGES[phase]}..." for phase in ("extracting", "checking", "loading")}
+# --verbose: the model file is read into memory, llama.cpp loads it next (serving.build_model)
+FILE_READ = "llmpack: read the model file into memory"
 READY = "llmpack: model ready"       # the console line once /health is 200 (server/launch.py)
 LOAD_FAILED = "llmpack: error: could not load the model"
 CHAT = [{"role": "user", "content": "hello there"}]
@@ -53,6 +58,7 @@ class App:
         self.err: list[str] = []
         self._lines: queue.Queue[str] = queue.Queue()
         self._ready = threading.Event()
+        self._said = threading.Condition()   # notified on every line of either stream
         self._readers = [threading.Thread(target=self._pump, args=(self.proc.stdout, self.out, True), daemon=True),
                          threading.Thread(target=self._pump, args=(self.proc.stderr, self.err, False), daemon=True)]
         for t in self._readers:
@@ -66,6 +72,10 @@ class App:
                 self._lines.put(line)
             if line.startswith(READY):
                 self._ready.set()
+            with self._said:
+                self._said.notify_all()
+        with self._said:   # the stream ended: a waiter checks whether the program exited
+            self._said.notify_all()
 
     def wait_listening(self, timeout: float = 120) -> str:
         deadline = time.monotonic() + timeout
@@ -103,26 +113,26 @@ class App:
         assert r.status_code == 200, f"{READY!r} was printed but /health says {r.status_code}: {r.text}"
         return r.json()
 
-    def wait_phase(self, phase: str, timeout: float = 120, above: float = 0.0) -> None:
-        """Until /health says the server is in `phase` (extracting, loading) with progress past
-        `above` (for loading, serving.READ_DONE: the file is read, llama.cpp is loading): polled
-        every few ms, since the demo model takes about a second in each."""
+    def wait_line(self, start: str, timeout: float = 120) -> str:
+        """Until the program prints a line (on either stream) that starts with `start`, as
+        wait_healthy waits for "model ready"; "model ready" or a load error first fails at once."""
         deadline = time.monotonic() + timeout
-        seen = []
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"exited ({self.proc.returncode}):\n{self.stderr}"
-            try:
-                health = requests.get(self.url + "/health", timeout=5).json()
-                now = health.get("phase", "ready")
-            except requests.RequestException:
-                now, health = "down", {}
-            if now == phase and health.get("progress", 0) > above:
-                return
-            if not seen or seen[-1] != now:
-                seen.append(now)
-            assert now not in ("ready", "error"), f"never saw phase {phase!r}, only {seen}:\n{self.stderr}"
-            time.sleep(0.005)
-        raise AssertionError(f"never saw phase {phase!r} in {timeout} s, only {seen}:\n{self.stderr}")
+
+        def found() -> str | None:
+            return next((ln for ln in self.out + self.err if ln.startswith(start)), None)
+
+        with self._said:
+            while (line := found()) is None:
+                assert self.proc.poll() is None, f"exited ({self.proc.returncode}):\n{self.stderr}"
+                assert not self._ready.is_set(), f"ready without a {start!r} line:\n{self.stdout}\n{self.stderr}"
+                assert LOAD_FAILED not in self.stderr, self.stderr
+                assert time.monotonic() < deadline, f"no {start!r} line in {timeout} s:\n{self.stdout}\n{self.stderr}"
+                self._said.wait(0.5)
+        return line
+
+    def wait_phase(self, phase: str, timeout: float = 120) -> None:
+        """Until the program says `phase` (extracting, loading) has begun: its console line."""
+        self.wait_line(PHASE_LINES[phase], timeout)
 
     def chat(self, messages=CHAT, max_tokens: int = 16) -> dict:
         r = requests.post(self.url + "/v1/chat/completions", timeout=120,

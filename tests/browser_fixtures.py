@@ -16,10 +16,11 @@ import pytest
 import requests
 from playwright import sync_api
 from needs import skip_or_fail
-from server_fixtures import chat_headers
+from server_fixtures import LockStep, chat_headers
 
 __all__ = ["ARTIFACTS", "CHROMIUM_ARGS", "chromium_path", "browser", "page", "chat_data", "new_page", "open_app",
-           "set_settings", "last_reply", "assert_inert", "put_chat", "get_chats", "get_settings"]
+           "set_settings", "last_reply", "assert_inert", "put_chat", "get_chats", "get_chat", "get_settings",
+           "shown_in_order"]
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -97,10 +98,44 @@ def get_chats(srv) -> list[dict]:
     return resp.json()["data"]
 
 
+def get_chat(srv, chat_id: str) -> dict:
+    resp = requests.get(f"{srv.url}/api/chats/{chat_id}", headers=chat_headers(srv), timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
 def get_settings(srv) -> dict:
     resp = requests.get(f"{srv.url}/api/settings", headers=chat_headers(srv), timeout=10)
     assert resp.status_code == 200, resp.text
     return resp.json()["data"]
+
+
+SHOWS_DELTAS = """n => {
+    // once the stop button hides the reply is over; while it streams, it counts the deltas it
+    // has shown ("1 token", "7 tokens · 40.1 tokens/s")
+    if (document.querySelector("[data-testid=stop]").hidden) return "over";
+    const replies = document.querySelectorAll("[data-testid=message-assistant]");
+    const stats = replies.length ? replies[replies.length - 1].querySelector(".stats") : null;
+    const shown = stats ? stats.textContent.split(" · ")[0] : "";
+    return shown === (n === 1 ? "1 token" : n + " tokens") ? "shown" : "";
+}"""
+
+
+def shown_in_order(page, step: LockStep, count: int | None = None) -> int:
+    """Let the reply stream in lock step: each delta the engine makes must be on the page before
+    the engine's next one is let through. Stops after `count` deltas (the last one not confirmed,
+    so the engine's next output waits), or when the reply is over. Returns the deltas shown."""
+    page.wait_for_selector("[data-testid=stop]")   # the reply has begun
+    shown = 0
+    while count is None or shown < count:
+        status = page.wait_for_function(SHOWS_DELTAS, arg=shown + 1).json_value()
+        if status == "over":
+            break
+        shown += 1
+        assert len(step.emitted) == shown and step.held_back == [], (shown, step.emitted, step.held_back)
+        if shown != count:
+            step.seen()
+    return shown
 
 
 def assert_inert(page) -> None:

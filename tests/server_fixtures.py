@@ -25,7 +25,7 @@ from llmpack.runtime.server.launch import Server
 
 __all__ = ["LiveServer", "live_server", "held_in_phase", "chat_server", "wait_until", "wait_idle", "write_scripted_model",
            "SCRIPTED_REPLY", "sse_events", "stream_post", "post_on_socket",
-           "chat_headers", "LockStep"]
+           "chat_headers", "LockStep", "finished_metric"]
 
 
 class LiveServer:
@@ -82,14 +82,15 @@ def chat_headers(srv: LiveServer) -> dict:
 
 
 @contextlib.contextmanager
-def held_in_phase(model: Path, phase: str, fraction: float) -> Iterator[tuple[LiveServer, threading.Event]]:
+def held_in_phase(model: Path, phase: str, fraction: float,
+                  detail: dict | None = None) -> Iterator[tuple[LiveServer, threading.Event]]:
     """A server whose model preparation reports (phase, fraction) and then waits for the event:
     the loading view and /health can be looked at without racing the load. Set the event to go
     on to ready; the server stops when the block ends."""
     release = threading.Event()
 
-    def prepare(progress: Callable[[str, float], Any]) -> Path:
-        progress(phase, fraction)
+    def prepare(progress: Callable[..., Any]) -> Path:
+        progress(phase, fraction, *([detail] if detail else []))
         release.wait(60)
         return model
 
@@ -136,8 +137,15 @@ class LockStep:
         self.held_back: list[str] = []   # the output the client had not seen when the next was due
         self.requests = 0
         self._seen = threading.Semaphore(0)
+        self._free = False
 
     def seen(self) -> None:
+        self._seen.release()
+
+    def release(self) -> None:
+        """Hold nothing back from now on (e.g. once the client went away): an output waiting for
+        seen() goes on at once, and so do the rest."""
+        self._free = True
         self._seen.release()
 
     def __enter__(self) -> LockStep:
@@ -163,13 +171,21 @@ class _Gated:
         for out in self.stream:
             text = "".join(c.text for c in out.outputs)
             if text:
-                if step.emitted and not step.held_back and not step._seen.acquire(timeout=step.timeout):
+                if step.emitted and not (step.held_back or step._free) and not step._seen.acquire(timeout=step.timeout):
                     step.held_back.append(step.emitted[-1])
                 step.emitted.append(text)
             yield out
 
     def abort(self) -> None:
         self.stream.abort()
+
+
+def finished_metric(url: str, reason: str) -> float:
+    """How many requests /metrics counts as finished for `reason` (stop, length, abort...)."""
+    for line in requests.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("llmpack:request_success_total{") and f'finished_reason="{reason}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def wait_until(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:

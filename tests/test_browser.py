@@ -6,81 +6,84 @@ the `browser` fixtures of browser_fixtures.py (Chromium found on PATH; with CI=t
 browser fails the run instead of skipping it)."""
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, assert_inert, last_reply, put_chat, set_settings
+from browser_fixtures import (ARTIFACTS, assert_inert, get_chat, get_chats, last_reply, put_chat, set_settings,
+                              shown_in_order)
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import LiveServer, live_server, wait_idle, wait_until
+from server_fixtures import (LiveServer, LockStep, finished_metric, held_in_phase, live_server, wait_idle,
+                             wait_until)
 
 pytestmark = pytest.mark.browser
 
 
 # ---- a real model: streaming, stop, new chat ---------------------------------------------------------
-@pytest.mark.demo
-def test_chat_streams_stops_and_starts_over(demo_model: Path, page):
-    with live_server(demo_model, display_name="Gemma Demo") as srv:
-        set_settings(page, srv.model_id, temperature=0, max_tokens=60)
-        page.goto(srv.server.page_url)
-        page.wait_for_selector("#app:not([hidden])")
-        assert page.locator("[data-testid=model-name]").inner_text() == "Gemma Demo"
-        page.click("[data-testid=mode-chat]")   # a base model opens in text completion mode
+LONG = 1500   # tokens: a reply the engine would take a long time to finish
 
-        # a reply streams in: its text is seen growing before the generation ends
+
+@pytest.mark.demo
+def test_chat_streams_stops_and_starts_over(demo_server: LiveServer, page):
+    srv = demo_server
+    set_settings(page, srv.model_id, temperature=0, max_tokens=60)
+    page.goto(srv.server.page_url)
+    page.wait_for_selector("#app:not([hidden])")
+    assert page.locator("[data-testid=model-name]").inner_text() == srv.state.model.display_name
+    page.click("[data-testid=mode-chat]")   # a base model opens in text completion mode
+
+    # a reply streams in: each delta is on the page before the engine makes the next one
+    with LockStep(srv.engine) as step:
         page.fill("[data-testid=prompt]", "Name three colours of the sea, in one sentence.")
         page.keyboard.press("Enter")
-        reply = last_reply(page)
-        reply.wait_for()
-        lengths = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            text = reply.locator(".content").inner_text()
-            if text and (not lengths or len(text) != lengths[-1]):
-                lengths.append(len(text))
-            if page.locator("[data-testid=stop]").is_hidden() and lengths:
-                break
-            time.sleep(0.02)
-        assert len(lengths) >= 3 and lengths == sorted(lengths), lengths
-        assert reply.locator(".content").inner_text().strip()
-        ARTIFACTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "chat-page.png"), full_page=True)
+        shown = shown_in_order(page, step)
+    assert step.held_back == [] and shown >= 3, (shown, step.emitted)
+    assert last_reply(page).locator(".content").inner_text().strip()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "chat-page.png"), full_page=True)
 
-        # stop: the reply stops growing and the engine drops the request
+    # stop: the page hangs up, the engine drops the request long before its limit, the server
+    # counts it as aborted, and the reply stays as it was
+    page.click("#settings-button")
+    page.fill("[data-testid=max-tokens]", str(LONG))
+    page.click("#settings-done")
+    aborted = finished_metric(srv.url, "abort")
+    base = wait_idle(srv.engine)
+    with LockStep(srv.engine) as step:
         page.fill("[data-testid=prompt]", "Write a long story about a lighthouse keeper and the sea.")
         page.keyboard.press("Enter")
-        reply = last_reply(page)
-        wait_until(lambda: len(reply.locator(".content").inner_text()) > 20, timeout=120)
+        assert shown_in_order(page, step, count=5) == 5      # the engine's 6th output waits for the page
+        sent = "".join(step.emitted)
+        content = last_reply(page).locator(".content")
+        before = content.inner_text()
         page.click("[data-testid=stop]")
         page.wait_for_selector("[data-testid=stop]", state="hidden")
-        wait_idle(srv.engine, timeout=10)
-        frozen = reply.locator(".content").inner_text()
-        time.sleep(0.5)
-        assert reply.locator(".content").inner_text() == frozen
-        assert srv.engine.stats().num_running == 0
+        after = wait_idle(srv.engine, kv_baseline=base.kv_blocks_used, timeout=30)
+        assert after.generation_tokens_total - base.generation_tokens_total < LONG   # dropped, not run to the end
+        step.release()                              # the held output goes to a client that has gone
+        assert wait_until(lambda: finished_metric(srv.url, "abort") == aborted + 1)
+    assert step.held_back == [] and len(step.emitted) > 5
+    assert content.inner_text() == before           # nothing more reached the page
 
-        # a new chat starts empty; the old one is in the list
-        page.click("[data-testid=new-chat]")
-        assert page.locator("#messages .message").count() == 0
-        assert page.locator("[data-testid=chat-item]").count() >= 1
-        assert page.problems == []
+    def saved_reply() -> str:
+        (chat,) = get_chats(srv)
+        return chat["n_messages"] == 4 and get_chat(srv, chat["id"])["messages"][-1]["content"]
+    wait_until(lambda: saved_reply() == sent)       # saved as it was when Stop was pressed
+
+    # a new chat starts empty; the old one is in the list
+    page.click("[data-testid=new-chat]")
+    assert page.locator("#messages .message").count() == 0
+    assert page.locator("[data-testid=chat-item]").count() >= 1
+    assert page.problems == []
 
 
 # ---- HTML in model output is text -------------------------------------------------------------------
 def test_loading_view_then_html_reply_is_text(scripted_model: Path, page):
     """The scripted model answers with <img onerror>, <script> and **bold** (deterministically)."""
-    release = threading.Event()
-
-    def prepare(progress):
-        progress("extracting", 0.4, {"path": "/home/me/.cache/llmpack/models", "bytes": 491_400_064})
-        release.wait(60)
-        return scripted_model
-
-    srv = LiveServer(scripted_model, prepare=prepare).start(wait=False)
-    try:
+    with held_in_phase(scripted_model, "extracting", 0.4,
+                       {"path": "/home/me/.cache/llmpack/models", "bytes": 491_400_064}) as (srv, release):
         page.goto(srv.server.page_url)
         page.wait_for_selector("[data-testid=loading]:not([hidden])")
         # where the model goes and how big it is (/health's "unpack", in its message)
@@ -97,9 +100,6 @@ def test_loading_view_then_html_reply_is_text(scripted_model: Path, page):
         assert "<img src=x onerror=alert(1)>" in text and "<script>alert(2)</script>" in text
         assert content.locator("strong").inner_text() == "bold"        # markdown still renders
         assert_inert(page)
-    finally:
-        release.set()
-        srv.stop()
 
 
 def test_stored_history_with_html_is_text(scripted_model: Path, page):

@@ -1,6 +1,7 @@
 """Attachments in the chat page, in headless Chromium: the paperclip and drag-and-drop, chips
-with name, size and tokens, the context meter, the "too long" dialog (cancel, or the first N
-pages), refusals as one line, and what a sent message keeps (saved chat, Markdown export).
+with name, size and words, the meter (how much of what the model reads at once), the "too long"
+dialog (cancel, or the first N pages), refusals and unreadable files in plain words with the
+app's message in a Details fold, and what a sent message keeps (saved chat, Markdown export).
 Layout checked at 1280 and 390 px, screenshots in artifacts/. Then the instruct model reads a
 generated PDF and repeats its first line."""
 from __future__ import annotations
@@ -12,10 +13,10 @@ import pytest
 import requests
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_chats, last_reply, new_page
+from browser_fixtures import ARTIFACTS, get_chat, get_chats, last_reply, new_page
 from doc_files import PNG_1PX, make_pdf
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import LiveServer, live_server, wait_until
+from server_fixtures import LiveServer, chat_headers, live_server, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -36,9 +37,19 @@ def drop_in_page(page, js_file: str) -> None:
     }}""")
 
 
-def toast_text(page) -> str:
-    page.wait_for_selector("#toast:not([hidden])")
-    return page.locator("#toast-text").inner_text()
+def problems(page) -> list[str]:
+    """What the composer says about files it did not attach (their Details folds closed)."""
+    return page.locator("[data-testid=attach-problem] .attach-problem-text").evaluate_all(
+        "ps => ps.map(p => p.firstChild.textContent)")
+
+
+def count(n: int, one: str, many: str) -> str:
+    """As the page writes counts (en-US): "1 token", "1,024 tokens"."""
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def share(used: int, of: int) -> int:
+    return max(1, round(100 * used / of))
 
 
 def pages_of(n: int, words: int) -> list[str]:
@@ -59,27 +70,51 @@ def test_chips_meter_and_the_too_long_dialog(browser, scripted_model: Path, widt
             attach(page, "notes.pdf", notes, "application/pdf")
             chip = page.locator(CHIP)
             chip.wait_for()
-            wait_until(lambda: "tokens" in chip.locator("[data-testid=attachment-meta]").inner_text(), 30)
+            wait_until(lambda: "words" in chip.locator("[data-testid=attachment-meta]").inner_text(), 30)
             meta = chip.locator("[data-testid=attachment-meta]").inner_text()
             doc = requests.post(srv.url + "/v1/extract", data=notes, timeout=30, headers={"X-Filename": "notes.pdf"}).json()
             assert chip.locator(".chip-name").inner_text() == "notes.pdf" and len(notes) < 1024
-            assert meta == f"{len(notes)} B · {doc['tokens']} tokens"
-            assert page.locator("[data-testid=attach-meter]").inner_text() == f"{doc['tokens']} of 512 tokens for files"
+            assert meta == f"{len(notes)} B · 2 words"                  # "Short notes."; tokens in the tooltip
+            assert chip.get_attribute("title") == f"notes.pdf: 2 words, {count(doc['tokens'], 'token', 'tokens')} for the model"
+            meter = page.locator("[data-testid=attach-meter]")
+            assert meter.inner_text() == f"This file fills {share(doc['tokens'], 512)}% of what the model can read at once"
+            assert meter.get_attribute("title") == (f"{count(doc['tokens'], 'token', 'tokens')} of the 512 tokens this "
+                                                    "model keeps for files (its context window is 1,024 tokens).")
 
             attach(page, "photo.png", PNG_1PX, "image/png")            # refused at once, nothing else lost
-            assert "photo.png is an image; this model reads text only" in toast_text(page)
+            assert problems(page) == ["photo.png is a picture; this model reads only text. Attach a PDF, a Word file "
+                                      "(.docx) or a text file."]
             drop_in_page(page, 'new File([new Uint8Array(200 * 1024 * 1024)], "movie.bin")')
-            wait_until(lambda: "movie.bin is 200.0 MB; files can be at most 32 MB" in toast_text(page))
+            wait_until(lambda: problems(page) == ["movie.bin is 200.0 MB; files can be at most 32 MB. Attach a shorter "
+                                                  "part of it."])
+            attach(page, "broken.pdf", b"%PDF-1.4\nnot really a PDF", "application/pdf")   # the app cannot read it
+            wait_until(lambda: problems(page) and problems(page)[0].startswith("broken.pdf"), 30)
+            problem = page.locator("[data-testid=attach-problem]")
+            assert problems(page) == ["broken.pdf could not be read: it may be damaged, or of a kind this app cannot "
+                                      "open. Attach it as a PDF, a Word file (.docx) or a text file, or copy its text "
+                                      "into your message."]
+            detail = problem.locator("details code")
+            assert not detail.is_visible()                             # the app's own words: one click away
+            problem.locator("summary").focus()
+            page.keyboard.press("Enter")
+            assert "could not be read as a PDF" in detail.inner_text()
             assert page.locator(CHIP).count() == 1
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"{shot}-problem.png"))
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+            problem.get_by_role("button", name="Hide this message").click()
+            assert problem.count() == 0
 
             long_pdf = make_pdf(pages_of(10, 40))                      # far more than 512 tokens
             drop_in_page(page, f"new File([Uint8Array.from(atob({json.dumps(_b64(long_pdf))}), c => c.charCodeAt(0))], "
                                '"long report.pdf", {type: "application/pdf"})')
             wait_until(lambda: page.locator(CHIP).count() == 2 and "reading" not in page.locator(CHIP).nth(1).inner_text(), 30)
-            meter = page.locator("[data-testid=attach-meter]")
-            assert "too long: sending will ask what to keep" in meter.inner_text()
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.evaluate("document.querySelector('#toast').hidden = true")   # the refusals' toast, read above
+            long_doc = requests.post(srv.url + "/v1/extract", data=long_pdf, timeout=30,
+                                     headers={"X-Filename": "long report.pdf"}).json()
+            used = doc["tokens"] + long_doc["tokens"]
+            assert meter.inner_text() == (f"Too long: the files need {share(used, 512)}% of what the model can read at "
+                                          "once · sending will ask what to keep")
+            assert page.locator(CHIP).nth(1).locator("[data-testid=attachment-meta]").inner_text().endswith(" · 420 words")
             page.screenshot(path=str(ARTIFACTS / f"{shot}-chips.png"))
             assert page.evaluate("document.documentElement.scrollWidth") <= width
 
@@ -88,7 +123,12 @@ def test_chips_meter_and_the_too_long_dialog(browser, scripted_model: Path, widt
             dialog = page.locator("[data-testid=fit-dialog]")
             dialog.wait_for()
             text = page.locator("[data-testid=fit-text]").inner_text()
-            assert text.startswith("2 files take ") and "this model can read 512 tokens of files at once" in text
+            assert text.startswith("The 2 files have 422 words, but this model can read about ") and text.endswith(
+                " words of files at once.")
+            assert "token" not in text and not page.locator("[data-testid=fit-detail]").is_visible()
+            assert page.locator("[data-testid=fit-detail]").text_content() == (
+                f"{count(used, 'token', 'tokens')} of files; this model keeps 512 tokens of its context window "
+                "(1,024 tokens) for files.")
             cut = page.locator("[data-testid=fit-cut]").inner_text()
             assert cut.startswith("Send the first ") and cut.endswith(" pages of long report.pdf"), cut
             n = int(cut.split()[3])
@@ -104,12 +144,12 @@ def test_chips_meter_and_the_too_long_dialog(browser, scripted_model: Path, widt
             last_reply(page).wait_for()
             page.wait_for_selector("[data-testid=stop]", state="hidden")
             sent = page.locator("[data-testid=sent-attachment]")
-            assert sent.count() == 2 and f"first {n} of 10 pages" in sent.nth(1).inner_text()
+            assert sent.count() == 2 and sent.nth(1).inner_text().endswith(f" · {42 * n} words · first {n} of 10 pages")
             assert page.locator(CHIP).count() == 0
             page.screenshot(path=str(ARTIFACTS / f"{shot}-sent.png"))
 
             (summary,) = wait_until(lambda: [c for c in get_chats(srv) if c["n_messages"] == 2])
-            chat = _chat(srv, summary["id"])
+            chat = get_chat(srv, summary["id"])
             files = chat["messages"][0]["attachments"]
             assert [f["name"] for f in files] == ["notes.pdf", "long report.pdf"]
             assert files[0]["text"] == "Short notes." and files[1]["note"] == f"first {n} of 10 pages"
@@ -134,18 +174,8 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _headers(srv: LiveServer) -> dict:
-    return {"X-Llmpack-Chat": "1", "X-Llmpack-Token": srv.server.options.chat_token}
-
-
-def _chat(srv: LiveServer, chat_id: str) -> dict:
-    resp = requests.get(f"{srv.url}/api/chats/{chat_id}", headers=_headers(srv), timeout=10)
-    assert resp.status_code == 200, resp.text
-    return resp.json()
-
-
 def _export(srv: LiveServer, chat_id: str) -> str:
-    resp = requests.get(f"{srv.url}/api/chats/{chat_id}/export?format=markdown", headers=_headers(srv), timeout=10)
+    resp = requests.get(f"{srv.url}/api/chats/{chat_id}/export?format=markdown", headers=chat_headers(srv), timeout=10)
     assert resp.status_code == 200, resp.text
     return resp.text
 
@@ -160,7 +190,7 @@ def test_the_instruct_model_reads_an_attached_pdf(browser, instruct_server: Live
         pdf = make_pdf(["The secret password is MARMALADE.", "Nothing else matters here."])
         attach(page, "memo.pdf", pdf, "application/pdf")
         page.locator(CHIP).wait_for()
-        wait_until(lambda: "tokens" in page.locator(CHIP).inner_text(), 30)
+        wait_until(lambda: "words" in page.locator(CHIP).inner_text(), 30)
         page.fill("[data-testid=prompt]", "Repeat the first line of the file exactly.")
         page.keyboard.press("Enter")
         last_reply(page).wait_for()

@@ -13,9 +13,9 @@ import pytest
 import requests
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_chats, last_reply, new_page, open_app, put_chat, set_settings
+from browser_fixtures import ARTIFACTS, get_chats, last_reply, new_page, open_app, put_chat, set_settings, shown_in_order
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import LiveServer, live_server, wait_until
+from server_fixtures import LiveServer, LockStep, live_server, wait_idle, wait_until
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,22 +92,25 @@ def test_a_reload_reopens_the_chat_that_was_open(scripted_model: Path, page):
 @pytest.mark.instruct
 def test_a_reply_cut_off_by_a_reload_says_interrupted(instruct_server: LiveServer, page):
     srv = instruct_server
-    set_settings(page, srv.model_id, temperature=0, max_tokens=600)
+    set_settings(page, srv.model_id, temperature=0)
     open_app(page, srv)
-    page.fill("[data-testid=prompt]", "Write a long story about a lighthouse keeper and the sea, in ten paragraphs.")
-    page.keyboard.press("Enter")
-    content = last_reply(page).locator(".content")
-    wait_until(lambda: len(content.inner_text()) > 60, timeout=120)
-    page.reload()                                          # while the reply is still being written
-    page.wait_for_selector("#app:not([hidden])")
-    reply = last_reply(page)
-    reply.wait_for()
-    stats = reply.locator(".stats")
-    wait_until(lambda: "Interrupted" in stats.inner_text())
-    assert "reload" in stats.inner_text() and len(reply.locator(".content").inner_text()) > 20
+    with LockStep(srv.engine) as step:
+        page.fill("[data-testid=prompt]", "Write a long story about a lighthouse keeper and the sea, in ten paragraphs.")
+        page.keyboard.press("Enter")
+        assert shown_in_order(page, step, count=8) == 8    # the engine's next output waits for the page
+        before = last_reply(page).locator(".content").inner_text()
+        page.reload()                                      # so the reply is still being written
+        page.wait_for_selector("#app:not([hidden])")
+        reply = last_reply(page)
+        reply.wait_for()
+        stats = reply.locator(".stats")
+        wait_until(lambda: "Interrupted" in stats.inner_text())
+        step.release()
+    assert "reload" in stats.inner_text() and reply.locator(".content").inner_text() == before
     assert page.locator("[data-testid=regenerate]").is_visible()     # and it can be written again
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "interrupted-reply.png"))
+    wait_idle(srv.engine)   # the shared server is left as it was found
 
 
 def test_the_phone_header_has_room_and_the_base_model_note_can_be_put_away(browser, tiny_model: Path):

@@ -60,6 +60,64 @@ def test_the_header_says_where_it_runs_and_how_much_it_remembers(scripted_model:
         assert "ctx" not in page.locator("#topbar").inner_text()
 
 
+FOCUSED = """() => { const a = document.activeElement;
+    return {id: a.id, about: !!a.closest('#about-model'), text: a.textContent.trim().slice(0, 30)}; }"""
+
+
+@pytest.mark.parametrize("width, height, before_new_chat", [
+    (1280, 860, ["import-chat", "sidebar-toggle", "mode-chat", "mode-complete", "new-chat"]),
+    (390, 844, ["sidebar-toggle", "new-chat"]),        # the chat list and the mode switch are folded away
+])
+def test_the_header_details_are_reachable_from_the_keyboard(browser, scripted_model: Path, width, height,
+                                                            before_new_chat):
+    """What the top bar keeps in tooltips (mouse only) is in Settings under "About this model",
+    reached with the keyboard, with no new stop on the way to New chat."""
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    page = new_page(ctx)
+    backend = {"cpu_variant": "haswell", "devices": [{"id": "Vulkan0", "name": "Intel UHD 620"}],
+               "gpu_device": "Vulkan0", "gpu_layers": 6, "n_layers": 18, "note": None}
+    with live_server(scripted_model, display_name="Scripted Helper") as srv:
+        fake_health(page, backend=backend, n_ctx=8192)
+        open_app(page, srv)
+        tips = {name: page.locator(f"[data-testid={name}]") for name in ("model-name", "ctx-size", "backend")}
+        shown = {name: (tip.text_content(), tip.get_attribute("title")) for name, tip in tips.items()}
+        assert shown["model-name"] == ("Scripted Helper", srv.model_id) or srv.model_id == "Scripted Helper"
+        assert "8,192 tokens" in shown["ctx-size"][1] and "6 of 18 layers" in shown["backend"][1]
+
+        page.locator("[data-testid=skip-link]").focus()
+        stops = []
+        while not stops or stops[-1]["id"] != "new-chat":
+            page.keyboard.press("Tab")
+            stops.append(page.evaluate(FOCUSED))
+            assert len(stops) < 30, stops
+        assert [s["id"] for s in stops] == before_new_chat, stops   # no new stop on the way to New chat
+        page.keyboard.press("Tab")
+        assert page.evaluate(FOCUSED)["id"] == "settings-button"
+        page.keyboard.press("Enter")
+        for _ in range(20):                                      # on through Settings to the fold
+            page.keyboard.press("Tab")
+            if page.evaluate(FOCUSED)["about"]:
+                break
+        about = page.locator("[data-testid=about-model]")
+        assert page.evaluate(FOCUSED) == {"id": "", "about": True, "text": "About this model"}
+        facts = page.locator("[data-testid=about-facts]")
+        assert not facts.is_visible()
+        page.keyboard.press("Enter")
+        assert about.evaluate("d => d.open") and facts.is_visible()
+        said = facts.inner_text()
+        assert "Scripted Helper" in said
+        for name in ("ctx-size", "backend"):                     # each badge's words and its tooltip's
+            text, title = shown[name]
+            assert text in said and title in said, (name, said)
+        assert "Running partly on your graphics card (Intel UHD 620)" in said
+        about.scroll_into_view_if_needed()
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"about-model-{width}.png"))
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        assert page.problems == []
+    ctx.close()
+
+
 @pytest.mark.parametrize("width, height", [(1280, 860), (390, 844)])
 def test_settings_fold_the_sampling_knobs_and_show_the_real_defaults(browser, scripted_model: Path, width, height):
     ctx = browser.new_context(viewport={"width": width, "height": height})

@@ -27,8 +27,7 @@ from llmpack.builder import packfile
 from llmpack.builder import stub as stub_module
 from llmpack.builder.stub import exe_name, get_stub, stub_info, stub_key
 from llmpack.progress import human_bytes
-from llmpack.runtime.server.serving import READ_DONE
-from apps import CHECKING, UNPACKING, App, assert_clean_exit, cached_model, launch, llmpack_cli, minimal_env
+from apps import CHECKING, FILE_READ, UNPACKING, App, assert_clean_exit, cached_model, launch, llmpack_cli, minimal_env
 
 pytestmark = pytest.mark.stub
 
@@ -423,10 +422,12 @@ def test_ctrl_c_while_the_model_is_checked_or_loads_stops_cleanly(demo_exe, phas
     (Stopping an unpacking, of a compressed build, is the same code path: Stopping from its progress.)"""
     for run in range(3):   # not retries: every run must pass (the abort came only now and then)
         tmp = tmp_path / str(run)
-        app = launch(demo_exe, tmp)
+        app = launch(demo_exe, tmp, *(["--verbose"] if phase == "loading" else []))
         try:
             app.wait_listening()
-            app.wait_phase(phase, above=READ_DONE - 0.001 if phase == "loading" else 0.0)   # inside llama.cpp
+            app.wait_phase(phase)
+            if phase == "loading":
+                app.wait_line(FILE_READ)   # the file is in memory: llama.cpp loads it now
         finally:
             rc = app.stop(group=True)
         assert_clean_exit(app, rc)

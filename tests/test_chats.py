@@ -30,6 +30,19 @@ def test_store_keeps_each_models_chats_apart(tmp_path: Path):
     assert ChatStore(tmp_path / "chats.sqlite3").get("model-b", "c1")["title"] == "Soup"   # on disk
 
 
+def test_a_store_follows_the_data_folder_it_is_pointed_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """One server's store, after LLMPACK_DATA_DIR names another folder (a session-wide test server
+    meets each test's own): the new folder and its tables are made, nothing goes to the old one."""
+    store = ChatStore()
+    monkeypatch.setenv("LLMPACK_DATA_DIR", str(tmp_path / "first"))
+    store.put("m", clean_chat(CHAT, chat_id="c1"))
+    monkeypatch.setenv("LLMPACK_DATA_DIR", str(tmp_path / "second"))
+    assert store.list("m") == []
+    store.put("m", clean_chat(CHAT, chat_id="c2"))
+    assert [c["id"] for c in ChatStore(tmp_path / "first" / "chats.sqlite3").list("m")] == ["c1"]
+    assert [c["id"] for c in ChatStore(tmp_path / "second" / "chats.sqlite3").list("m")] == ["c2"]
+
+
 def test_import_reads_what_export_writes(tmp_path: Path):
     store = ChatStore(tmp_path / "chats.sqlite3")
     chat = store.put("m", clean_chat(CHAT, chat_id="c1"))

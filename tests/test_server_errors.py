@@ -20,7 +20,8 @@ import pytest
 import requests
 
 from server_fixtures import *  # noqa: F401,F403
-from server_fixtures import LiveServer, held_in_phase, live_server, post_on_socket, sse_events, stream_post, wait_idle, wait_until
+from server_fixtures import (LiveServer, finished_metric, held_in_phase, live_server, post_on_socket, sse_events,
+                             stream_post, wait_idle, wait_until)
 
 from ggufs import CHATML_TEMPLATE
 from llmpack.errors import LlmpackError
@@ -65,13 +66,6 @@ def error_of(data: bytes) -> dict:
     err = json.loads(data)["error"]
     assert set(err) == {"message", "type", "param", "code"} and isinstance(err["message"], str)
     return err
-
-
-def completions_metric(url: str, reason: str) -> float:
-    for line in requests.get(url + "/metrics").text.splitlines():
-        if line.startswith("llmpack:request_success_total{") and f'finished_reason="{reason}"' in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 # ---- status codes --------------------------------------------------------------------------------
@@ -253,7 +247,7 @@ def test_page_and_static_files(srv: LiveServer):
 def test_stream_disconnect_aborts_and_frees_kv(srv: LiveServer):
     engine = srv.engine
     base = wait_idle(engine)
-    aborted = completions_metric(srv.url, "abort")
+    aborted = finished_metric(srv.url, "abort")
     body = {"model": srv.model_id, "prompt": "the world of water " * 20, "stream": True, "ignore_eos": True,
             "max_tokens": 100000, "temperature": 0}
     sock = post_on_socket(srv.port, "/v1/completions", body)
@@ -269,7 +263,7 @@ def test_stream_disconnect_aborts_and_frees_kv(srv: LiveServer):
     after = wait_idle(engine, kv_baseline=base.kv_blocks_used, timeout=30)
     generated = after.generation_tokens_total - base.generation_tokens_total
     assert generated < engine.max_model_len - 200, "the request ran to the end instead of being aborted"
-    assert wait_until(lambda: completions_metric(srv.url, "abort") == aborted + 1)
+    assert wait_until(lambda: finished_metric(srv.url, "abort") == aborted + 1)
 
 
 def test_non_streaming_disconnect_aborts(srv: LiveServer):

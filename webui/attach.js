@@ -1,19 +1,24 @@
 // Attachments: files picked with the paperclip or dropped anywhere on the page become chips in
-// the composer (name, size, tokens), each removable. The server reads them (POST /v1/extract:
-// text, PDF, DOCX) and says how many tokens each takes; the meter shows how much of the model's
-// context they fill, and when they do not fit, sending asks first: the first N pages, or cancel.
+// the composer (name, size, words), each removable. The server reads them (POST /v1/extract:
+// text, PDF, DOCX) and says how many tokens each takes; the meter shows how much of what the model
+// can read at once they fill, and when they do not fit, sending asks first: the first N pages, or
+// cancel. Files that cannot be attached say so above the chips, in plain words (errors.js), with
+// the app's own message in a Details fold. Token counts stay in tooltips and Details.
 //
 // A sent user message keeps its attachments ({name, kind, size, tokens, text, note}); requests
 // carry them as OpenAI `file` parts holding the extracted text, and the server writes them into
 // the prompt (documents.format_message), so the page and the API send the same thing.
+import { ApiError } from "./api.js";
+import { attachError } from "./errors.js";
 import { apiKey } from "./settings.js";
 import { state, ui } from "./state.js";
-import { el, fmtInt, toast } from "./util.js";
+import { el, toast } from "./util.js";
+import { countOf, fmtNumber, roughWords, wordCount } from "./words.js";
 
 const MAX_FILE_BYTES = 32 * 1024 * 1024;   // documents.MAX_FILE_BYTES
 const NOTE_TOKENS = 48;
 const IMAGE = /\.(png|jpe?g|gif|webp|bmp|tiff?|heic|heif|avif)$/i;
-const pending = [];     // {id, name, size, status: "reading"|"ready", doc?, chip}
+const pending = [];     // {id, name, size, status: "reading"|"ready", doc?, chip}; doc.words: counted here
 let onChange = () => {};
 let nextId = 1;
 
@@ -45,14 +50,34 @@ function totalTokens() {
   return readyFiles().reduce((n, p) => n + p.doc.tokens, 0);
 }
 
+function totalWords() {
+  return readyFiles().reduce((n, p) => n + p.doc.words, 0);
+}
+
+const tokens = (n) => countOf(n, "token", "tokens");
+const words = (n) => countOf(n, "word", "words");
+
+/** "The files fill 3% of what the model can read at once", with the token figures as its tooltip. */
+function meterWords(used, limit) {
+  const share = Math.max(1, Math.round((100 * used) / Math.max(1, limit)));
+  const files = readyFiles().length === 1 ? "This file" : "The files";
+  ui.attachMeter.title = tokens(used) + " of the " + tokens(limit) + " this model keeps for files " +
+    "(its context window is " + tokens(state.nCtx) + ").";
+  if (used > limit) {
+    return "Too long: " + files.toLowerCase() + " need " + share + "% of what the model can read at once · sending will ask what to keep";
+  }
+  return files + (files === "This file" ? " fills " : " fill ") + share + "% of what the model can read at once";
+}
+
 function render() {
-  ui.attachments.hidden = pending.length === 0;
+  ui.attachments.hidden = pending.length === 0 && ui.attachProblems.childElementCount === 0;
   ui.attachChips.replaceChildren(...pending.map((p) => p.chip));
+  ui.attachFit.hidden = pending.length === 0;
   const used = totalTokens();
   const limit = budget();
   const over = used > limit;
-  ui.attachMeter.textContent = pending.length === 0 ? "" : isReading() ? "Reading…"
-    : fmtInt(used) + " of " + fmtInt(limit) + " tokens for files" + (over ? " · too long: sending will ask what to keep" : "");
+  ui.attachMeter.title = "";
+  ui.attachMeter.textContent = pending.length === 0 ? "" : isReading() ? "Reading…" : meterWords(used, limit);
   ui.attachMeter.classList.toggle("warn", over);
   ui.attachBar.style.width = Math.min(100, (100 * used) / Math.max(1, limit)) + "%";
   ui.attachBar.classList.toggle("over", over);
@@ -86,9 +111,37 @@ function chipFor(p) {
 function updateChip(p) {
   const parts = [fmtSize(p.size)];
   if (p.status === "reading") parts.push("reading…");
-  else if (p.doc) parts.push(fmtInt(p.doc.tokens) + " tokens");
+  else if (p.doc) parts.push(words(p.doc.words));
   p.meta.textContent = parts.join(" · ");
+  p.chip.title = p.doc ? p.name + ": " + words(p.doc.words) + ", " + tokens(p.doc.tokens) + " for the model" : p.name;
   p.chip.classList.toggle("reading", p.status === "reading");
+}
+
+/** A file that was not attached: what happened and what to do; `detail` goes in a Details fold. */
+function addProblem(text, detail) {
+  const box = el("div", "attach-problem");
+  box.setAttribute("role", "alert");
+  box.setAttribute("data-testid", "attach-problem");
+  const line = el("p", "attach-problem-text", text);
+  if (detail) {
+    const more = el("details", "notice-detail");
+    more.append(el("summary", "", "Details"), el("code", "", detail));
+    line.append(" ", more);
+  }
+  const close = el("button", "chip-remove", "×");
+  close.type = "button";
+  close.setAttribute("aria-label", "Hide this message");
+  close.title = "Hide this message";
+  close.addEventListener("click", () => {
+    box.remove();
+    render();
+  });
+  box.append(line, close);
+  ui.attachProblems.appendChild(box);
+}
+
+function clearProblems() {
+  ui.attachProblems.replaceChildren();
 }
 
 function removeFile(id) {
@@ -99,25 +152,29 @@ function removeFile(id) {
 
 export function clearFiles() {
   pending.length = 0;
+  clearProblems();
   render();
 }
 
 /** Refusals the page can make at once, without sending the file. */
 function refusal(file) {
   if (file.size > MAX_FILE_BYTES) {
-    return file.name + " is " + fmtSize(file.size) + "; files can be at most 32 MB: attach a shorter part of it";
+    return file.name + " is " + fmtSize(file.size) + "; files can be at most 32 MB. Attach a shorter part of it.";
   }
   if ((file.type && file.type.startsWith("image/")) || IMAGE.test(file.name)) {
-    return file.name + " is an image; this model reads text only (images need a vision model, which llmpack does not serve yet)";
+    return file.name + " is a picture; this model reads only text. Attach a PDF, a Word file (.docx) or a text file.";
   }
   return "";
 }
 
 export async function addFiles(files) {
+  clearProblems();   // the last attempt's messages give way to this one's
+  render();
   for (const file of files) {
     const why = refusal(file);
     if (why) {
-      toast(why, undefined, undefined, 8000);
+      addProblem(why);
+      render();
       continue;
     }
     const p = { id: nextId++, name: file.name || "attachment", size: file.size, status: "reading", doc: null };
@@ -126,11 +183,13 @@ export async function addFiles(files) {
     render();
     try {
       p.doc = await extract(file);
+      p.doc.words = wordCount(p.doc.text);
       p.status = "ready";
       updateChip(p);
     } catch (err) {
+      const plain = attachError(p.name, err);
+      addProblem(plain.text, plain.detail);
       removeFile(p.id);
-      toast(String(err.message || err), undefined, undefined, 8000);
       continue;
     }
     render();
@@ -144,7 +203,7 @@ async function extract(file) {
   const data = await resp.json().catch(() => null);
   if (!resp.ok) {
     const msg = data && data.error && data.error.message;
-    throw new Error(msg || file.name + " could not be read (HTTP " + resp.status + ")");
+    throw new ApiError(msg || "HTTP " + resp.status, resp.status);
   }
   return data;
 }
@@ -183,6 +242,7 @@ function cut(p, n) {
   d.note = unit === "page" ? "first " + n + " of " + d.segments.length + " pages"
     : "first " + Math.round((100 * chars) / Math.max(1, d.segments.reduce((k, s) => k + s.chars, 0))) + "% of the text";
   d.tokens = d.tokens - d.segments.slice(n).reduce((k, s) => k + s.tokens, 0);
+  d.words = wordCount(d.text);
   d.segments = d.segments.slice(0, n);
   updateChip(p);
 }
@@ -192,9 +252,13 @@ export function confirmFit() {
   if (totalTokens() <= budget()) return Promise.resolve(true);
   const plan = fitPlan();
   const files = readyFiles();
-  const what = files.length === 1 ? files[0].name : files.length + " files";
-  ui.fitText.textContent = what + " take " + fmtInt(totalTokens()) + " tokens, but this model can read "
-    + fmtInt(budget()) + " tokens of files at once (its context is " + fmtInt(state.nCtx) + " tokens).";
+  const what = files.length === 1 ? files[0].name + " has " : "The " + files.length + " files have ";
+  // the words the model can read, at these files' own words per token
+  const room = roughWords(budget(), totalWords() / Math.max(1, totalTokens()));
+  ui.fitText.textContent = what + words(totalWords()) + ", but this model can read about " + fmtNumber(room)
+    + " words of files at once.";
+  ui.fitDetail.textContent = tokens(totalTokens()) + " of files; this model keeps " + tokens(budget())
+    + " of its context window (" + tokens(state.nCtx) + ") for files.";
   if (plan) {
     const d = plan.file.doc;
     const unit = d.unit === "page" ? (plan.n === 1 ? "page" : "pages") : (plan.n === 1 ? "part" : "parts");
@@ -225,7 +289,7 @@ export function confirmFit() {
 export function restoreFiles(files) {
   for (const a of files || []) {
     const doc = { name: a.name, kind: a.kind, size: a.size, tokens: a.tokens, text: a.text, note: a.note,
-      unit: "part", segments: [{ chars: a.text.length, tokens: a.tokens }], budget: budget() };
+      unit: "part", segments: [{ chars: a.text.length, tokens: a.tokens }], budget: budget(), words: wordCount(a.text) };
     const p = { id: nextId++, name: a.name, size: a.size || 0, status: "ready", doc };
     chipFor(p);
     pending.push(p);
@@ -274,10 +338,11 @@ export function sentChips(m) {
     chip.appendChild(el("span", "chip-icon", a.name.split(".").pop().slice(0, 4).toUpperCase()));
     const label = el("span", "chip-text");
     label.appendChild(el("span", "chip-name", a.name));
-    const meta = [a.size ? fmtSize(a.size) : "", a.tokens ? fmtInt(a.tokens) + " tokens" : "", a.note || ""];
+    const n = wordCount(a.text);
+    const meta = [a.size ? fmtSize(a.size) : "", a.text ? words(n) : "", a.note || ""];
     label.appendChild(el("span", "chip-meta", meta.filter(Boolean).join(" · ")));
     chip.appendChild(label);
-    chip.title = a.name;
+    chip.title = a.name + (a.tokens ? ": " + words(n) + ", " + tokens(a.tokens) + " for the model" : "");
     box.appendChild(chip);
   }
   return box;

@@ -37,3 +37,24 @@ export function importError(err) {
   }
   return plainError(err);
 }
+
+const KINDS = "a PDF, a Word file (.docx) or a text file";
+
+/** A file the app could not read ("what happened + what to do"), with the app's own message as
+ *  `detail`; `err` is from the fetch of /v1/extract. */
+export function attachError(name, err) {
+  const status = err instanceof ApiError ? err.status : 0;
+  if (!(status === 400 || status === 413)) return plainError(err);
+  const msg = (err && err.message) || "";
+  const detail = technical(err);
+  if (/password/i.test(msg)) {
+    return { text: `${name} is locked with a password. Open it, save a copy without the password, and attach that.`, detail };
+  }
+  if (/no text layer|scanned|holds no text|only pictures/i.test(msg)) {
+    return { text: `${name} has no text this app can read (it looks like scanned pages or pictures). Copy its text into your message instead.`, detail };
+  }
+  if (status === 413 || /at most|more than|took longer/i.test(msg)) {
+    return { text: `${name} is too big to read. Attach a shorter part of it, or copy the part you need into your message.`, detail };
+  }
+  return { text: `${name} could not be read: it may be damaged, or of a kind this app cannot open. Attach it as ${KINDS}, or copy its text into your message.`, detail };
+}

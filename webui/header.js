@@ -1,7 +1,9 @@
 // The top bar's facts about the model, in words (words.js), and the base-model note under it,
-// which a person can put away: remembered per model in this browser.
+// which a person can put away: remembered per model in this browser. The detail the top bar
+// keeps in tooltips is also under "About this model" in Settings, for the keyboard and for
+// phones (a tooltip needs a mouse; a phone's top bar has no room for the badges).
 import { state, ui } from "./state.js";
-import { loadJSON, saveJSON } from "./util.js";
+import { el, loadJSON, saveJSON } from "./util.js";
 import { backendWords, memoryText } from "./words.js";
 
 const NOTE_KEY = "llmpack.base-notice-hidden.v1";   // {model id: true}
@@ -25,6 +27,16 @@ export function showModelInfo(h) {
   ui.backend.hidden = !where.text;
   ui.baseNotice.hidden = !state.baseModel || noteHidden();
   ui.app.classList.toggle("base-model", state.baseModel);
+  showAbout(memory, where);
+}
+
+/** Settings' "About this model": the top bar's words and their tooltips' detail, as text. */
+function showAbout(memory, where) {
+  const facts = [["Model", state.displayName]];
+  if (state.model && state.model !== state.displayName) facts.push(["Name other programs use", state.model]);
+  if (memory.text) facts.push(["Memory", memory.text + (memory.title ? ". " + memory.title : ".")]);
+  if (where.text) facts.push(["Where it runs", where.text + (where.title ? ". " + where.title : ".")]);
+  ui.aboutFacts.replaceChildren(...facts.flatMap(([term, text]) => [el("dt", "", term), el("dd", "", text)]));
 }
 
 export function wireBaseNotice() {

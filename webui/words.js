@@ -35,9 +35,10 @@ export function durationText(seconds) {
   return Math.floor(whole / 60) + " min " + (whole % 60) + " s";
 }
 
-/** Words in `tokens`, rounded so that no false precision shows: 6,144 -> 6,000; 24,576 -> 25,000. */
-export function roughWords(tokens) {
-  const words = tokens * WORDS_PER_TOKEN;
+/** Words in `tokens`, rounded so that no false precision shows: 6,144 -> 6,000; 24,576 -> 25,000.
+ *  `perToken`: words per token where a text's own ratio is known (else WORDS_PER_TOKEN). */
+export function roughWords(tokens, perToken) {
+  const words = tokens * (perToken > 0 ? perToken : WORDS_PER_TOKEN);
   const step = words < 1000 ? 50 : words < 10000 ? 500 : words < 100000 ? 1000 : 10000;
   return Math.max(step, Math.round(words / step) * step);
 }
@@ -74,4 +75,15 @@ export function backendWords(b) {
   }
   if (typeof b.note === "string" && b.note) details.push(b.note);
   return { text: "Running on your processor", title: details.join(" ") };
+}
+
+const WORDS = typeof Intl.Segmenter === "function" ? new Intl.Segmenter(undefined, { granularity: "word" }) : null;
+
+/** How many words `text` holds (Intl.Segmenter's words, so text without spaces counts too). */
+export function wordCount(text) {
+  if (!text) return 0;
+  if (!WORDS) return (text.match(/\S+/g) || []).length;
+  let n = 0;
+  for (const part of WORDS.segment(text)) if (part.isWordLike) n += 1;
+  return n;
 }

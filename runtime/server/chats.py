@@ -166,7 +166,7 @@ class ChatStore:
 
     def __init__(self, path: Path | None = None) -> None:
         self._path = path
-        self._ready = False
+        self._ready: Path | None = None   # the file whose folder and tables are made
         self._lock = threading.Lock()
 
     @property
@@ -176,12 +176,12 @@ class ChatStore:
     def _connect(self) -> sqlite3.Connection:
         path = self.path
         with self._lock:
-            if not self._ready:
+            if self._ready != path:   # LLMPACK_DATA_DIR may name another folder since (each test has its own)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with closing(sqlite3.connect(path, timeout=10)) as con:
                     con.execute("PRAGMA journal_mode=WAL")
                     con.executescript(SCHEMA)
-                self._ready = True
+                self._ready = path
         con = sqlite3.connect(path, timeout=10)
         con.row_factory = sqlite3.Row   # rows read as dicts, by column name
         return con

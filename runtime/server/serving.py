@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from llmpack import __version__
 from llmpack.errors import LlmpackError
+from llmpack.progress import human_bytes
 from llmpack.runtime.chat.recipes import chat_format_for_model
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.engine import LLMEngine
@@ -125,7 +126,9 @@ def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progr
                        max_waiting=config.max_waiting, flash_attn=config.flash_attn, device=config.device,
                        model_offset=src.offset, model_length=src.length)
     stage(0, METADATA_DONE)(1.0)
-    read_into_memory(path, stage(METADATA_DONE, READ_DONE), src.offset, src.length)
+    if read_into_memory(path, stage(METADATA_DONE, READ_DONE), src.offset, src.length) and config.verbose:
+        (warn or print)(f"llmpack: read the model file into memory ({human_bytes(src.length or path.stat().st_size)}); "
+                        "llama.cpp loads it next")   # where a slow start goes
     engine = LLMEngine(cfg, progress=stage(READ_DONE, LLAMA_DONE) if progress else None, info=info)
     try:
         model_id = config.display_name or stem   # what API clients name it
