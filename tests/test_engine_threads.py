@@ -70,10 +70,14 @@ def test_requests_submitted_from_many_threads_run_on_their_own_prompts(engine):
     assert [got[i] for i in range(len(prompts))] == expected
 
 
-def break_the_engine(engine: LLMEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+def break_the_engine(engine: LLMEngine, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     """A fault in llama_decode, and another inside the handler that would have recovered from it:
-    the engine thread itself dies."""
+    the engine thread itself dies. The fault waits for the returned event, so a test can queue
+    every request it wants before the engine dies (else the first step could kill it mid-loop)."""
+    go = threading.Event()
+
     def decode(*args, **kwargs):
+        go.wait(30)
         raise RuntimeError("injected llama_decode fault")
 
     def abort_request(*args, **kwargs):
@@ -81,12 +85,14 @@ def break_the_engine(engine: LLMEngine, monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(engine.runner, "decode", decode)
     monkeypatch.setattr(engine, "_abort_request", abort_request)
+    return go
 
 
 def test_a_dead_engine_thread_ends_every_request_with_an_error(engine, monkeypatch, capfd):
     # one runs, one is queued behind it (max_num_seqs=4 and 5 requests)
-    break_the_engine(engine, monkeypatch)
+    go = break_the_engine(engine, monkeypatch)
     streams = [engine.add_request(f"request {i}", SamplingParams(temperature=0, max_tokens=8)) for i in range(5)]
+    go.set()
     for stream in streams:
         last = stream.get(timeout=20)
         assert last.finished and last.error and "injected llama_decode fault" in last.error
@@ -123,7 +129,7 @@ def test_a_dead_engine_is_reported_to_clients_health_and_new_requests(tiny_chat_
 
     with live_server(tiny_chat_model) as srv:
         assert requests.get(srv.url + "/health").status_code == 200
-        break_the_engine(srv.engine, monkeypatch)
+        break_the_engine(srv.engine, monkeypatch).set()   # one request: nothing to queue first
         body = {"model": srv.model_id, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
         with stream_post(srv.url + "/v1/chat/completions", {**body, "stream": True}, timeout=30) as resp:
             events = list(sse_events(resp))

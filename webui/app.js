@@ -19,7 +19,7 @@ import { markdownReady } from "./markdown.js";
 import { clearNotices, onCopyClick, renderCurrent, showUserMessage } from "./render.js";
 import { closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncSettings, wireSettings } from "./settings.js";
 import { NARROW, state, ui } from "./state.js";
-import { saveChat } from "./save.js";
+import { saveChat, setLeaving } from "./save.js";
 import { generate, setComposerHook, stopGeneration } from "./stream.js";
 import { loadJSON, saveJSON, titleFrom } from "./util.js";
 
@@ -72,7 +72,9 @@ async function pollHealth() {
   } catch (e) {
     clearTimeout(guard);
     healthFailures += 1;
-    showLoading({ phaseText: healthFailures > 10 ? "Waiting for the app to answer… Is it still running?" : "Starting…" });
+    // One missed answer (a busy computer) keeps what the card said; only a long silence is news.
+    if (healthFailures > 10) showLoading({ phaseText: "Waiting for the app to answer… Is it still running?" });
+    else if (!ui.loading.hasAttribute("data-phase")) showLoading({ phaseText: "Starting…" });
     setTimeout(pollHealth, healthFailures > 10 ? 1000 : HEALTH_POLL_MS);
     return;
   }
@@ -269,8 +271,10 @@ function init() {
   });
   syncSidebarToggle();
   window.addEventListener("pagehide", () => {
+    setLeaving(true);
     if (state.gen) saveChat(state.gen.chat, { leaving: true });   // marked interrupted (save.js)
   });
+  window.addEventListener("pageshow", () => setLeaving(false));
   window.addEventListener("resize", autosize);
 
   updateComposer();

@@ -28,10 +28,19 @@ function body(chat) {
 
 // One save at a time per chat, the newest content wins.
 const saving = new Map();
+// Set while the page unloads: the browser then aborts the reply's stream, and the "stopped" save
+// that abort would make must not overwrite the keepalive save that marks the reply interrupted.
+let leaving = false;
+
+/** The page is going away (pagehide), or came back from the back/forward cache (pageshow). */
+export function setLeaving(value) {
+  leaving = value;
+}
 
 /** Save `chat`; opts.leaving: the page is going away, so send it now (keepalive) rather than in turn. */
 export function saveChat(chat, opts) {
   if (state.locked || !chat.messages || chat.messages.length === 0) return Promise.resolve();
+  if (leaving && !(opts && opts.leaving)) return Promise.resolve();
   const data = body(chat);
   if (opts && opts.leaving) return api("PUT", "/api/chats/" + chat.id, data, { keepalive: true }).catch(() => {});
   const previous = saving.get(chat.id) || Promise.resolve();
