@@ -212,6 +212,7 @@ def test_the_loading_card_says_first_run_once(scripted_model: Path, page):
         words = card.inner_text().lower()
         assert words.count("first") == 1, words
         ARTIFACTS.mkdir(exist_ok=True)
+        page.wait_for_timeout(400)   # for the picture only: the bar's 0.25 s transition (style.css) has ended
         page.screenshot(path=str(ARTIFACTS / "loading-card.png"))
 
 

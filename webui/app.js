@@ -279,8 +279,8 @@ function init() {
 
   updateComposer();
   // Don't flash the loading view when the model is already up.
-  setTimeout(() => {
-    if (!state.ready && ui.error.hidden) showLoading({});
+  setTimeout(() => {   // ... and never cover what a first /health answer already showed
+    if (!state.ready && ui.error.hidden && !ui.loading.hasAttribute("data-phase")) showLoading({});
   }, 150);
   pollHealth();
 }
