@@ -28,7 +28,7 @@ from llmpack.runtime.engine.sampling_params import InvalidParameterError, Sampli
 from llmpack.runtime.engine.scheduler import Scheduler
 from llmpack.runtime.engine.sequence import Sequence
 from llmpack.runtime.hardware.placement import backend_report, plan_offload
-from llmpack.runtime.model.model_info import ModelInfo, read_model_info
+from llmpack.runtime.model.model_info import ModelInfo
 
 __all__ = ["EngineConfig", "EngineStats", "LLMEngine", "EngineDeadError", "PromptTooLongError", "QueueFullError",
            "Request", "RequestStream"]
@@ -53,10 +53,8 @@ class LLMEngine:
                  info: ModelInfo | None = None) -> None:
         """`info`: the model's header, when the caller has read it (`--gpu-layers auto` needs it)."""
         self.config = config
-        if info is None and config.model_offset:   # a GGUF inside a bigger file: the planner cannot read it at 0
-            info = read_model_info(config.model_path, ctx=config.n_ctx, offset=config.model_offset,
-                                   length=config.model_length)
-        plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device, info)
+        plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device, info,
+                            offset=config.model_offset, length=config.model_length)
         self.runner = ModelRunner(config, plan.n_gpu_layers, plan.device.handle if plan.device else 0, progress)
         self.backend = backend_report(plan, self.runner)   # what /health and the start-up line say
         self.n_ctx = self.runner.n_ctx
