@@ -177,6 +177,7 @@ class ModelRunner:
         self.vocab = lc.llama_model_get_vocab(self.model)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
+        self.n_embd = lc.llama_model_n_embd(self.model)
 
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = cfg.n_ctx
