@@ -21,12 +21,14 @@ from llmpack.runtime.engine.detokenizer import Detokenizer
 from llmpack.runtime.engine.grammar_sampler import check_with_llama
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner
+from llmpack.runtime.engine.multimodal import Multimodal, check_images_fit, load_multimodal
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
 from llmpack.runtime.engine.sampler import SequenceSampler, compute_logprobs
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.engine.scheduler import Scheduler
 from llmpack.runtime.engine.sequence import Sequence
+from llmpack.runtime.engine.vision import MultimodalPrompt
 from llmpack.runtime.hardware.placement import backend_report, plan_offload
 from llmpack.runtime.model.model_info import ModelInfo
 
@@ -65,13 +67,14 @@ class LLMEngine:
         self.max_model_len = num_blocks * config.block_size
         self.bm = BlockManager(num_blocks, config.block_size, self.runner.n_seq_max, self.runner,
                                config.enable_prefix_cache)
-        self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.n_batch)   # llama.cpp's cap
+        self._wakeup = threading.Event()
+        self.mm: Multimodal | None = load_multimodal(config, self.runner, self._wakeup.set)   # images, or None
+        self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.n_batch, self.mm)   # llama.cpp's cap
         self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
         self._aborts: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._pending = 0                      # requests in the inbox, not yet seen by the loop
         self._pending_lock = threading.Lock()
         self._requests: dict[str, Request] = {}
-        self._wakeup = threading.Event()
         self._stop = False
         self.failure: str | None = None        # why the engine thread stopped, once it has
         self._piece_cache: dict[int, bytes] = {}
@@ -101,23 +104,28 @@ class LLMEngine:
         k = len(with_special) - len(plain)
         return list(with_special[:k]) if k > 0 and with_special[k:] == plain else []
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+    def add_request(self, prompt: str | list[int] | MultimodalPrompt, params: SamplingParams | None = None,
                     request_id: str | None = None, prompt_progress: bool = False) -> RequestStream:
         """Queue a request. `prompt_progress`: the stream also gets an output with no `outputs`
         after each step that advanced the prompt's prefill without finishing it (a long prompt
-        is read over several steps under the token budget)."""
+        is read over several steps under the token budget). A MultimodalPrompt carries images."""
         params = params or SamplingParams()
         params.validate()
         if params.grammar is not None:   # parse it here: on the engine thread a bad one would be fatal
             check_with_llama(params.grammar, self.runner.vocab)
-        ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        mm = prompt if isinstance(prompt, MultimodalPrompt) else None
+        if mm is not None:
+            check_images_fit(mm, self.runner.n_batch)
+            ids, prompt = list(mm.token_ids), None
+        else:
+            ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise InvalidParameterError("prompt", "is empty")
         if len(ids) + 1 > self.max_model_len:
             raise PromptTooLongError(len(ids), self.max_model_len)
         seed = params.seed if params.seed is not None else random.getrandbits(31)
         req = Request(request_id or uuid.uuid4().hex, prompt if isinstance(prompt, str) else None, ids, params, seed,
-                      prompt_progress=prompt_progress)
+                      prompt_progress=prompt_progress, mm=mm)
         with self._pending_lock:
             if self.failure is not None:
                 raise EngineDeadError(f"the engine has stopped ({self.failure}); restart the server")
@@ -158,6 +166,8 @@ class LLMEngine:
         self._stop = True
         self._wakeup.set()
         self._thread.join(timeout=30)
+        if self.mm is not None:
+            self.mm.close()
         self.runner.close()
 
     # ---- engine thread --------------------------------------------------------------------
@@ -211,7 +221,11 @@ class LLMEngine:
                 break
             self._requests[req.request_id] = req
             self.prompt_tokens_total += len(req.prompt_token_ids)
-            self.scheduler.add(self._new_sequence(req, 0, list(req.prompt_token_ids)))
+            seq = self._new_sequence(req, 0, list(req.prompt_token_ids))
+            if self.mm is not None:   # start encoding now the images the prefix cache lacks
+                self.mm.on_arrival(seq, len(self.mm.trim_hits(seq, self.bm.match_prefix(seq), self.bm.block_size))
+                                   * self.bm.block_size)
+            self.scheduler.add(seq)
             with self._pending_lock:
                 self._pending -= 1
         while True:
@@ -222,6 +236,13 @@ class LLMEngine:
             req = self._requests.get(rid)
             if req is not None:
                 self._abort_request(req)
+        while self.mm is not None:
+            try:
+                req, why = self.mm.failures.get_nowait()
+            except queue.Empty:
+                break
+            if req.request_id in self._requests:
+                self._abort_request(req, error=why)
 
     def _new_sequence(self, req: Request, index: int, tokens: list[int]) -> Sequence:
         p = req.params
@@ -234,35 +255,44 @@ class LLMEngine:
     def _step(self) -> None:
         chunks = self.scheduler.schedule()
         if not chunks:
+            self._wakeup.wait(0.5)    # only images still being encoded: the encoder wakes us
+            self._wakeup.clear()
             return
+        # image rows first, one decode each (multimodal.py); then every text row in one decode
+        starts = [c.start for c in chunks] if self.mm is None else self.mm.decode_images(chunks)
         tokens: list[int] = []
         positions: list[int] = []
         seq_ids: list[int] = []
         want: list[bool] = []
-        for c in chunks:
-            s, n = c.seq, c.num_tokens
-            tokens += s.token_ids[c.start:c.start + n]
-            positions += range(c.start, c.start + n)
+        rows: list[int] = []          # text rows of each chunk
+        for c, t0 in zip(chunks, starts):
+            s, n = c.seq, c.start + c.num_tokens - t0
+            tokens += s.token_ids[t0:t0 + n]
+            positions += range(t0, t0 + n)
             seq_ids += [s.llama_seq] * n
-            want += [False] * (n - 1) + [c.samples]
+            want += [False] * (n - 1) + [c.samples] if n else []
+            rows.append(n)
         try:
-            self.runner.decode(tokens, positions, seq_ids, want)
+            if tokens:
+                self.runner.decode(tokens, positions, seq_ids, want)
         except DecodeError as exc:
             # Our accounting keeps llama.cpp from running out of cells; if it ever does,
             # recompute the newest sequence later rather than failing everyone.
             if exc.status != 1 or self.scheduler.num_running < 2:
                 raise
+            if self.mm is not None:   # this step's image rows are in llama.cpp: take them out again
+                self.mm.undo_images(chunks, starts)
             self.scheduler.preempt_newest()
             return
         self.steps += 1
-        self.tokens_computed_total += len(tokens)
+        self.tokens_computed_total += sum(c.num_tokens for c in chunks)
         for c in chunks:
             c.seq.num_computed_tokens += c.num_tokens
             self.bm.commit(c.seq)
         deltas: dict[Request, list[CompletionOutput]] = {}
         end = 0
-        for c in chunks:
-            end += c.num_tokens
+        for c, n in zip(chunks, rows):
+            end += n
             if c.samples:
                 row = self.runner.logits_row(end - 1)
                 self._sample_and_append(c.seq, row, deltas)

@@ -207,6 +207,7 @@ class ModelRunner:
         self.n_batch = min(cfg.n_batch, lc.llama_n_batch(self.ctx))
         self.mem = lc.llama_get_memory(self.ctx)
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self._embd_batch = None   # rows of image embeddings (multimodal.py), made on first use
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.bos_id = lc.llama_vocab_bos(self.vocab)
 
@@ -261,6 +262,33 @@ class ModelRunner:
         if rc != 0:
             raise DecodeError(rc)
 
+    def decode_embd(self, rows: np.ndarray, pos0: int, seq_id: int, non_causal: bool = False) -> None:
+        """Run one llama_decode over embedding rows (an image's, from its projector) at positions
+        pos0.. of one sequence; no logits. `non_causal`: the rows attend to each other both ways
+        (Gemma 3 images), so they must all be in this one call."""
+        n = len(rows)
+        if not 0 < n <= self.n_batch:
+            raise ValueError(f"a batch holds 1 to {self.n_batch} rows, got {n}")
+        if self._embd_batch is None:
+            self._embd_batch = lc.llama_batch_init(self.n_batch, self.n_embd, 1)
+        b = self._embd_batch
+        b.n_tokens = n
+        ctypes.memmove(b.embd, np.ascontiguousarray(rows, dtype=np.float32).ctypes.data, rows.size * 4)
+        for i in range(n):
+            b.pos[i] = pos0 + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq_id
+            b.logits[i] = False
+        if non_causal:
+            lc.llama_set_causal_attn(self.ctx, False)
+        try:
+            rc = lc.llama_decode(self.ctx, b)
+        finally:
+            if non_causal:
+                lc.llama_set_causal_attn(self.ctx, True)
+        if rc != 0:
+            raise DecodeError(rc)
+
     def logits_row(self, batch_index: int) -> np.ndarray:
         """The logits of one output token of the last decode, by its index in that batch, as a
         float32 view of llama.cpp's buffer (no copy; valid until the next decode)."""
@@ -283,6 +311,8 @@ class ModelRunner:
     def close(self) -> None:
         if getattr(self, "ctx", None):
             lc.llama_batch_free(self._batch)
+            if self._embd_batch is not None:
+                lc.llama_batch_free(self._embd_batch)
             lc.llama_free(self.ctx)
             self.ctx = None
         if getattr(self, "model", None):

@@ -18,6 +18,7 @@ from llmpack.runtime.engine.sampling_params import SamplingParams
 if TYPE_CHECKING:
     from llmpack.runtime.engine.engine import LLMEngine
     from llmpack.runtime.engine.sequence import Sequence
+    from llmpack.runtime.engine.vision import MultimodalPrompt
 
 # How often a waiting stream checks that the engine thread is still alive.
 _LIVENESS_POLL_S = 0.5
@@ -50,6 +51,7 @@ class Request:
     forked: bool = False
     prompt_progress: bool = False     # emit a progress output per prefill step (add_request's flag)
     arrival_time: float = field(default_factory=time.monotonic)
+    mm: "MultimodalPrompt | None" = None   # the prompt's images, when it has any (multimodal.py)
 
     def final_output(self, error: str | None = None) -> RequestOutput:
         """A closing RequestOutput built from this request alone (no engine state): every sample

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.sequence import Sequence, SequenceStatus
+
+if TYPE_CHECKING:
+    from llmpack.runtime.engine.multimodal import Multimodal
 
 
 @dataclass(slots=True)
@@ -29,8 +33,10 @@ class ScheduledChunk:
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, token_budget: int) -> None:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, token_budget: int,
+                 mm: "Multimodal | None" = None) -> None:
         self.bm = block_manager
+        self.mm = mm          # with images: where a chunk may end, and which cache hits are whole
         self.max_num_seqs = max_num_seqs
         self.token_budget = token_budget
         self.waiting: deque[Sequence] = deque()
@@ -69,6 +75,9 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            if self.mm is not None and not (n := self.mm.limit(seq, seq.num_computed_tokens, n)):
+                i += 1        # its next image is still being encoded, or needs a step of its own
+                continue
             while not self.bm.allocate(seq, [], n):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -86,7 +95,11 @@ class Scheduler:
             if not self.bm.assign_llama_seq(seq):
                 break
             hits = self.bm.match_prefix(seq)
+            if self.mm is not None:
+                hits = self.mm.trim_hits(seq, hits, self.bm.block_size)
             n = min(seq.num_tokens - len(hits) * self.bm.block_size, budget)
+            if self.mm is not None:
+                n = self.mm.limit(seq, len(hits) * self.bm.block_size, n)
             if not self.bm.allocate(seq, hits, n):
                 self.bm.release_llama_seq(seq)
                 break
@@ -95,8 +108,9 @@ class Scheduler:
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n))
-            budget -= n
+            if n:
+                chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n))
+                budget -= n
         return chunks
 
     def preempt_newest(self) -> None:

@@ -28,6 +28,8 @@ from llama_cpp import mtmd_cpp as mtmd
 from llmpack.errors import LlmpackError
 from llmpack.runtime.engine.images import ImageError, check_image
 
+from llmpack.runtime.engine.model_runner import _route_llama_log
+
 if TYPE_CHECKING:
     from llmpack.runtime.engine.model_runner import ModelRunner
 
@@ -92,6 +94,7 @@ class Projector:
         self.path = str(path)
         if not Path(self.path).is_file():
             raise ProjectorLoadError(f"the projector file {self.path} does not exist")
+        _route_mtmd_log()
         params = mtmd.mtmd_context_params_default()
         params.use_gpu = use_gpu
         params.print_timings = False
@@ -212,6 +215,15 @@ class Projector:
         if getattr(self, "ctx", None):
             mtmd.mtmd_free(self.ctx)
             self.ctx = None
+
+
+def _route_mtmd_log() -> None:
+    """mtmd and its helpers log every image they read to stderr; send it where llama.cpp's own log
+    goes (model_runner: errors with LLMPACK_DEBUG=1, everything with --verbose)."""
+    callback = getattr(_route_llama_log, "callback", None)
+    if callback is not None:
+        mtmd.mtmd_log_set(callback, ctypes.c_void_p(0))
+        mtmd.mtmd_helper_log_set(callback, ctypes.c_void_p(0))
 
 
 def _webp_rgb(data: bytes) -> tuple[bytes, int, int]:
