@@ -16,12 +16,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.detokenizer import Detokenizer
+from llmpack.runtime.engine.embeddings import Embedder
 from llmpack.runtime.engine.grammar_sampler import check_with_llama
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner
-from llmpack.runtime.engine.multimodal import Multimodal, check_images_fit, load_multimodal
+from llmpack.runtime.engine.multimodal import Multimodal, check_images_fit, load_multimodal, text_batch
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
 from llmpack.runtime.engine.sampler import SequenceSampler, compute_logprobs
@@ -77,6 +80,8 @@ class LLMEngine:
         self._requests: dict[str, Request] = {}
         self._stop = False
         self.failure: str | None = None        # why the engine thread stopped, once it has
+        self.embedder: Embedder | None = None  # /v1/embeddings' context, made on first use
+        self._embedder_lock = threading.Lock()
         self._piece_cache: dict[int, bytes] = {}
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -89,6 +94,21 @@ class LLMEngine:
     # ---- public, thread-safe --------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         return self.runner.tokenize(text, add_special, parse_special)
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        return self.runner.token_bytes(token, special)
+
+    def check_grammar(self, gbnf: str) -> None:
+        """Raise GrammarError when llama.cpp cannot parse `gbnf` (the server checks before queueing)."""
+        check_with_llama(gbnf, self.runner.vocab)
+
+    def embed(self, inputs: list[list[int]]) -> list[np.ndarray]:
+        """Embeddings from a second context on the same weights, opened on first use
+        (engine/embeddings.py); callers take turns inside the Embedder."""
+        with self._embedder_lock:
+            if self.embedder is None:
+                self.embedder = Embedder(self.runner.model, min(self.n_ctx, 2048), self.runner.cfg.n_threads)
+        return list(self.embedder.embed(inputs))
 
     def tokenize_prompt(self, text: str) -> list[int]:
         """Tokenize a rendered prompt that may already start with the BOS text (chat templates
@@ -114,11 +134,8 @@ class LLMEngine:
         if params.grammar is not None:   # parse it here: on the engine thread a bad one would be fatal
             check_with_llama(params.grammar, self.runner.vocab)
         mm = prompt if isinstance(prompt, MultimodalPrompt) else None
-        if mm is not None:
-            check_images_fit(mm, self.runner.n_batch)
-            ids, prompt = list(mm.token_ids), None
-        else:
-            ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        ids = check_images_fit(mm, self.runner.n_batch) if mm is not None else \
+            self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise InvalidParameterError("prompt", "is empty")
         if len(ids) + 1 > self.max_model_len:
@@ -166,8 +183,10 @@ class LLMEngine:
         self._stop = True
         self._wakeup.set()
         self._thread.join(timeout=30)
-        if self.mm is not None:
+        if self.mm is not None:         # the projector uses the engine's model too
             self.mm.close()
+        if self.embedder is not None:   # its context uses the engine's model: free it first
+            self.embedder.close()
         self.runner.close()
 
     # ---- engine thread --------------------------------------------------------------------
@@ -222,9 +241,7 @@ class LLMEngine:
             self._requests[req.request_id] = req
             self.prompt_tokens_total += len(req.prompt_token_ids)
             seq = self._new_sequence(req, 0, list(req.prompt_token_ids))
-            if self.mm is not None:   # start encoding now the images the prefix cache lacks
-                self.mm.on_arrival(seq, len(self.mm.trim_hits(seq, self.bm.match_prefix(seq), self.bm.block_size))
-                                   * self.bm.block_size)
+            self.mm and self.mm.on_arrival(seq, self.bm)   # start encoding the images the prefix cache lacks
             self.scheduler.add(seq)
             with self._pending_lock:
                 self._pending -= 1
@@ -236,11 +253,7 @@ class LLMEngine:
             req = self._requests.get(rid)
             if req is not None:
                 self._abort_request(req)
-        while self.mm is not None:
-            try:
-                req, why = self.mm.failures.get_nowait()
-            except queue.Empty:
-                break
+        for req, why in self.mm.failed() if self.mm is not None else ():   # images that could not be encoded
             if req.request_id in self._requests:
                 self._abort_request(req, error=why)
 
@@ -254,24 +267,12 @@ class LLMEngine:
 
     def _step(self) -> None:
         chunks = self.scheduler.schedule()
-        if not chunks:
-            self._wakeup.wait(0.5)    # only images still being encoded: the encoder wakes us
-            self._wakeup.clear()
-            return
+        if not chunks:   # only images still being encoded: the encoder wakes us
+            self._wakeup.wait(0.5)
+            return self._wakeup.clear()
         # image rows first, one decode each (multimodal.py); then every text row in one decode
         starts = [c.start for c in chunks] if self.mm is None else self.mm.decode_images(chunks)
-        tokens: list[int] = []
-        positions: list[int] = []
-        seq_ids: list[int] = []
-        want: list[bool] = []
-        rows: list[int] = []          # text rows of each chunk
-        for c, t0 in zip(chunks, starts):
-            s, n = c.seq, c.start + c.num_tokens - t0
-            tokens += s.token_ids[t0:t0 + n]
-            positions += range(t0, t0 + n)
-            seq_ids += [s.llama_seq] * n
-            want += [False] * (n - 1) + [c.samples] if n else []
-            rows.append(n)
+        tokens, positions, seq_ids, want, rows = text_batch(chunks, starts)
         try:
             if tokens:
                 self.runner.decode(tokens, positions, seq_ids, want)

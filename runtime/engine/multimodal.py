@@ -36,6 +36,7 @@ from llmpack.runtime.engine.sampling_params import InvalidParameterError
 from llmpack.runtime.engine.vision import IMAGE_TOKEN, ImageSpan, MultimodalPrompt, Projector, ProjectorLoadError
 
 if TYPE_CHECKING:
+    from llmpack.runtime.engine.block_manager import BlockManager
     from llmpack.runtime.engine.config import EngineConfig
     from llmpack.runtime.engine.model_runner import ModelRunner
     from llmpack.runtime.engine.request import Request
@@ -121,14 +122,24 @@ class Multimodal:
         self._jobs.put((span, req))
 
     # ---- engine thread: admission -------------------------------------------------------
-    def on_arrival(self, seq: "Sequence", cached_tokens: int) -> None:
+    def on_arrival(self, seq: "Sequence", bm: "BlockManager") -> None:
         """Start encoding every image of seq's prompt the prefix cache does not cover."""
         mm: MultimodalPrompt | None = seq.request.mm
         if mm is None:
             return
+        cached_tokens = len(self.trim_hits(seq, bm.match_prefix(seq), bm.block_size)) * bm.block_size
         for img in mm.images:
             if img.end > cached_tokens:
                 self.request_encode(img, seq.request)
+
+    def failed(self) -> list[tuple["Request", str]]:
+        """Requests whose image the encoder could not encode since the last call, and why."""
+        out = []
+        while True:
+            try:
+                out.append(self.failures.get_nowait())
+            except queue.Empty:
+                return out
 
     # ---- scheduler hooks ----------------------------------------------------------------
     def trim_hits(self, seq: "Sequence", hits: list[int], block_size: int) -> list[int]:
@@ -207,12 +218,32 @@ def load_multimodal(config: "EngineConfig", runner: "ModelRunner", wakeup: Calla
     return Multimodal(projector, runner, wakeup)
 
 
-def check_images_fit(mm: MultimodalPrompt, n_batch: int) -> None:
+def text_batch(chunks: "list[ScheduledChunk]", text_starts: list[int]) -> tuple[list, list, list, list, list]:
+    """The one llama_decode of a step's text rows: (tokens, positions, seq_ids, want_logits, rows
+    per chunk), each chunk from its first text token (after its image rows, if it has any)."""
+    tokens: list[int] = []
+    positions: list[int] = []
+    seq_ids: list[int] = []
+    want: list[bool] = []
+    rows: list[int] = []
+    for c, t0 in zip(chunks, text_starts):
+        s, n = c.seq, c.start + c.num_tokens - t0
+        tokens += s.token_ids[t0:t0 + n]
+        positions += range(t0, t0 + n)
+        seq_ids += [s.llama_seq] * n
+        want += [False] * (n - 1) + [c.samples] if n else []
+        rows.append(n)
+    return tokens, positions, seq_ids, want, rows
+
+
+def check_images_fit(mm: MultimodalPrompt, n_batch: int) -> list[int]:
     """Refuse, on the caller's thread, a prompt the engine could not run: an image with more rows
-    than one step holds, or a prompt that ends in an image (there is no text to sample after)."""
+    than one step holds, or a prompt that ends in an image (there is no text to sample after).
+    Returns the prompt's token ids."""
     for i, img in enumerate(mm.images):
         if img.n_tokens > n_batch:
             raise InvalidParameterError(f"image {i + 1}", f"becomes {img.n_tokens} tokens, more than the {n_batch} "
                                         f"one step of this server reads; send a smaller image")
     if mm.token_ids and mm.token_ids[-1] == IMAGE_TOKEN:
         raise InvalidParameterError("prompt", "ends with an image; put some text after it")
+    return list(mm.token_ids)
