@@ -20,7 +20,6 @@ from llmpack.builder.extract import extract_model
 from llmpack.builder.manifest import MMPROJ_KEY, Manifest, ModelBlob
 from llmpack.builder.packfile import PackError, read_manifest
 from llmpack.progress import ProgressArg, human_bytes
-from llmpack.runtime.model.mmproj import beside_hint, check_mmproj, projectors_beside
 
 
 def mmproj_blob(manifest: Manifest) -> ModelBlob | None:
@@ -49,6 +48,9 @@ def mmproj_source(exe_path, manifest: Manifest, progress: ProgressArg = None) ->
 def vision_report(path) -> dict:
     """What `inspect` says about images for a model file or a built program: the projector it
     holds (and where), or the projectors lying beside a plain model, or none."""
+    # lazy: the GGUF header reader (gguf, numpy) only for `inspect`, not a built program's start
+    from llmpack.runtime.model.mmproj import beside_hint, check_mmproj, projectors_beside
+
     path = Path(path)
     try:
         manifest = read_manifest(path)

@@ -24,7 +24,7 @@ from llmpack.runtime.engine.embeddings import Embedder
 from llmpack.runtime.engine.grammar_sampler import check_with_llama
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner
-from llmpack.runtime.engine.multimodal import Multimodal, check_images_fit, load_multimodal, text_batch
+from llmpack.runtime.engine.multimodal import Multimodal, VisionClient, check_images_fit, load_multimodal, text_batch
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
 from llmpack.runtime.engine.sampler import SequenceSampler, compute_logprobs
@@ -53,7 +53,7 @@ class EngineStats:
     requests_finished_total: int
 
 
-class LLMEngine:
+class LLMEngine(VisionClient):
     def __init__(self, config: EngineConfig, progress: Callable[[float], bool | None] | None = None,
                  info: ModelInfo | None = None) -> None:
         """`info`: the model's header, when the caller has read it (`--gpu-layers auto` needs it)."""

@@ -16,8 +16,10 @@ How an image travels (vLLM's design, on llama.cpp):
   text rows of the step in one llama_decode whose logits are sampled as before.
 - The prefix cache keys a block by its token ids *and* the digest of every image with rows in it
   (MultimodalPrompt.block_extra), so the next turn of a chat with the same photo reuses its KV
-  and encodes nothing, and two different photos never share KV. A cache hit never ends inside
-  an image (`trim_hits`): the rest of the image is recomputed from its embeddings.
+  and encodes nothing, and two different photos never share KV. A cache hit may end inside an
+  image: the rest of its rows are decoded from its embeddings (the LRU), in one decode when the
+  image is non-causal; the cached rows' K/V were computed seeing the whole image, so the
+  rest sees exactly what it saw the first time.
 - Positions are token indices. Models that need M-RoPE (Qwen2-VL family) are refused at load
   time with that reason: their image rows share positions, which this engine's block tables
   (one position per token) cannot express yet.
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from llmpack.runtime.engine.images import ImageError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError
 from llmpack.runtime.engine.vision import IMAGE_TOKEN, ImageSpan, MultimodalPrompt, Projector, ProjectorLoadError
 
@@ -127,7 +130,7 @@ class Multimodal:
         mm: MultimodalPrompt | None = seq.request.mm
         if mm is None:
             return
-        cached_tokens = len(self.trim_hits(seq, bm.match_prefix(seq), bm.block_size)) * bm.block_size
+        cached_tokens = len(bm.match_prefix(seq)) * bm.block_size
         for img in mm.images:
             if img.end > cached_tokens:
                 self.request_encode(img, seq.request)
@@ -142,19 +145,6 @@ class Multimodal:
                 return out
 
     # ---- scheduler hooks ----------------------------------------------------------------
-    def trim_hits(self, seq: "Sequence", hits: list[int], block_size: int) -> list[int]:
-        """Drop cached blocks from the end of `hits` until the hit does not end inside an image."""
-        mm = seq.request.mm
-        if mm is None:
-            return hits
-        n = len(hits)
-        while n:
-            img = mm.image_at(n * block_size)
-            if img is None or img.start == n * block_size:
-                break
-            n -= 1
-        return hits[:n]
-
     def limit(self, seq: "Sequence", start: int, n: int) -> int:
         """How many of the n tokens from `start` seq may compute this step (0: wait)."""
         mm = seq.request.mm
@@ -165,8 +155,8 @@ class Multimodal:
             if img.embd is None:
                 self.request_encode(img, seq.request)     # after a preemption, or a trimmed cache hit
                 return 0
-            if img.non_causal and (start != img.start or n < img.n_tokens):
-                return 0                     # decoded whole, in a step with room for it
+            if img.non_causal and n < img.end - start:
+                return 0                     # the rest of it in one decode, in a step with room for it
             first_text = min(img.end, start + n)
         else:
             first_text = start
@@ -202,6 +192,23 @@ class Multimodal:
         self._jobs.put(None)
         self._thread.join(timeout=30)
         self.projector.close()
+
+
+class VisionClient:
+    """The image half of EngineClient, mixed into LLMEngine: whether this model sees images, and
+    a chat's rendered text and pictures made into a prompt (on the caller's thread)."""
+
+    mm: Multimodal | None
+    bos_prefix: list[int]
+
+    @property
+    def vision(self) -> bool:
+        return self.mm is not None
+
+    def image_prompt(self, parts: "list[str | tuple[bytes, str]]") -> MultimodalPrompt:
+        if self.mm is None:
+            raise ImageError("this model reads text only: it was started without a vision projector (--mmproj)")
+        return self.mm.projector.prompt(parts, self.bos_prefix)
 
 
 def load_multimodal(config: "EngineConfig", runner: "ModelRunner", wakeup: Callable[[], None]) -> Multimodal | None:

@@ -95,8 +95,6 @@ class Scheduler:
             if not self.bm.assign_llama_seq(seq):
                 break
             hits = self.bm.match_prefix(seq)
-            if self.mm is not None:
-                hits = self.mm.trim_hits(seq, hits, self.bm.block_size)
             n = min(seq.num_tokens - len(hits) * self.bm.block_size, budget)
             if self.mm is not None:
                 n = self.mm.limit(seq, len(hits) * self.bm.block_size, n)

@@ -71,6 +71,9 @@ class MultimodalPrompt:
     token_ids: list[int]
     images: list[ImageSpan]
 
+    def __len__(self) -> int:   # a prompt's length, as for a list of token ids
+        return len(self.token_ids)
+
     def image_at(self, index: int) -> ImageSpan | None:
         """The image whose rows include token index `index`, if any."""
         for img in self.images:

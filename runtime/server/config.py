@@ -21,6 +21,7 @@ class ServeConfig:
     display_name: str | None = None           # --name, or the name given at build time
     system: str | None = None                 # --system: default system prompt
     base_model: bool | None = None            # decided at build time from the model's file name
+    mmproj: Path | None = None                # --mmproj: the vision projector GGUF (images); None: text only
     # the engine
     ctx: int | None = None                    # --ctx; None = the recipe's, capped by the model (choose_n_ctx)
     parallel: int = MAX_NUM_SEQS              # --parallel

@@ -140,9 +140,7 @@ def expand_file_parts(messages: Any, model: ServedModel) -> Any:
                 used += _tokens(model, D.format_message([(doc.name, doc.text)], ""))
                 names.append(doc.name)
             else:
-                raise bad("messages", f"messages[{i}].content[{j}] must be a text or file part"
-                          + (" (images need a vision model, which llmpack does not serve yet)"
-                             if kind == "image_url" else ""))
+                raise bad("messages", f"messages[{i}].content[{j}] must be a text, file or image_url part")
         out.append({**m, "content": D.format_message(docs, "\n\n".join(texts))})
     limit = budget(model.n_ctx)
     if used > limit:

@@ -13,6 +13,7 @@ from typing import Any
 from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.server.core.attachments import expand_file_parts
 from llmpack.runtime.server.core.errors import bad
+from llmpack.runtime.server.core.images import image_prompt, take_image_parts
 from llmpack.runtime.server.core.params import SamplingValues, check_token_ids, is_token_ids, sampling_params
 from llmpack.runtime.server.core.plan import Constraint, OutputPlan, ToolRequest, plan_output
 from llmpack.runtime.server.core.prompt import render_messages, tokenize_prompt
@@ -50,7 +51,7 @@ class CompletionRequest:
 
 @dataclass
 class Prepared:
-    prompts: list[list[int]]
+    prompts: list[Any]                   # token ids, or a MultimodalPrompt (a chat with images)
     params: SamplingParams
     stream: bool
     include_usage: bool
@@ -68,14 +69,16 @@ def with_turn_stops(params: SamplingParams, model: ServedModel) -> SamplingParam
 
 
 def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
-    messages = expand_file_parts(req.messages, model)
+    messages, images = take_image_parts(req.messages, model, req.param)   # pictures become markers (images.py)
+    messages = expand_file_parts(messages, model)
     plan = plan_output(model, req.constraint, req.tools, chat=True)
     if req.params is not None:
         params = with_turn_stops(dataclasses.replace(req.params, grammar=plan.grammar or req.params.grammar), model)
     else:
         params = sampling_params(req.sampling, model, chat=True, logprobs=req.logprobs, grammar=plan.grammar)
     text = render_messages(model, messages, plan, req.param, req.template_kwargs)
-    return Prepared([tokenize_prompt(model, text)], params, req.stream, req.include_usage, req.param,
+    ids = tokenize_prompt(model, text) if images is None else image_prompt(model, text, images, req.param)
+    return Prepared([ids], params, req.stream, req.include_usage, req.param,
                     top_logprobs=req.logprobs, texts=[text], plan=plan,
                     return_progress=req.prompt_progress and req.stream)
 
