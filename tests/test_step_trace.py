@@ -1,0 +1,54 @@
+"""The per-step trace: one JSON line per step with what it held and where its time went, and the
+summary that names where the time outside llama_decode goes."""
+from __future__ import annotations
+
+import json
+
+from engine_invariants import run_checked
+
+from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
+from llmpack.runtime.engine.sampling_params import SamplingParams
+from llmpack.runtime.engine.step_trace import PHASES
+from llmpack.runtime.engine.trace_summary import main as summary_main
+from llmpack.runtime.engine.trace_summary import summarize
+
+
+def test_each_step_writes_one_line_saying_what_it_did(tiny_model, tmp_path, capsys):
+    path = tmp_path / "steps.jsonl"
+    eng = LLMEngine(EngineConfig(str(tiny_model), n_ctx=256, max_num_seqs=2, gpu_layers=0, speculative="off",
+                                 trace_steps=str(path)), background=False)
+    try:
+        params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+        a = eng.add_request([300 + i for i in range(100)], params)
+        b = eng.add_request([400 + i for i in range(100)], params)
+        c = eng.add_request([200 + i for i in range(30)], params)   # waits: max_num_seqs=2
+        steps = run_checked(eng)
+    finally:
+        eng.shutdown()
+    lines = [json.loads(raw) for raw in path.read_text().splitlines()]
+    assert len(lines) == steps == eng.steps
+    first = lines[0]
+    assert first["prefill"] == {a.request_id: 100, b.request_id: 100} and first["decode"] == {}
+    assert first["waiting"] == 1 and first["running"] == 2
+    assert set(first["ms"]) == set(PHASES) and first["ms"]["llama_decode"] > 0
+    assert first["kv"]["used"] == 14 and first["kv"]["used"] + first["kv"]["free"] == 16   # 2 x 7 blocks
+    assert lines[1]["decode"] == {a.request_id: 1, b.request_id: 1}
+    # c is admitted the step after a and b finish... and its prompt read beside nothing else
+    admitted = next(rec for rec in lines if c.request_id in rec["prefill"])
+    assert admitted["prefill"][c.request_id] == 30
+    assert sum(rec["decode"].get(c.request_id, 0) for rec in lines) == 19
+    assert [rec["step"] for rec in lines] == list(range(1, steps + 1))
+
+    summary = summarize(path.read_text().splitlines())
+    assert summary.steps == steps and summary.prefill_tokens == 230 and summary.decode_rows == 3 * 19
+    assert summary.wall_ms + 1.0 >= sum(summary.phase_ms.values())   # phases are parts of the wall time
+    assert summary_main([str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "outside llama_decode" in text and "between steps" in text and "schedule" in text
+
+
+def test_the_summary_tool_says_what_is_wrong_with_a_bad_file(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    assert summary_main([str(bad)]) == 2
+    assert "cannot read the step trace" in capsys.readouterr().err
