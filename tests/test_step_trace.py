@@ -52,3 +52,24 @@ def test_the_summary_tool_says_what_is_wrong_with_a_bad_file(tmp_path, capsys):
     bad.write_text("not json\n")
     assert summary_main([str(bad)]) == 2
     assert "cannot read the step trace" in capsys.readouterr().err
+
+
+def test_llmpack_bench_summarises_only_the_steps_its_run_added(tmp_path):
+    """`llmpack bench URL --trace FILE` reads the server's trace from where it stood when a run
+    began, so each workload's summary covers that workload's steps alone."""
+    from llmpack.bench.report import trace_since
+
+    def line(step: int, rows: int, prefill: int) -> str:
+        return json.dumps({"step": step, "t": step * 0.1, "decode": {"r": rows} if rows else {},
+                           "prefill": {"r": prefill} if prefill else {},
+                           "ms": dict.fromkeys(PHASES, 1.0), "kv": {"used": step, "free": 0, "cached": 0},
+                           "preempted": 0, "running": 1, "waiting": 0}) + "\n"
+
+    path = tmp_path / "steps.jsonl"
+    path.write_text(line(1, 0, 500) + line(2, 1, 0))
+    start = path.stat().st_size
+    with path.open("a") as f:
+        f.write(line(3, 4, 0) + line(4, 4, 100))
+    s = trace_since(path, start)
+    assert (s.steps, s.decode_rows, s.prefill_tokens, s.mixed_steps, s.peak_kv_used) == (2, 8, 100, 1, 4)
+    assert s.phase_ms["llama_decode"] == 2.0

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from llmpack.runtime.engine.scheduler import SchedulerOutput
+if TYPE_CHECKING:
+    from llmpack.runtime.engine.scheduler import SchedulerOutput
 
 PHASES = ("schedule", "build", "llama_decode", "sample", "emit")
 
@@ -43,7 +44,7 @@ class StepTrace:
         self.ms[src] -= seconds * 1e3
         self.ms[dst] += seconds * 1e3
 
-    def write(self, step: int, out: SchedulerOutput, engine, failed: list[str] | None = None) -> None:
+    def write(self, step: int, out: "SchedulerOutput", engine, failed: list[str] | None = None) -> None:
         if self.file is None:
             return
         decode: dict[str, int] = {}
