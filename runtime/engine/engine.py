@@ -249,6 +249,7 @@ class LLMEngine:
             raise RuntimeError("this engine steps on its own thread; create it with background=False to step it")
         self._drain_inbox()
         outputs = self._step()
+        self.output.flush()
         if self.on_step is not None:
             self.on_step(self)
         return outputs
@@ -258,10 +259,13 @@ class LLMEngine:
         trace.start()
         out = self.scheduler.schedule()
         if not out.chunks:
+            self.output.flush()
             return []
         trace.lap("schedule")
         plan = self.runner.build(out.chunks)
         trace.lap("build")
+        self.output.flush()               # the last step's outputs: their threads wake during the decode
+        trace.lap("emit")
         try:
             self.runner.decode(plan.tokens, plan.positions, plan.seq_ids, plan.want_logits)
         except Exception as exc:  # noqa: BLE001 - a failed step fails its own sequences, not the engine
@@ -308,6 +312,7 @@ class LLMEngine:
             while not self._stop:
                 self._drain_inbox()
                 if not self.scheduler.has_work():
+                    self.output.flush()
                     self._wakeup.wait(0.5)
                     self._wakeup.clear()
                     continue
@@ -327,6 +332,10 @@ class LLMEngine:
         the requests, not the scheduler, whose state may be what broke."""
         with self._pending_lock:
             self.failure = reason
+        try:
+            self.output.flush()           # what was emitted before the end still arrives first
+        except Exception:  # noqa: BLE001 - the closing outputs below matter more
+            pass
         if exc is not None:
             traceback.print_exception(exc)
             print(f"llmpack: error: the engine stopped: {reason}. Every request now fails; restart llmpack. "

@@ -18,7 +18,8 @@ class BatchPlan:
     positions: list[int]
     seq_ids: list[int]
     want_logits: list[bool]
-    first_row: list[int]       # per chunk: batch index of its first logits row, -1 if none
+    out_row: list[int]         # per chunk: index of its first logits row among the step's outputs, -1 if none
+    n_outputs: int = 0         # logits rows the step asks for
 
 
 class LlamaBatch:

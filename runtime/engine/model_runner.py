@@ -259,16 +259,17 @@ class ModelRunner:
             plan.seq_ids += [seq.llama_seq] * (n + d)
             if c.samples:
                 plan.want_logits += [False] * (n - 1) + [True] * (d + 1)
-                plan.first_row.append(len(plan.tokens) - d - 1)
+                plan.out_row.append(plan.n_outputs)
+                plan.n_outputs += d + 1
             else:
                 plan.want_logits += [False] * n
-                plan.first_row.append(-1)
+                plan.out_row.append(-1)
         return plan
 
     def decode(self, tokens: list[int], positions: list[int], seq_ids: list[int], want_logits: list[bool]) -> None:
         """Run one llama_decode over a batch of (token, position, sequence) rows.
 
-        Only rows with want_logits produce output; read them with logits_row(batch index).
+        Only rows with want_logits produce output; read them with logits(n_outputs).
         """
         n = len(tokens)
         if not 0 < n <= self.n_batch:
@@ -278,6 +279,14 @@ class ModelRunner:
         rc = lc.llama_decode(self.ctx, b.struct)
         if rc != 0:
             raise DecodeError(rc)
+
+    def logits(self, n_outputs: int) -> np.ndarray:
+        """Every output row of the last decode, in batch order, as one float32 [n_outputs, n_vocab]
+        view of llama.cpp's buffer (no copy; valid until the next decode). One ctypes call per
+        step: each call releases the GIL, and taking it back from the request threads that the
+        step's outputs woke can cost a switch interval (5 ms) per call."""
+        ptr = lc.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_outputs, self.n_vocab))
 
     def logits_row(self, batch_index: int) -> np.ndarray:
         """The logits of one output token of the last decode, by its index in that batch, as a

@@ -28,17 +28,23 @@ class OutputProcessor:
         self.piece_cache: dict[int, bytes] = {}
         self.generation_tokens_total = 0
         self.sample_s = 0.0        # time spent sampling in the last `process` (the step trace reads it)
+        self.unsent: list[tuple[Request, RequestOutput]] = []    # emitted, not yet in their streams
+        self._logits = self._argmax = None
 
     # ---- one step ---------------------------------------------------------------------------
     def process(self, chunks: list[ScheduledChunk], plan: BatchPlan) -> list[RequestOutput]:
-        """Sample and emit for every chunk of a decoded step; returns the outputs emitted."""
+        """Sample and emit for every chunk of a decoded step; returns the outputs emitted (they
+        reach the streams at `flush`)."""
         self.sample_s = 0.0
         deltas: Deltas = {}
-        for c, row in zip(chunks, plan.first_row):
+        self._logits = self.runner.logits(plan.n_outputs) if plan.n_outputs else None
+        self._argmax = None
+        for c, row in zip(chunks, plan.out_row):
             if row < 0:
                 self.scheduler.computed(c)
             else:
                 self._sample_chunk(c, row, deltas)
+        self._logits = self._argmax = None
         emitted = [self.emit(req, outs) for req, outs in deltas.items()]
         for c in chunks:
             req = c.seq.request
@@ -51,8 +57,7 @@ class OutputProcessor:
         seq, req = c.seq, c.seq.request
         t0 = time.perf_counter()
         if c.draft:
-            tokens = self.drafter.verify(seq, c.draft, [self.runner.logits_row(row_index + i)
-                                                        for i in range(len(c.draft) + 1)])
+            tokens = self.drafter.verify(seq, c.draft, [self._logits[row_index + i] for i in range(len(c.draft) + 1)])
             accepted = c.num_accepted = len(tokens) - 1
             if accepted < len(c.draft):    # the rejected drafts' cells leave llama.cpp's memory
                 self.runner.seq_rm(seq.llama_seq, c.start + c.num_tokens + accepted, -1)
@@ -64,12 +69,19 @@ class OutputProcessor:
             self.scheduler.computed(c, accepted)   # after the append: commit hashes the tokens
             return
         self.scheduler.computed(c)
-        row = self.runner.logits_row(row_index)
+        row = self._logits[row_index]
         p = req.params
         lp_row = row.copy() if p.logprobs is not None else None
-        if seq.sampler.has_penalties:
-            seq.sampler.apply_penalties(row, seq.token_ids, seq.output_token_ids)
-        token = seq.sampler.sample(row, self.scheduler.remaining(seq))
+        sampler = seq.sampler
+        if sampler.has_penalties:
+            sampler.apply_penalties(row, seq.token_ids, seq.output_token_ids)
+            token = sampler.sample(row, self.scheduler.remaining(seq))
+        elif sampler.chain is None and sampler.grammar is None:   # plain greedy: one argmax for the step
+            if self._argmax is None:
+                self._argmax = self._logits.argmax(axis=1)
+            token = int(self._argmax[row_index])
+        else:
+            token = sampler.sample(row, self.scheduler.remaining(seq))
         self.sample_s += time.perf_counter() - t0
         fork_now = p.n > 1 and not req.forked
         self._append(seq, token, lp_row, deltas)
@@ -125,10 +137,19 @@ class OutputProcessor:
             num_processed_prompt_tokens=min(head.num_computed_tokens, len(req.prompt_token_ids)),
             time_to_first_token=None if head.first_token_time is None else head.first_token_time - req.arrival_time,
             error=error)
-        req.outbox.put(out)
+        self.unsent.append((req, out))
         if finished:
             self.retire(req)
         return out
+
+    def flush(self) -> None:
+        """Hand the emitted outputs to their streams. The engine calls this right before the next
+        llama_decode (or when it goes idle): a put wakes the request thread, which then wants the
+        GIL; woken while llama_decode runs without it, the request threads do not slow the step's
+        own Python work."""
+        unsent, self.unsent = self.unsent, []
+        for req, out in unsent:
+            req.outbox.put(out)
 
     def end_request(self, req: Request, reason: str = "abort", error: str | None = None) -> RequestOutput:
         """End every unfinished sample of req (aborted, or failed with `error`) and emit the close."""
@@ -142,7 +163,7 @@ class OutputProcessor:
             request_id=req.request_id, outputs=outs, finished=True, prompt=req.prompt,
             prompt_token_ids=req.prompt_token_ids, num_prompt_tokens=len(req.prompt_token_ids),
             num_generated_tokens=sum(s.num_output_tokens for s in req.seqs), error=error)
-        req.outbox.put(out)
+        self.unsent.append((req, out))
         self.retire(req)
         return out
 
