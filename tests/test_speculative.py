@@ -137,3 +137,29 @@ def test_auto_stops_drafting_when_the_batch_is_busy_or_acceptance_is_low():
     off = NgramDrafter("off", 32)
     off.start_step(num_running=1)
     assert off.draft(fake_sequence(params, [7, 8, 9, 7, 8], seed=1), room=100) == []
+
+
+def test_auto_pauses_drafting_where_steps_with_drafts_make_fewer_tokens_per_second():
+    """On a CPU with a large vocabulary, a step of 9 rows costs several times a step of one; auto
+    measures that instead of assuming the GPU's arithmetic, and stops drafting while it loses."""
+    from llmpack.runtime.engine.speculative import PLAIN_EVERY
+
+    auto = NgramDrafter("auto", 32)
+    for _ in range(3):                  # plain steps: 1 token in 20 ms; drafting: 4 tokens in 100 ms
+        auto.observe_step(1, False, 1, 20.0)
+        auto.observe_step(1, True, 4, 100.0)
+    auto.start_step(num_running=1)
+    assert auto.rows_left == 0 and auto.paused_until > auto.steps
+    auto.steps = auto.paused_until       # after the pause it tries again
+    auto.start_step(num_running=1)
+    assert auto.rows_left > 0
+
+    winning = NgramDrafter("auto", 32)  # a GPU: 6 tokens in 25 ms beats 1 in 20 ms
+    for _ in range(5):
+        winning.observe_step(1, False, 1, 20.0)
+        winning.observe_step(1, True, 6, 25.0)
+    assert winning.paused_until == 0
+    plain_step = next(s for s in range(1, 20) if s % PLAIN_EVERY == 0)
+    winning.steps = plain_step - 1
+    winning.start_step(num_running=1)   # still, one step in PLAIN_EVERY measures the plain speed
+    assert winning.rows_left == 0

@@ -16,10 +16,16 @@ Verification keeps the output exactly what the model would have produced without
   exactly as the target's samples (tests/test_speculative.py checks it statistically).
 
 Modes (EngineConfig.speculative): "off"; "ngram" drafts whenever a match exists; "auto" (the
-default) also stops drafting for a sequence whose acceptance stays low, and for every sequence
-while more than BUSY_ROWS sequences decode together (a full batch already keeps the cores busy:
-extra rows would cost throughput). Sequences with penalties, a grammar, logprobs or n > 1 never
-draft (their sampling state would have to be rewound).
+default) also stops drafting for a sequence whose acceptance stays low, for every sequence while
+more than BUSY_ROWS sequences decode together (a full batch already keeps the cores busy: extra
+rows would cost throughput), and whenever drafting turns out slower than not drafting on this
+machine. That last rule is measured, not assumed: a draft row costs a whole row of the output
+layer, and on a CPU with a large vocabulary (Gemma 3's 262k tokens) nine rows cost several times
+one (docs/BENCHMARKS.md), while on a GPU they cost about as much as one. So "auto" keeps the
+tokens per second of steps with and without drafts (every PLAIN_EVERY-th step decodes without
+them) and pauses drafting for PAUSE_STEPS steps when it does not pay.
+Sequences with penalties, a grammar, logprobs or n > 1 never draft (their sampling state would
+have to be rewound).
 """
 from __future__ import annotations
 
@@ -34,6 +40,10 @@ MAX_DRAFT = 8              # tokens proposed per step
 BUSY_ROWS = 4              # auto: no drafting while more sequences than this decode together
 PROBE = 24                 # auto: judge a sequence's acceptance after this many drafted tokens...
 MIN_ACCEPTANCE = 0.35      # ...and stop drafting for it below this rate
+PLAIN_EVERY = 8            # auto: one step in this many decodes without drafts, to keep its speed known
+PAUSE_STEPS = 256          # auto: steps without drafting once drafting measured slower
+MIN_SAMPLES = 3            # auto: steps of each kind measured before comparing
+EMA = 0.3                  # weight of the newest step in the speed averages
 
 
 @dataclass(slots=True)
@@ -56,12 +66,35 @@ class NgramDrafter:
         self.rows_left = 0                 # draft rows still allowed in the step being scheduled
         self.drafted_total = 0
         self.accepted_total = 0
+        self.steps = 0
+        self.paused_until = 0              # auto: no drafting before this step
+        # auto: tokens per ms of quiet decode steps (no prefill), by running sequences, plain / drafting
+        self.speed: dict[tuple[int, bool], tuple[float, int]] = {}
 
     # ---- scheduling -----------------------------------------------------------------------
     def start_step(self, num_running: int) -> None:
         """Called before a step is scheduled: how many draft rows it may hold."""
-        busy = self.mode == "auto" and num_running > BUSY_ROWS
-        self.rows_left = 0 if self.mode == "off" or busy else self.max_draft_rows
+        self.steps += 1
+        if self.mode == "off":
+            self.rows_left = 0
+        elif self.mode == "ngram":
+            self.rows_left = self.max_draft_rows
+        else:
+            quiet = num_running <= BUSY_ROWS and self.steps >= self.paused_until and self.steps % PLAIN_EVERY
+            self.rows_left = self.max_draft_rows if quiet else 0
+
+    def observe_step(self, num_running: int, drafted: bool, tokens: int, ms: float) -> None:
+        """A decode-only step took `ms` and generated `tokens`: update the speeds "auto" compares,
+        and pause drafting when steps with drafts make fewer tokens per ms than steps without."""
+        if self.mode != "auto" or num_running > BUSY_ROWS or ms <= 0:
+            return
+        key = (num_running, drafted)
+        rate, n = self.speed.get(key, (0.0, 0))
+        self.speed[key] = (tokens / ms if n == 0 else (1 - EMA) * rate + EMA * tokens / ms, n + 1)
+        plain, spec = self.speed.get((num_running, False)), self.speed.get((num_running, True))
+        if plain and spec and plain[1] >= MIN_SAMPLES and spec[1] >= MIN_SAMPLES and spec[0] < plain[0]:
+            self.paused_until = self.steps + PAUSE_STEPS
+            del self.speed[(num_running, True)]       # judged afresh after the pause
 
     def eligible(self, seq: Sequence) -> bool:
         p = seq.request.params
