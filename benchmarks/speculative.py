@@ -92,6 +92,8 @@ def main() -> int:
     llms = {mode: LLM(model, n_ctx=8192, max_num_seqs=32, gpu_layers=0, speculative=mode)
             for mode in ("off", args.mode)}
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
+    for llm in llms.values():           # warm-up: first-use costs are nobody's speed
+        llm.chat(chat("Hello!"), SamplingParams(temperature=0, max_tokens=8))
     print("| workload | off tok/s | on tok/s | ratio | target | accepted | same tokens |")
     print("|---|---:|---:|---:|---|---:|---|")
     try:
