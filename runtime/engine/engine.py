@@ -23,18 +23,18 @@ import threading
 import time
 import traceback
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
-import llama_cpp as lc
+import numpy as np
 
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.detokenizer import Detokenizer
-from llmpack.runtime.engine.grammar_sampler import parse_with_llama
+from llmpack.runtime.engine.embeddings import Embedder
 from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner
 from llmpack.runtime.engine.output_processor import OutputProcessor
+from llmpack.runtime.engine.parsed_grammars import ParsedGrammars
 from llmpack.runtime.engine.outputs import RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
 from llmpack.runtime.engine.sampler import SequenceSampler
@@ -50,7 +50,6 @@ __all__ = ["EngineConfig", "EngineStats", "LLMEngine", "EngineDeadError", "Promp
            "Request", "RequestStream"]
 
 TRANSIENT_DECODE_STATUS = (1, 2)   # llama_decode: 1 = no KV cells for the batch, 2 = aborted
-GRAMMAR_CACHE = 32                 # parsed grammars kept between check_grammar and add_request
 
 
 @dataclass(slots=True)
@@ -100,12 +99,13 @@ class LLMEngine:
         self._aborts: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._pending = 0                      # requests in the inbox, not yet seen by the stepping thread
         self._pending_lock = threading.Lock()
-        self._grammars: OrderedDict[str, int] = OrderedDict()   # gbnf -> llama.cpp's parse, waiting for its request
-        self._grammar_lock = threading.Lock()
+        self.grammars = ParsedGrammars(self.runner.vocab)
         self._requests: dict[str, Request] = {}
         self._wakeup = threading.Event()
         self._stop = False
         self.failure: str | None = None        # why the engine thread stopped, once it has
+        self.embedder: Embedder | None = None  # /v1/embeddings' context, made on first use
+        self._embedder_lock = threading.Lock()
         self.prompt_tokens_total = 0
         self.requests_finished_total = 0
         self.failed_steps_total = 0
@@ -121,6 +121,17 @@ class LLMEngine:
     # ---- public, thread-safe --------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         return self.runner.tokenize(text, add_special, parse_special)
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        return self.runner.token_bytes(token, special)
+
+    def embed(self, inputs: list[list[int]]) -> list[np.ndarray]:
+        """Embeddings from a second context on the same weights, opened on first use
+        (engine/embeddings.py); callers take turns inside the Embedder."""
+        with self._embedder_lock:
+            if self.embedder is None:
+                self.embedder = Embedder(self.runner.model, min(self.n_ctx, 2048), self.runner.cfg.n_threads)
+        return list(self.embedder.embed(inputs))
 
     def tokenize_prompt(self, text: str) -> list[int]:
         """Tokenize a rendered prompt that may already start with the BOS text (chat templates
@@ -138,27 +149,8 @@ class LLMEngine:
 
     def check_grammar(self, gbnf: str) -> None:
         """Have llama.cpp parse a GBNF grammar now (raises GrammarError when it refuses it). The
-        parse is kept, so the add_request that follows with the same grammar does not parse it
-        again: one parse per request."""
-        with self._grammar_lock:
-            if gbnf in self._grammars:
-                self._grammars.move_to_end(gbnf)
-                return
-        smpl = parse_with_llama(gbnf, self.runner.vocab)
-        with self._grammar_lock:
-            old = self._grammars.pop(gbnf, None)
-            self._grammars[gbnf] = smpl
-            while len(self._grammars) > GRAMMAR_CACHE:
-                _, evicted = self._grammars.popitem(last=False)
-                lc.llama_sampler_free(evicted)
-        if old is not None:
-            lc.llama_sampler_free(old)
-
-    def _take_grammar(self, gbnf: str):
-        """The parse of `gbnf` for one request: check_grammar's, or a new one."""
-        with self._grammar_lock:
-            smpl = self._grammars.pop(gbnf, None)
-        return smpl if smpl is not None else parse_with_llama(gbnf, self.runner.vocab)
+        parse is kept for the add_request that follows with that grammar: one parse per request."""
+        self.grammars.check(gbnf)
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None, prompt_progress: bool = False,
@@ -177,12 +169,11 @@ class LLMEngine:
         if len(ids) + 1 > self.max_model_len:
             raise PromptTooLongError(len(ids), self.max_model_len)
         # parsed here, on the caller's thread: on the engine thread a bad grammar would be fatal
-        grammar = self._take_grammar(params.grammar) if params.grammar is not None else None
         seed = params.seed if params.seed is not None else random.getrandbits(31)
         req = Request(request_id or uuid.uuid4().hex, prompt if isinstance(prompt, str) else None, ids, params, seed,
                       prompt_progress=prompt_progress, cache_salt=cache_salt)
-        if grammar is not None:   # one parse per sample, copied before any token is accepted
-            req.grammar_parses = [grammar] + [lc.llama_sampler_clone(grammar) for _ in range(params.n - 1)]
+        if params.grammar is not None:   # parsed here: on the engine thread a bad grammar would be fatal
+            req.grammar_parses = self.grammars.take(params.grammar, params.n)
         with self._pending_lock:
             refused = None
             if self.failure is not None:
@@ -193,8 +184,7 @@ class LLMEngine:
                 self._pending += 1
                 self._inbox.put(req)
         if refused is not None:
-            for smpl in req.grammar_parses:
-                lc.llama_sampler_free(smpl)
+            self.grammars.free(req.grammar_parses)
             raise refused
         self._wakeup.set()
         return RequestStream(self, req)
@@ -233,11 +223,10 @@ class LLMEngine:
         self._wakeup.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        if self.embedder is not None:   # its context uses the engine's model: free it first
+            self.embedder.close()
         self.trace.close()
-        with self._grammar_lock:
-            for smpl in self._grammars.values():
-                lc.llama_sampler_free(smpl)
-            self._grammars.clear()
+        self.grammars.close()
         self.runner.close()
 
     # ---- one step ---------------------------------------------------------------------------
@@ -384,9 +373,7 @@ class LLMEngine:
         return seq
 
     def _retire(self, req: Request) -> None:
-        for smpl in req.grammar_parses:        # samples that never started (an abort)
-            lc.llama_sampler_free(smpl)
-        req.grammar_parses.clear()
+        self.grammars.free(req.grammar_parses)   # samples that never started (an abort)
         self._requests.pop(req.request_id, None)
         self.requests_finished_total += 1
 
