@@ -73,3 +73,29 @@ def test_llmpack_bench_summarises_only_the_steps_its_run_added(tmp_path):
     s = trace_since(path, start)
     assert (s.steps, s.decode_rows, s.prefill_tokens, s.mixed_steps, s.peak_kv_used) == (2, 8, 100, 1, 4)
     assert s.phase_ms["llama_decode"] == 2.0
+
+
+def test_llmpack_run_writes_the_trace_and_health_shows_speculative(tiny_chat_model, tmp_path):
+    import requests
+    from server_fixtures import live_server
+
+    path = tmp_path / "serve-steps.jsonl"
+    with live_server(tiny_chat_model, "--trace-steps", str(path), "--speculative", "ngram") as srv:
+        health = requests.get(srv.url + "/health", timeout=10).json()
+        assert health["speculative"] == {"mode": "ngram", "draft_tokens": 0, "accepted_tokens": 0}
+        r = srv.post("/v1/completions", {"prompt": "the cat sat on the mat", "max_tokens": 6, "temperature": 0})
+        assert r.status_code == 200
+    lines = [json.loads(raw) for raw in path.read_text().splitlines()]
+    assert lines and sum(sum(rec["decode"].values()) for rec in lines) >= 5
+    assert any(rec["prefill"] for rec in lines)
+
+
+def test_a_trace_file_that_cannot_be_written_is_one_clear_line(capsys):
+    import pytest
+
+    from llmpack.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "model.gguf", "--trace-steps", "/no/such/folder/steps.jsonl"])
+    err = capsys.readouterr().err
+    assert "cannot write to /no/such/folder/steps.jsonl" in err and "folder that exists" in err
