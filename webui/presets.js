@@ -13,6 +13,7 @@ import { download, el, toast } from "./util.js";
 const FORMAT = "llmpack-presets";
 const KEYS = ["system_prompt", ...SAMPLING_KEYS];
 let presets = [];   // the user's: [{name, system_prompt?, temperature?, ...}]
+let chosen = "";    // the name last chosen or saved: shown while the settings still match it
 
 function appDefault() {
   const p = { name: "This app's default", builtin: true };
@@ -37,7 +38,8 @@ function isCurrent(p) {
 
 function render() {
   const list = all();
-  const current = list.findIndex(isCurrent);
+  const named = list.findIndex((p) => p.name === chosen);
+  const current = named >= 0 && isCurrent(list[named]) ? named : list.findIndex(isCurrent);
   const options = list.map((p, i) => {
     const o = el("option", "", p.name);
     o.value = String(i);
@@ -86,6 +88,7 @@ function choose() {
   if (!p || ui.presetSelect.value === "") return;
   const values = {};
   for (const k of KEYS) values[k] = valueOf(p, k);
+  chosen = p.name;
   applyValues(values);
   state.draftSystem = undefined;   // a chat not yet begun starts with the preset's instructions
   if (!state.current || state.current.messages.length === 0) renderCurrent();
@@ -104,6 +107,7 @@ function saveAs() {
   const p = { name };
   for (const k of KEYS) if (e[k] !== undefined) p[k] = e[k];
   const next = presets.filter((q) => q.name.toLowerCase() !== name.toLowerCase()).concat([p]);
+  chosen = name;
   store(next, "Saved as the preset “" + name + "”.").then((ok) => {
     if (ok) ui.presetName.value = "";
   });

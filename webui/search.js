@@ -10,6 +10,7 @@ import { el, relTime } from "./util.js";
 const DELAY_MS = 150;
 let timer = 0;
 let asked = 0;   // the newest query's number: older answers are dropped
+let shownFor = null;   // the query the results on screen answer
 let onOpen = async () => {};
 
 /** Text with its matches in <mark>, built from [[text, is_match], ...] (never as HTML). */
@@ -51,7 +52,10 @@ async function run() {
   showResults(true);
   try {
     const data = await api("GET", "/api/search?q=" + encodeURIComponent(q));
-    if (mine === asked) render(data.data || []);
+    if (mine === asked) {
+      render(data.data || []);
+      shownFor = q;
+    }
   } catch (err) {
     if (mine !== asked) return;
     ui.searchResults.replaceChildren();
@@ -93,10 +97,20 @@ function onKeydown(ev) {
   } else if (ev.key === "ArrowUp" && i >= 0) {
     ev.preventDefault();
     (i === 0 ? ui.searchInput : items[i - 1]).focus();
-  } else if (ev.key === "Enter" && ev.target === ui.searchInput && items.length) {
+  } else if (ev.key === "Enter" && ev.target === ui.searchInput) {
     ev.preventDefault();
-    onOpen(items[0].getAttribute("data-chat-id"));
+    openFirst();
   }
+}
+
+/** Enter in the box: the first result, once the results answer what is typed (typing fast is no race). */
+async function openFirst() {
+  if (shownFor !== ui.searchInput.value.trim()) {
+    clearTimeout(timer);
+    await run();
+  }
+  const first = ui.searchResults.querySelector(".search-result");
+  if (first && !ui.searchResults.hidden) onOpen(first.getAttribute("data-chat-id"));
 }
 
 /** `open(id)` opens a chat (chats.js openChat). */

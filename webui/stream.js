@@ -12,7 +12,7 @@ import { addNotice, fillMessage, isNearBottom, markCut, placeReply, refreshLastA
 import { saveChat, saveNowAndThen } from "./save.js";
 import { apiKey, effective, openSettings, SAMPLING_KEYS } from "./settings.js";
 import { state, ui } from "./state.js";
-import { addMessage, leafUnder, removeMessage } from "./tree.js";
+import { addMessage, removeMessage } from "./tree.js";
 import { el, toast } from "./util.js";
 import { countOf, speedText } from "./words.js";
 
@@ -209,7 +209,7 @@ function finishGeneration(gen, opts) {
     removeMessage(chat, msg, opts.previous ? opts.previous.id : msg.parent);
     if (opts.userMsg && chat.leaf === opts.userMsg.id) {
       // the unanswered message goes back into the box; the branch shown is the one before it
-      removeMessage(chat, opts.userMsg, leafUnder(chat, opts.userMsg.parent));
+      removeMessage(chat, opts.userMsg);
       if (!ui.prompt.value.trim() && state.current === chat) {
         ui.prompt.value = opts.userMsg.content;
         ui.prompt.dispatchEvent(new Event("input"));

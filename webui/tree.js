@@ -60,11 +60,12 @@ export function addMessage(chat, msg, parentId) {
   return msg;
 }
 
-/** Take out `msg` (a reply that never got any text; it has no children) and show `leafId`'s branch. */
+/** Take out `msg` (a message that never got its reply, or a reply that never got any text; it has
+ * no children) and show `leafId`'s branch (default: the newest one left under its parent). */
 export function removeMessage(chat, msg, leafId) {
   const i = chat.nodes.indexOf(msg);
   if (i >= 0) chat.nodes.splice(i, 1);
-  chat.leaf = leafId;
+  chat.leaf = leafId !== undefined ? leafId : leafUnder(chat, msg.parent);
   refresh(chat);
 }
 
