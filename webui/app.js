@@ -121,7 +121,7 @@ async function onReady(h) {
   await loadChatList();
   await reopenLast();
   await syncSettings();
-  await loadPresets();
+  loadPresets();   // Settings' preset list; nothing waits for it
   if (!NARROW.matches) ui.prompt.focus();
 }
 

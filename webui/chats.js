@@ -27,7 +27,7 @@ function rememberOpen(chat) {
 export async function reopenLast() {
   const open = loadJSON(OPEN_KEY, {});
   const id = open && typeof open === "object" ? open[state.model] : null;
-  if (!id || (state.current && state.current.messages.length)) return;
+  if (!id || state.current) return;   // a chat begun meanwhile (even one whose message came back) stays
   if (state.chats.some((c) => c.id === id)) await openChat(id, { quiet: true });
 }
 
@@ -53,6 +53,7 @@ export async function loadChatList() {
   }
   ui.chatLocked.hidden = !state.locked;
   ui.importChat.disabled = state.locked;
+  ui.searchInput.disabled = state.locked;   // search reads the saved chats
   renderChatList();
 }
 
@@ -77,7 +78,7 @@ export async function openChat(id, opts) {
       return;
     }
   }
-  if (opts && opts.quiet && state.current && state.current.messages.length) return;   // begun meanwhile
+  if (opts && opts.quiet && state.current) return;   // begun meanwhile
   dropEmptyDraft();
   state.current = chat;
   rememberOpen(chat);
