@@ -33,6 +33,15 @@ def open_shared(page, srv) -> None:
     page.locator(USER).first.wait_for()
 
 
+def tabs(srv, *contexts):
+    """One tab per context on the chat "Shared" (two tabs of one context share a BroadcastChannel)."""
+    put_chat(srv, "shared", START)
+    pages = [new_page(c) for c in contexts]
+    for p in pages:
+        open_shared(p, srv)
+    return pages
+
+
 def send(page, text: str) -> None:
     page.fill("[data-testid=prompt]", text)
     page.keyboard.press("Enter")
@@ -45,11 +54,8 @@ def contents(srv) -> list[str]:
 
 def test_a_message_sent_in_one_tab_appears_in_the_other(browser, scripted_model: Path):
     ctx = browser.new_context(viewport={"width": 1280, "height": 860})
-    a, b = new_page(ctx), new_page(ctx)
     with live_server(scripted_model) as srv:
-        put_chat(srv, "shared", START)
-        open_shared(a, srv)
-        open_shared(b, srv)
+        a, b = tabs(srv, ctx, ctx)
         send(b, "Sent in tab B")
         wait_until(lambda: a.locator(USER).all_inner_texts() == ["Hello", "Sent in tab B"], 15)
         wait_until(lambda: "done." in a.locator("[data-testid=message-assistant]").last.inner_text(), 15)
@@ -69,11 +75,8 @@ def test_a_stale_tab_loses_nothing(browser, scripted_model: Path, width: int, he
     """Two browser contexts share no BroadcastChannel: tab A never hears of B's messages."""
     ctx_a = browser.new_context(viewport={"width": width, "height": height})
     ctx_b = browser.new_context(viewport={"width": width, "height": height})
-    a, b = new_page(ctx_a), new_page(ctx_b)
     with live_server(scripted_model) as srv:
-        put_chat(srv, "shared", START)
-        open_shared(a, srv)
-        open_shared(b, srv)
+        a, b = tabs(srv, ctx_a, ctx_b)
         send(b, "B goes on")
         wait_until(lambda: "B goes on" in contents(srv) and len(contents(srv)) == 4)
 

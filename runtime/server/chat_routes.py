@@ -186,16 +186,19 @@ def get_settings():
     return _no_store(jsonify({"data": _store().get_settings(key)}))
 
 
+def _save(clean, put, what: str) -> object:
+    """Check a settings-like body with `clean` and store it with `put`: a 400 naming the field, nothing stored."""
+    key, _ = _key()
+    try:
+        return put(key, clean(json_body()))
+    except ChatError as exc:
+        raise ApiError(400, f"Cannot save these {what}: {exc}.", code=f"invalid_{what}") from None
+
+
 @public(OWN_SECRET)
 @bp.put("/settings")
 def put_settings():
-    key, _ = _key()
-    try:
-        saved = _store().put_settings(key, clean_settings(json_body()))
-    except ChatError as exc:
-        raise ApiError(400, f"Cannot save these settings: {exc}.", code="invalid_settings") from None
-    return _no_store(jsonify({"data": saved}))
-
+    return _no_store(jsonify({"data": _save(clean_settings, _store().put_settings, "settings")}))
 
 
 @public(OWN_SECRET)
@@ -208,9 +211,4 @@ def get_presets():
 @public(OWN_SECRET)
 @bp.put("/presets")
 def put_presets():
-    key, _ = _key()
-    try:
-        saved = _store().put_presets(key, clean_presets(json_body()))
-    except ChatError as exc:
-        raise ApiError(400, f"Cannot save these presets: {exc}.", code="invalid_presets") from None
-    return _no_store(jsonify({"presets": saved}))
+    return _no_store(jsonify({"presets": _save(clean_presets, _store().put_presets, "presets")}))
