@@ -180,8 +180,11 @@ function cutOf(msgs) {
 export function markCut(id) {
   for (const line of ui.messages.querySelectorAll(".context-cut")) line.remove();
   if (!id) return;
-  const node = [...ui.messages.querySelectorAll(".message")].find((n) => n._msg && n._msg.id === id);
-  if (node) node.before(cutLine());
+  const nodes = [...ui.messages.querySelectorAll(".message")];
+  const at = nodes.findIndex((n) => n._msg && n._msg.id === id);
+  if (at < 0) return;
+  const files = nodes.slice(0, at).some((n) => n._msg.attachments && n._msg.attachments.length);
+  nodes[at].before(cutLine(files));
 }
 
 function typingDots() {

@@ -45,8 +45,9 @@ export function editButton() {
   return b;
 }
 
-export function cutLine() {
-  const line = el("div", "context-cut", CUT_TEXT);
+/** The line; `filesKept`: messages above it carry files, which the model still reads. */
+export function cutLine(filesKept) {
+  const line = el("div", "context-cut", CUT_TEXT + (filesKept ? " It still reads the files attached above." : ""));
   line.setAttribute("role", "note");
   line.setAttribute("data-testid", "context-cut");
   line.title = "The chat is longer than the model can read at once, so the oldest messages were left out " +
@@ -79,8 +80,8 @@ export function gaugeWords(used, nCtx, cut) {
   const pct = Math.max(1, Math.round(share * 100));
   const words = "about " + fmtNumber(roughWords(Math.min(used, nCtx))) + " of " + fmtNumber(roughWords(nCtx)) + " words";
   let text = "Memory " + pct + "% full: " + words + " (" + fmtNumber(used) + " / " + fmtNumber(nCtx) + " tokens)";
-  if (cut) text += " · the oldest messages are left out";
-  else if (full) text += " · the oldest messages will be left out next";
+  if (cut) text += " · oldest messages left out";
+  else if (full) text += " · oldest messages left out next";
   return {
     text, full, share,
     title: countOf(used, "token", "tokens") + " of the model's " + countOf(nCtx, "token", "tokens") +
