@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_settings, new_page, open_app, put_chat
+from browser_fixtures import ARTIFACTS, get_settings, new_page, open_app, put_chat, unnamed_controls
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import live_server, wait_until
 
@@ -44,6 +44,7 @@ def test_ctrl_k_finds_the_chat_about_the_boiler(browser, scripted_model: Path, w
         assert page.locator("[data-testid=chat-list]").is_hidden()
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"search-{width}.png"))
+        assert unnamed_controls(page) == []
 
         page.keyboard.press("ArrowDown")
         assert result.first.evaluate("b => b === document.activeElement")
@@ -82,6 +83,7 @@ def test_a_preset_is_saved_chosen_exported_and_imported(scripted_model: Path, pa
         wait_until(lambda: get_settings(srv) == {})
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "presets-1280.png"))
+        assert unnamed_controls(page) == []
 
         with page.expect_download() as dl:
             page.click("[data-testid=preset-export]")

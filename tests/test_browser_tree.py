@@ -13,27 +13,14 @@ import pytest
 import requests
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_chat, get_chats, last_reply, new_page, open_app, put_chat
+from browser_fixtures import (ARTIFACTS, get_chat, get_chats, last_reply, new_page, open_app, put_chat,
+                              unnamed_controls)
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import chat_headers, live_server, wait_until
 
 pytestmark = pytest.mark.browser
 NOW = int(time.time() * 1000)
 USER = "[data-testid=message-user]"
-
-# Every button, field and select: its accessible name (labels, aria-label(ledby), a button's text, title).
-UNNAMED = """() => {
-    const named = (el) => {
-        if (el.getAttribute('aria-label') || el.getAttribute('title')) return true;
-        const by = el.getAttribute('aria-labelledby');
-        if (by && by.split(/\\s+/).some((id) => (document.getElementById(id) || {}).textContent)) return true;
-        if (el.labels && [...el.labels].some((l) => l.textContent.trim())) return true;
-        return ['BUTTON', 'SUMMARY'].includes(el.tagName) && el.textContent.trim() !== '';
-    };
-    return [...document.querySelectorAll('button, input, select, textarea, summary, meter')]
-        .filter((el) => !el.hidden && !el.closest('dialog:not([open])') && !named(el)).map((el) => el.outerHTML.slice(0, 120));
-}"""
-
 
 def wait_reply_done(page) -> None:
     page.wait_for_selector("[data-testid=stop]", state="hidden")
@@ -73,6 +60,9 @@ def test_edit_branch_switch_and_regenerate_from_the_keyboard(browser, scripted_m
 
         page.keyboard.press("ArrowUp")
         box.fill("How do I bleed a radiator?")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"branch-editing-{width}.png"))
+        assert unnamed_controls(page) == []              # the edit box and its buttons say what they are
         page.keyboard.press("Enter")                      # the edit is sent: a second version
         wait_until(lambda: last_reply(page).locator(".stats").inner_text() != "", 30)
         wait_reply_done(page)
@@ -122,7 +112,7 @@ def test_edit_branch_switch_and_regenerate_from_the_keyboard(browser, scripted_m
         wait_until(lambda: user_texts(page) == ["How do I bleed a radiatr?", "And after that?"])
         page.screenshot(path=str(ARTIFACTS / f"branch-switched-{width}.png"))
         assert page.evaluate("document.documentElement.scrollWidth") <= width
-        assert page.evaluate(UNNAMED) == []
+        assert unnamed_controls(page) == []
         assert page.problems == []
     ctx.close()
 
