@@ -161,6 +161,12 @@ def test_an_edit_box_and_the_instructions_of_a_chat(scripted_model: Path, page):
         wait_reply_done(page)
         chat_id = get_chats(srv)[0]["id"]
         wait_until(lambda: get_chat(srv, chat_id).get("system") == "You answer in French.")
+        page.locator(USER).hover()
+        page.locator(USER).locator("[data-testid=edit-message]").click()
+        bar.locator("[data-testid=system-edit]").click()      # one edit box at a time
+        assert page.locator("[data-testid=edit-box]").count() == 1 and bar.locator("[data-testid=edit-box]").count() == 1
+        page.keyboard.press("Escape")
+        assert page.locator("[data-testid=edit-box]").count() == 0 and user_texts(page) == ["Bonjour"]
         page.click("#settings-button")   # Settings' instructions stay the default for new chats
         assert page.locator("[data-testid=system-prompt]").input_value() == "You answer briefly."
         page.click("#settings-done")

@@ -17,9 +17,19 @@ function isEnter(ev) {
   return ev.key === "Enter" && !ev.shiftKey && !ev.altKey && !ev.ctrlKey && !ev.metaKey && !ev.isComposing && ev.keyCode !== 229;
 }
 
+/** One edit at a time: another open edit box is closed (a redraw), and `host`'s new node is returned. */
+function closeOtherEdits(host) {
+  if (!ui.messages.querySelector(".editing")) return host;
+  const m = host._msg;
+  renderCurrent();
+  if (!m) return ui.messages.querySelector(".system-bar");
+  return [...ui.messages.querySelectorAll(".message")].find((n) => n._msg === m) || null;
+}
+
 /** A labelled text box with Cancel and Send/Save under it, in place of `host`'s text. */
-function editBox(host, label, text, sendLabel, onSend) {
-  for (const open of ui.messages.querySelectorAll(".editing")) if (open !== host) renderCurrent();
+function editBox(target, label, text, sendLabel, onSend) {
+  const host = closeOtherEdits(target);
+  if (!host) return null;
   host.classList.add("editing");
   const form = el("form", "edit-box");
   const id = "edit-box-" + ++editCount;
