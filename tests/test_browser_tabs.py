@@ -103,11 +103,15 @@ def test_a_stale_tab_loses_nothing(browser, scripted_model: Path, width: int, he
             put = requests.put(srv.url + "/api/chats/shared", json={**chat, "leaf": "bnew",
                                "base_version": chat["version"]}, headers=chat_headers(srv), timeout=10)
             assert put.status_code == 200, put.text
-            a.reload()                                             # pagehide: A's keepalive save is stale
+            a.reload()                                 # pagehide: A's last save is stale, and merged
             a.wait_for_selector("#app:not([hidden])")
             step.release()
-        saved = contents(srv)
+        chat = get_chat(srv, "shared")
+        saved = [m["content"] for m in chat["messages"]]
         assert "B, meanwhile" in saved and {"B goes on", "A, stale, sends", "A asks again"} <= set(saved)
+        asked = next(m for m in chat["messages"] if m["content"] == "A asks again")
+        (half,) = [m for m in chat["messages"] if m["parent"] == asked["id"]]   # A's half-written reply is kept too
+        assert half["content"] == "".join(step.emitted[:2]) and half["stats"]["finish"] == "interrupted"
         assert a.problems == [] and b.problems == []
     ctx_a.close()
     ctx_b.close()

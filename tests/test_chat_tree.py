@@ -75,9 +75,14 @@ def test_a_save_based_on_an_old_version_is_refused(tmp_path: Path):
     with pytest.raises(ChatConflict):   # "new" over an existing chat is stale too
         store.put("m", clean_chat(TREE, chat_id="c1"), base_version=0)
     assert store.get("m", "c1")["messages"][-1]["content"] == "And then?"   # B's save stands
+    writing = {"id": "a9", "parent": "q2", "role": "assistant", "content": "Half a rep", "stats": {"finish": "interrupted"}}
+    closing_a = clean_chat({**TREE, "leaf": "a9", "messages": [*TREE["messages"], writing]}, chat_id="c1")
+    merged = store.put("m", closing_a, base_version=1, merge=True)   # a closing page's last save keeps both
+    assert merged["version"] == 3 and [m["id"] for m in merged["messages"]] == ["q1", "a1", "q2", "a2", "a3", "q3", "a9"]
+    assert store.get("m", "c1")["leaf"] == "a9"
     assert store.delete("m", "c1")
-    with pytest.raises(ChatConflict) as gone:   # deleted meanwhile
-        store.put("m", b, base_version=2)
+    with pytest.raises(ChatConflict) as gone:   # deleted meanwhile (a merge has nothing to merge with)
+        store.put("m", b, base_version=3, merge=True)
     assert gone.value.current is None and store.get("m", "c1") is None
 
 
@@ -153,6 +158,8 @@ def test_the_api_answers_409_to_a_stale_save_and_searches(tiny_chat_model: Path,
         assert requests.get(url + "/c1", headers=ok, timeout=10).json()["title"] == "Heating (B)"
         bad = requests.put(url + "/c1", json={**TREE, "base_version": "1"}, headers=ok, timeout=10)
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "base_version"
+        bad = requests.put(url + "/c1", json={**TREE, "base_version": 2, "merge": "yes"}, headers=ok, timeout=10)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "merge"
 
         found = requests.get(srv.url + "/api/search", params={"q": "expansion"}, headers=ok, timeout=10)
         assert found.status_code == 200 and [r["id"] for r in found.json()["data"]] == ["c1"]

@@ -80,8 +80,8 @@ export function saveChat(chat, opts) {
   if (state.locked || !hasMessages(chat)) return Promise.resolve();
   if (leaving && !(opts && opts.leaving)) return Promise.resolve();
   if (opts && opts.leaving) {
-    // a stale copy is refused (409) rather than stored over a newer one; nothing more can be done now
-    const data = { ...body(chat), base_version: chat.version || 0 };
+    // no time to load and merge: where another tab saved since, the app keeps both sides' messages
+    const data = { ...body(chat), base_version: chat.version || 0, merge: true };
     return api("PUT", "/api/chats/" + chat.id, data, { keepalive: true }).catch(() => {});
   }
   const previous = saving.get(chat.id) || Promise.resolve();

@@ -15,7 +15,9 @@ cannot read or change the chats; the OpenAI API (/v1) keeps its own rules (--api
     GET    /api/chats/ID                    one chat
     PUT    /api/chats/ID                    save a chat: {..., "base_version": the version it was based on,
                                             0 for a new chat}; 409 (chat_conflict) when another tab or
-                                            window saved it since (or deleted it): load it again
+                                            window saved it since (or deleted it): load it again;
+                                            "merge": true keeps both sides' messages instead (a
+                                            page's last save as it closes)
     DELETE /api/chats/ID
     GET    /api/chats/ID/export?format=json|markdown
     POST   /api/chats/import                an exported JSON chat, stored under a new id (unless this
@@ -119,8 +121,11 @@ def put_chat(chat_id: str):
     if isinstance(base, bool) or not isinstance(base, int) or base < 0:
         raise ApiError(400, "Cannot save this chat: 'base_version' must be the version it was based on "
                        "(0 for a new chat).", param="base_version", code="invalid_chat")
+    merge = body.get("merge", False) if isinstance(body, dict) else False
+    if not isinstance(merge, bool):
+        raise ApiError(400, "Cannot save this chat: 'merge' must be true or false.", param="merge", code="invalid_chat")
     try:
-        chat = _store().put(key, clean_chat(body, chat_id=chat_id), base_version=base)
+        chat = _store().put(key, clean_chat(body, chat_id=chat_id), base_version=base, merge=merge)
     except ChatError as exc:
         raise ApiError(400, f"Cannot save this chat: {exc}.", code="invalid_chat") from None
     except ChatConflict as exc:

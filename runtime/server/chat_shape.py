@@ -134,6 +134,24 @@ def branch(chat: dict) -> list[dict]:
     return out[::-1]
 
 
+def merge_messages(saved: list[dict], incoming: list[dict]) -> list[dict] | None:
+    """The union of two trees of one chat, for a save that must not be refused (a page's last
+    save as it closes): the saved messages in their order, then the incoming ones the saved copy
+    lacks. Of a message both have, the saved copy stays, except a reply the incoming side was
+    still writing (marked interrupted), which only that side has the latest text of. None when
+    either side is a chat without ids (nothing to match them by)."""
+    if not saved or not incoming or "id" not in saved[0] or "id" not in incoming[0]:
+        return None
+    mine = {m["id"]: m for m in incoming}
+    out = [mine[m["id"]] if (m["id"] in mine and _writing(mine[m["id"]])) else m for m in saved]
+    known = {m["id"] for m in saved}
+    return out + [m for m in incoming if m["id"] not in known]
+
+
+def _writing(m: dict) -> bool:
+    return m["role"] == "assistant" and (m.get("stats") or {}).get("finish") == "interrupted"
+
+
 def search_text(chat: dict) -> str:
     """What search finds a chat by besides its title: every message of every branch."""
     return "\n\n".join(m["content"] for m in chat["messages"])

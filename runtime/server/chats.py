@@ -27,7 +27,7 @@ import platformdirs
 
 from llmpack.runtime.server.chat_export import content_disposition, export_name, to_json, to_markdown
 from llmpack.runtime.server.chat_shape import (EXPORT_FORMAT, ChatError, branch, clean_chat, clean_presets,
-                                               clean_settings, search_text, valid_id)
+                                               clean_settings, merge_messages, search_text, valid_id)
 
 __all__ = ["ChatConflict", "ChatError", "ChatStore", "clean_chat", "clean_presets", "clean_settings",
            "content_disposition", "data_dir", "export_name", "to_json", "to_markdown", "valid_id"]
@@ -148,18 +148,24 @@ class ChatStore:
                 if row[k] is not None}
         return {**chat, "messages": json.loads(row["messages"])}
 
-    def put(self, model: str, chat: dict, base_version: int | None = None) -> dict:
+    def put(self, model: str, chat: dict, base_version: int | None = None, merge: bool = False) -> dict:
         """Save `chat` (from clean_chat()) as the next version of the one saved at `base_version`
         (0: a new chat); ChatConflict when the saved chat is at another version, or is gone.
+        merge: instead of refusing a stale save, keep the saved messages and add this one's
+        (merge_messages; a page's last save as it closes, which cannot load and retry).
         base_version None saves whatever is there (the store's own callers). Returns the chat
         with its new `version`."""
-        values = (chat["title"], chat["mode"], chat["created"], chat["updated"], len(branch(chat)),
-                  json.dumps(chat["messages"], ensure_ascii=False), chat.get("leaf"), chat.get("system"))
         with closing(self._connect()) as con, con:
-            row = con.execute("SELECT version FROM chats WHERE model = ? AND id = ?", (model, chat["id"])).fetchone()
+            row = con.execute("SELECT version, messages FROM chats WHERE model = ? AND id = ?",
+                              (model, chat["id"])).fetchone()
             current = None if row is None else row["version"]
             if base_version is not None and (current or 0) != base_version or (row is None and base_version):
-                raise ChatConflict(current)
+                both = merge_messages(json.loads(row["messages"]), chat["messages"]) if merge and row else None
+                if both is None:
+                    raise ChatConflict(current)
+                chat = {**chat, "messages": both}
+            values = (chat["title"], chat["mode"], chat["created"], chat["updated"], len(branch(chat)),
+                      json.dumps(chat["messages"], ensure_ascii=False), chat.get("leaf"), chat.get("system"))
             version = (current or 0) + 1
             con.execute("INSERT OR REPLACE INTO chats (title, mode, created, updated, n_messages, messages, leaf, "
                         "system, model, id, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
