@@ -19,7 +19,7 @@ import re
 import time
 from typing import Any
 
-from llmpack.runtime.server.protocol import scrub   # lone surrogates -> U+FFFD, as requests get
+from llmpack.runtime.server.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
 
 ROLES = ("system", "user", "assistant")
 MODES = ("chat", "complete")

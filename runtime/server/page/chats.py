@@ -25,9 +25,9 @@ from typing import Any
 
 import platformdirs
 
-from llmpack.runtime.server.chat_export import content_disposition, export_name, to_json, to_markdown
-from llmpack.runtime.server.chat_shape import (EXPORT_FORMAT, ChatError, branch, clean_chat, clean_presets,
-                                               clean_settings, merge_messages, search_text, valid_id)
+from llmpack.runtime.server.page.chat_export import content_disposition, export_name, to_json, to_markdown
+from llmpack.runtime.server.page.chat_shape import (EXPORT_FORMAT, ChatError, branch, clean_chat, clean_presets,
+                                                    clean_settings, merge_messages, search_text, valid_id)
 
 __all__ = ["ChatConflict", "ChatError", "ChatStore", "clean_chat", "clean_presets", "clean_settings",
            "content_disposition", "data_dir", "export_name", "to_json", "to_markdown", "valid_id"]

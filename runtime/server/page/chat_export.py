@@ -8,7 +8,7 @@ import time
 import unicodedata
 from urllib.parse import quote
 
-from llmpack.runtime.server.chat_shape import EXPORT_FORMAT, branch
+from llmpack.runtime.server.page.chat_shape import EXPORT_FORMAT, branch
 
 
 def to_json(chat: dict, model_name: str) -> dict:
