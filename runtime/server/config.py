@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from llmpack.runtime.engine.config import FLASH_ATTN, GPU_LAYERS, MAX_NUM_SEQS, MAX_WAITING
+from llmpack.runtime.engine.config import FLASH_ATTN, GPU_LAYERS, MAX_NUM_SEQS, MAX_WAITING, SPECULATIVE
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -28,6 +28,8 @@ class ServeConfig:
     device: str | None = None                 # --device
     flash_attn: str = FLASH_ATTN              # --flash-attn
     max_waiting: int = MAX_WAITING            # --max-waiting
+    speculative: str = SPECULATIVE            # --speculative: auto | ngram | off
+    trace_steps: str | None = None            # --trace-steps FILE: one JSON line per engine step
     # the server
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT                  # the next free one is taken if busy; 0 = any
