@@ -40,6 +40,23 @@ function buildRequest(chat) {
   return ["/v1/chat/completions", body];
 }
 
+/** A reasoning model's thinking (`reasoning_content` deltas) goes to msg.thinking, timed for the
+ * folded "Thinking… (12 s)" block; the next request sends only `content`, as the templates expect. */
+function addThinking(gen, text) {
+  if (typeof text !== "string" || !text) return false;
+  const now = performance.now();
+  if (!gen.tThink) gen.tThink = now;
+  gen.msg.thinking = (gen.msg.thinking || "") + text;
+  gen.msg.thinking_seconds = Math.round((now - gen.tThink) / 1000);
+  return true;
+}
+
+function endThinking(gen, end) {
+  if (!gen.tThink) return;
+  const until = gen.tFirst && gen.tFirst > gen.tThink ? gen.tFirst : end;
+  gen.msg.thinking_seconds = Math.round((until - gen.tThink) / 1000);
+}
+
 function httpError(status, body) {
   const msg = body && body.error && typeof body.error.message === "string" ? body.error.message
     : body && typeof body.message === "string" ? body.message : "HTTP " + status;
@@ -130,6 +147,7 @@ function handleEvent(gen, block) {
   for (const ch of Array.isArray(obj.choices) ? obj.choices : []) {
     if (!ch || (ch.index !== undefined && ch.index !== 0)) continue;
     const piece = ch.delta && typeof ch.delta.content === "string" ? ch.delta.content : typeof ch.text === "string" ? ch.text : "";
+    if (ch.delta && addThinking(gen, ch.delta.reasoning_content)) scheduleRender(gen);
     if (piece) {
       const now = performance.now();
       if (!gen.tFirst) gen.tFirst = now;
@@ -182,7 +200,8 @@ function finishGeneration(gen, opts) {
   const end = performance.now();
   state.gen = null;
 
-  if (!msg.content) {
+  endThinking(gen, end);
+  if (!msg.content && !msg.thinking) {
     // Nothing came back: take the empty reply out again.
     chat.messages.splice(chat.messages.indexOf(msg), 1);
     if (opts.previous) {
@@ -225,6 +244,7 @@ function finishGeneration(gen, opts) {
     prompt_tokens: typeof u.prompt_tokens === "number" ? u.prompt_tokens : undefined,
     ctx_used: typeof u.prompt_tokens === "number" && typeof u.completion_tokens === "number" ? u.prompt_tokens + u.completion_tokens : undefined,
     finish: gen.stopped ? "stopped" : gen.error ? "error" : gen.finish || undefined,
+    thinking_seconds: msg.thinking ? msg.thinking_seconds : undefined,
   };
   chat.updated = Date.now();
   saveChat(chat);

@@ -7,7 +7,7 @@ any port, sees the same list. One file serves every llmpack app of this user; WA
 two running apps write it at once.
 
 A chat is {"id", "title", "created", "updated", "mode", "messages": [{"role", "content",
-"stats"?, "attachments"?}]}; times are milliseconds since the epoch (what the page's Date.now()
+"stats"?, "attachments"?, "thinking"?}]}; times are milliseconds since the epoch (what the page's Date.now()
 gives). A user message's attachments are [{"name", "kind", "size", "tokens", "text"}]: the text
 that was sent, so the chat can be continued and exported as it was.
 """
@@ -102,6 +102,10 @@ def clean_chat(data: Any, *, chat_id: str | None = None) -> dict:
             item["stats"] = _stats(m["stats"], f"messages[{i}].stats")
         if m.get("attachments"):
             item["attachments"] = _clean_attachments(m["attachments"], i)
+        if m.get("thinking") and m["role"] == "assistant":   # a reasoning model's thinking, shown folded
+            if not isinstance(m["thinking"], str):
+                raise ChatError(f"messages[{i}].thinking must be text")
+            item["thinking"] = scrub(m["thinking"])
         clean.append(item)
     now = int(time.time() * 1000)
     title = scrub(data["title"]) if isinstance(data.get("title"), str) else ""
@@ -313,6 +317,9 @@ def to_markdown(chat: dict, model_name: str) -> str:
         for f in m.get("attachments", []):   # the name, with the text folded away
             out += [f"<details><summary>Attached: {html.escape(f['name'])}</summary>", "", "````text",
                     f["text"].replace("````", "` ` ` `"), "````", "", "</details>", ""]
+        if m.get("thinking"):   # folded, as the page shows it
+            out += ["<details><summary>Thinking</summary>", "", close_fences(m["thinking"].rstrip()), "",
+                    "</details>", ""]
         out += [close_fences(m["content"].rstrip()), ""]
     return "\n".join(out)
 
