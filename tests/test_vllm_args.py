@@ -6,6 +6,8 @@ import os
 import pytest
 
 from llmpack.runtime.engine.vllm_args import VLLM_ARGS, engine_kwargs
+from llmpack.runtime.hardware.backends import Device
+from llmpack.runtime.hardware.placement import plan_offload
 
 
 def test_the_docs_example_translates():
@@ -70,3 +72,14 @@ def test_every_listed_argument_has_a_rule():
             engine_kwargs({name: None})
         except ValueError:
             pass   # refused by name: a rule
+
+
+def test_gpu_memory_utilization_caps_what_auto_placement_fills(tiny_model):
+    """vLLM's meaning: this engine may use that share of the GPU's total memory, free or not."""
+    from test_gpu_fit import LAYER, N_CTX, OUTPUT, OVERHEAD   # the tiny model's sizes, measured there
+
+    total = OVERHEAD + 2 * LAYER + OUTPUT          # room for everything
+    gpu = Device("Vulkan0", "Fake GPU", memory_total=total, memory_free=total)
+    assert plan_offload("auto", tiny_model, N_CTX, devices=[gpu]).n_gpu_layers == 3
+    share = (OVERHEAD + LAYER) / total             # room for one layer only
+    assert plan_offload("auto", tiny_model, N_CTX, devices=[gpu], memory_fraction=share + 1e-9).n_gpu_layers == 1
