@@ -105,9 +105,8 @@ def test_thinking_switch_reaches_the_template():
     assert "Reasoning: medium" in oss.render(user)
     with pytest.raises(ThinkingSwitchError, match="think must be"):
         thinking_template_kwargs(qwen3.template, "max")
-    with pytest.raises(ThinkingSwitchError, match="does not think"):
-        thinking_template_kwargs(load_recipes()["chatml"].chat_template, True)
-    assert thinking_template_kwargs(load_recipes()["chatml"].chat_template, False) == {}
+    for think in (True, False, "high"):   # no switch: the model is left as it is
+        assert thinking_template_kwargs(load_recipes()["chatml"].chat_template, think) == {}
 
 
 def test_earlier_thinking_stays_out_of_the_next_prompt():

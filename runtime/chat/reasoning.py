@@ -33,7 +33,7 @@ class ReasoningSyntax:
     close: tuple[str, ...]
     answer: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()     # dropped between thinking and answer (harmony's `<|start|>assistant`)
-    cut: str = ""                  # appended to end the thinking early (--reasoning-budget)
+    cut: str = ""                  # appended to end the thinking early (--reasoning-budget); the model writes what follows
 
     def markers(self, state: str) -> tuple[str, ...]:
         if state == THINKING:
@@ -43,7 +43,7 @@ class ReasoningSyntax:
         return ()
 
 
-THINK = ReasoningSyntax("think", open=("<think>",), close=("</think>",), cut="\n</think>\n\n")
+THINK = ReasoningSyntax("think", open=("<think>",), close=("</think>",), cut="\n</think>")
 HARMONY = ReasoningSyntax(
     "harmony",
     open=("<|channel|>analysis<|message|>",),
@@ -106,7 +106,9 @@ def thinking_template_kwargs(template: str | None, think: bool | str | None) -> 
     (Ollama's `think`; OpenAI's `reasoning_effort` and Anthropic's `thinking` map onto it).
 
     Qwen3 takes a level as "on"; gpt-oss cannot stop thinking, so False asks for the least
-    ("low"), as Ollama does. Thinking asked of a model that never thinks is refused."""
+    ("low"), as Ollama does. A model with no switch is left as it is: Codex- and Claude-style
+    clients send their thinking settings to every model (Ollama's room refuses `think` for a
+    model that does not think, as Ollama does)."""
     if think is None:
         return {}
     if isinstance(think, str) and think not in THINK_LEVELS:
@@ -118,9 +120,6 @@ def thinking_template_kwargs(template: str | None, think: bool | str | None) -> 
         return {"enable_thinking": think is not False}
     if switch == "reasoning_effort":
         return {"reasoning_effort": think if isinstance(think, str) else ("medium" if think else "low")}
-    if think is not False and syntax_for_template(template) is None:
-        raise ThinkingSwitchError("this model does not think (its chat template has no thinking syntax); "
-                                  "leave the thinking switch unset or false")
     return {}
 
 
