@@ -83,3 +83,20 @@ def test_gpu_memory_utilization_caps_what_auto_placement_fills(tiny_model):
     assert plan_offload("auto", tiny_model, N_CTX, devices=[gpu]).n_gpu_layers == 3
     share = (OVERHEAD + LAYER) / total             # room for one layer only
     assert plan_offload("auto", tiny_model, N_CTX, devices=[gpu], memory_fraction=share + 1e-9).n_gpu_layers == 1
+
+
+def test_llm_takes_vllms_constructor_as_its_docs_write_it(tiny_chat_model):
+    """LLM(model=path, max_model_len=..., gpu_memory_utilization=0.95, dtype="half"), and vLLM's
+    seed: runs with the same seed sample the same text."""
+    from llmpack import LLM, SamplingParams   # lazy: loads llama.cpp
+
+    params = SamplingParams(temperature=1.0, max_tokens=8)
+    texts = []
+    for _ in range(2):
+        with LLM(model=str(tiny_chat_model), max_model_len=256, gpu_memory_utilization=0.95, dtype="half",
+                 gpu_layers=0, seed=5) as llm:
+            assert llm.engine.n_ctx == 256
+            texts.append([o.outputs[0].text for o in llm.generate(["hello", "hello"], params)])
+    assert texts[0] == texts[1] and texts[0][0] != texts[0][1]   # reproducible, yet two samples differ
+    with pytest.raises(ValueError, match="tensor_parallel_size=2"):
+        LLM(model=str(tiny_chat_model), tensor_parallel_size=2)

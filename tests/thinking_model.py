@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tests.ggufs import EOS_ID, tiny_vocab, write_tiny_model
+from ggufs import EOS_ID, tiny_vocab, write_tiny_model
 
 ADDED = ("<think>", "</think>")   # single tokens, as in Qwen3's and DeepSeek's vocabularies
 # Qwen3: the model opens and closes its thinking, then answers.

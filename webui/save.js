@@ -21,6 +21,7 @@ function body(chat) {
       if (m === writing) out.stats = { finish: INTERRUPTED };
       else if (m.stats) out.stats = m.stats;
       if (m.attachments && m.attachments.length) out.attachments = m.attachments;
+      if (m.thinking) out.thinking = m.thinking;   // a reasoning model's thinking, shown folded
       return out;
     }),
   };
