@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
 
 from llmpack.errors import LlmpackError
@@ -45,6 +46,18 @@ def submit_error(exc: Exception, param: str) -> Exception:
     return exc
 
 
+@dataclass(slots=True)
+class PromptStream:
+    """One prompt's engine stream and what it has told so far."""
+
+    stream: OutputStream
+    prompt_tokens: int
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    processed_tokens: int = 0      # prompt tokens read so far (prefix-cache hits included)
+    finished: bool = False
+
+
 class Generation:
     """Submits every prompt of `prep` at once (the engine batches them) and reads them back.
     `active` (the server's in-flight set) aborts them when `disconnected()` turns true."""
@@ -54,30 +67,71 @@ class Generation:
         self.model, self.prep, self.active, self.timer = model, prep, active, timer
         self.request_id, self.disconnected = request_id, disconnected
         self.n = prep.params.n
-        self.streams: list[OutputStream] = []
-        self.finished: list[bool] = []
-        self.counts: list[tuple[int, int, int]] = []   # (prompt, cached, generated) per stream
-        self.processed: list[int] = []                  # prompt tokens read so far, per stream
-        self.reasons: dict[int, str] = {}
+        self.prompts: list[PromptStream] = []
+        self.reasons: dict[int, str] = {}       # choice index -> finish reason
         self.started = time.monotonic()
         try:
             for i, ids in enumerate(prep.prompts):
-                self.streams.append(model.engine.add_request(ids, prep.params, request_id=f"{request_id}-{i}",
-                                                             prompt_progress=prep.return_progress))
-                self.finished.append(False)
-                self.counts.append((len(ids), 0, 0))
-                self.processed.append(0)
+                stream = model.engine.add_request(ids, prep.params, request_id=f"{request_id}-{i}",
+                                                  prompt_progress=prep.return_progress)
+                self.prompts.append(PromptStream(stream, len(ids)))
         except Exception as exc:
             self._abort()
             if timer is not None:
                 timer.done = True
             raise submit_error(exc, prep.prompt_param) from None
-        self.key = active.add(self.streams, disconnected) if active is not None else None
+        self.key = active.add([p.stream for p in self.prompts], disconnected) if active is not None else None
         budget = prep.reasoning_budget if self.n == 1 else None
-        self._thinking = ({i: _Thinking(prep, budget) for i in range(len(self.streams))}
+        self._thinking = ({i: _Thinking(prep, budget) for i in range(len(self.prompts))}
                           if prep.reasoning is not None and self.n == 1 else {})
 
-    def _end_thinking(self, i: int, watch: _Thinking, generated: int) -> RequestOutput | None:
+    @property
+    def num_choices(self) -> int:
+        return len(self.prompts) * self.n
+
+    @property
+    def processed(self) -> int:
+        return sum(p.processed_tokens for p in self.prompts)
+
+    @property
+    def thinking_tokens(self) -> int:
+        """Tokens a reasoning model spent thinking (Responses' `reasoning_tokens`), for n = 1."""
+        return sum(w.tokens for w in self._thinking.values())
+
+    def outputs(self) -> Iterator[tuple[int, RequestOutput]]:
+        """(index of the first choice of this prompt, RequestOutput delta). A reply that thinks
+        past its budget goes on in a continuation (`_end_thinking`): its deltas follow the first's."""
+        for i, p in enumerate(self.prompts):
+            before = 0   # tokens made by the streams this one continues
+            watch = self._thinking.get(i)
+            while True:
+                cut = None
+                for out in p.stream:
+                    if out.error:
+                        raise ApiError(500, f"Generation failed: {out.error}")
+                    total = before + out.num_generated_tokens
+                    if self.timer is not None:
+                        self.timer.tokens(total - p.generated_tokens)
+                    p.generated_tokens = total
+                    if not before:   # a continuation's prompt is this reply's own text: not the client's
+                        p.prompt_tokens = out.num_prompt_tokens or p.prompt_tokens
+                        p.cached_tokens = out.num_cached_tokens
+                        p.processed_tokens = max(p.processed_tokens, out.num_processed_prompt_tokens)
+                    for c in out.outputs:
+                        if c.finish_reason:
+                            self.reasons[i * self.n + c.index] = c.finish_reason
+                    p.finished = p.finished or out.finished
+                    if not out.finished and watch is not None and watch.over(out):
+                        cut = self._end_thinking(p, i, watch, total)
+                    yield i * self.n, out
+                    if cut is not None:
+                        before = total + len(cut.outputs[0].token_ids)
+                        yield i * self.n, cut
+                        break
+                if cut is None:
+                    break
+
+    def _end_thinking(self, p: PromptStream, i: int, watch: _Thinking, generated: int) -> RequestOutput | None:
         """Past the budget: the reply so far plus the syntax's closing marker becomes a new prompt,
         whose stream takes this one's place (prefix caching makes that cheap). Returns the marker
         as a delta of its own, so every reader sees the thinking end; None to let it run on
@@ -93,74 +147,31 @@ class Generation:
                                                    request_id=f"{self.request_id}-{i}-answer")
         except Exception:  # noqa: BLE001 - no room in the context or the queue: the reply thinks on
             return None
-        old, self.streams[i] = self.streams[i], stream
+        old, p.stream = p.stream, stream
         old.abort()
         if self.active is not None and self.key is not None:
             self.active.remove(self.key)
-            self.key = self.active.add(self.streams, self.disconnected)
+            self.key = self.active.add([q.stream for q in self.prompts], self.disconnected)
         watch.feed(syntax.cut, ids, ended=True)
         return RequestOutput(stream.request_id, [CompletionOutput(0, syntax.cut, list(ids))])
-
-    @property
-    def num_choices(self) -> int:
-        return len(self.streams) * self.n
-
-    @property
-    def thinking_tokens(self) -> int:
-        """Tokens a reasoning model spent thinking (Responses' `reasoning_tokens`), for n = 1."""
-        return sum(w.tokens for w in self._thinking.values())
-
-    def outputs(self) -> Iterator[tuple[int, RequestOutput]]:
-        """(index of the first choice of this prompt, RequestOutput delta). A reply that thinks
-        past its budget goes on in a continuation (`_end_thinking`): its deltas follow the first's."""
-        for i in range(len(self.streams)):
-            seen, before = 0, 0   # before: tokens made by the streams this one continues
-            watch = self._thinking.get(i)
-            while True:
-                cut = None
-                for out in self.streams[i]:
-                    if out.error:
-                        raise ApiError(500, f"Generation failed: {out.error}")
-                    total = before + out.num_generated_tokens
-                    if self.timer is not None:
-                        self.timer.tokens(total - seen)
-                    seen = total
-                    if not before:
-                        self.counts[i] = (out.num_prompt_tokens or self.counts[i][0], out.num_cached_tokens, seen)
-                        self.processed[i] = max(self.processed[i], out.num_processed_prompt_tokens)
-                    else:
-                        self.counts[i] = (*self.counts[i][:2], seen)
-                    for c in out.outputs:
-                        if c.finish_reason:
-                            self.reasons[i * self.n + c.index] = c.finish_reason
-                    if out.finished:
-                        self.finished[i] = True
-                    elif watch is not None and watch.over(out):
-                        cut = self._end_thinking(i, watch, total)
-                    yield i * self.n, out
-                    if cut is not None:
-                        before = total + len(cut.outputs[0].token_ids)
-                        yield i * self.n, cut
-                        break
-                if cut is None:
-                    break
 
     def prompt_progress(self) -> dict:
         """llama-server's `prompt_progress`: prompt tokens in all (`total`), reused from the prefix
         cache (`cache`), ready so far, cache included (`processed`), and milliseconds since the
         request came (`time_ms`)."""
-        return {"total": sum(c[0] for c in self.counts), "cache": sum(c[1] for c in self.counts),
-                "processed": sum(self.processed), "time_ms": round((time.monotonic() - self.started) * 1000)}
+        return {"total": sum(p.prompt_tokens for p in self.prompts), "cache": sum(p.cached_tokens for p in self.prompts),
+                "processed": self.processed, "time_ms": round((time.monotonic() - self.started) * 1000)}
 
     def usage(self) -> tuple[int, int, int]:
         """(prompt tokens, generated tokens, prompt tokens read from the prefix cache)."""
-        return (sum(c[0] for c in self.counts), sum(c[2] for c in self.counts), sum(c[1] for c in self.counts))
+        return (sum(p.prompt_tokens for p in self.prompts), sum(p.generated_tokens for p in self.prompts),
+                sum(p.cached_tokens for p in self.prompts))
 
     def _abort(self) -> None:
-        for stream, done in zip(self.streams, self.finished + [False] * len(self.streams)):
-            if not done:
+        for p in self.prompts:
+            if not p.finished:
                 try:
-                    stream.abort()
+                    p.stream.abort()
                 except Exception:  # noqa: BLE001 - aborting twice or after shutdown is harmless
                     pass
 
@@ -169,7 +180,7 @@ class Generation:
         if self.active is not None and self.key is not None:
             self.active.remove(self.key)
         if self.timer is not None:
-            self.timer.finish(self.reasons.get(0) if all(self.finished) else "abort")
+            self.timer.finish(self.reasons.get(0) if all(p.finished for p in self.prompts) else "abort")
 
 
 class _Thinking:
