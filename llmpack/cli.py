@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 from llmpack import __version__
 from llmpack.errors import LlmpackError
+from llmpack.runtime.chat.reasoning import REASONING_FORMATS   # names only, no dependencies
 from llmpack.runtime.engine import config as engine_defaults
 from llmpack.runtime.server.config import DEFAULT_HOST, DEFAULT_PORT, ServeConfig   # plain dataclasses, no server
 
@@ -79,6 +80,11 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    "cpu for none, or auto (default: the discrete GPU with the most free memory)")
     p.add_argument("--verbose", action="store_true",
                    help="technical details on the console: why no GPU is used, the CPU backend")
+    p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="auto",
+                   help="how a reasoning model's thinking is told from its answer: auto (from the chat template; "
+                        "default), none (leave it in the answer), think (<think> tags) or harmony (gpt-oss)")
+    p.add_argument("--reasoning-budget", type=_whole_number(-1, "--reasoning-budget"), default=-1,
+                   help="end a reasoning model's thinking after N tokens (0: no thinking; -1: no limit, the default)")
 
 
 def serve_config(args: argparse.Namespace, *, display_name: str | None = None, recipe_data: Any = None,
@@ -90,7 +96,9 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
                        base_model=base_model, ctx=args.ctx, device=args.device, flash_attn=args.flash_attn,
                        max_waiting=args.max_waiting, speculative=args.speculative, trace_steps=args.trace_steps,
                        host=args.host, port=args.port, open_browser=not args.no_browser,
-                       api_key=args.api_key or None, cors=args.cors, verbose=args.verbose, **set_)
+                       api_key=args.api_key or None, cors=args.cors, verbose=args.verbose,
+                       reasoning_format=args.reasoning_format,
+                       reasoning_budget=None if args.reasoning_budget < 0 else args.reasoning_budget, **set_)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

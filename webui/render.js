@@ -209,7 +209,8 @@ export function fillMessage(node, m) {
   const content = node.querySelector(".content");
   if (m.role === "assistant") {
     content.classList.add("markdown");
-    content.replaceChildren(m.content ? renderMarkdown(m.content) : waiting ? typingDots() : "");
+    showThinking(node, content, m);
+    content.replaceChildren(m.content ? renderMarkdown(m.content) : waiting && !m.thinking ? typingDots() : "");
   } else {
     content.textContent = m.content;
     const files = node.querySelector(".message-files");
@@ -218,6 +219,26 @@ export function fillMessage(node, m) {
   }
   node.querySelector(".stats").textContent = statsText(m.stats);
   node.classList.toggle("interrupted", wasInterrupted(m));
+}
+
+/** A reasoning model's thinking, folded above the answer as "Thinking… (12 s)"; updated in place
+ * while it streams, so a block the reader opened stays open. */
+function showThinking(node, content, m) {
+  let box = node.querySelector(":scope > .thinking");
+  if (!m.thinking) {
+    if (box) box.remove();
+    return;
+  }
+  if (!box) {
+    box = el("details", "thinking");
+    box.setAttribute("data-testid", "thinking");
+    box.appendChild(el("summary"));
+    box.appendChild(el("div", "thinking-text"));
+    content.before(box);
+  }
+  const secs = (m.stats && typeof m.stats.thinking_seconds === "number") ? m.stats.thinking_seconds : m.thinking_seconds;
+  box.firstChild.textContent = "Thinking… (" + (secs || 0) + " s)";
+  box.lastChild.textContent = m.thinking;
 }
 
 const wasInterrupted = (m) => !!(m.stats && m.stats.finish === INTERRUPTED);

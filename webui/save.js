@@ -40,6 +40,7 @@ function body(chat) {
       if (m === writing) item.stats = { ...(m.stats || {}), finish: INTERRUPTED };
       else if (m.stats) item.stats = m.stats;
       if (m.attachments && m.attachments.length) item.attachments = m.attachments;
+      if (m.thinking) item.thinking = m.thinking;   // a reasoning model's thinking, shown folded
       return item;
     }),
   };

@@ -56,6 +56,23 @@ export function systemPromptOf(chat) {
   return chat && typeof chat.system === "string" ? chat.system : effective().system_prompt;
 }
 
+/** A reasoning model's thinking (`reasoning_content` deltas) goes to msg.thinking, timed for the
+ * folded "Thinking… (12 s)" block; the next request sends only `content`, as the templates expect. */
+function addThinking(gen, text) {
+  if (typeof text !== "string" || !text) return false;
+  const now = performance.now();
+  if (!gen.tThink) gen.tThink = now;
+  gen.msg.thinking = (gen.msg.thinking || "") + text;
+  gen.msg.thinking_seconds = Math.round((now - gen.tThink) / 1000);
+  return true;
+}
+
+function endThinking(gen, end) {
+  if (!gen.tThink) return;
+  const until = gen.tFirst && gen.tFirst > gen.tThink ? gen.tFirst : end;
+  gen.msg.thinking_seconds = Math.round((until - gen.tThink) / 1000);
+}
+
 function httpError(status, body) {
   const msg = body && body.error && typeof body.error.message === "string" ? body.error.message
     : body && typeof body.message === "string" ? body.message : "HTTP " + status;
@@ -152,6 +169,7 @@ function handleEvent(gen, block) {
   for (const ch of Array.isArray(obj.choices) ? obj.choices : []) {
     if (!ch || (ch.index !== undefined && ch.index !== 0)) continue;
     const piece = ch.delta && typeof ch.delta.content === "string" ? ch.delta.content : typeof ch.text === "string" ? ch.text : "";
+    if (ch.delta && addThinking(gen, ch.delta.reasoning_content)) scheduleRender(gen);
     if (piece) {
       const now = performance.now();
       if (!gen.tFirst) gen.tFirst = now;
@@ -204,7 +222,8 @@ function finishGeneration(gen, opts) {
   const end = performance.now();
   state.gen = null;
 
-  if (!msg.content) {
+  endThinking(gen, end);
+  if (!msg.content && !msg.thinking) {
     // Nothing came back: take the empty reply out again (a failed regenerate shows the old reply).
     removeMessage(chat, msg, opts.previous ? opts.previous.id : msg.parent);
     if (opts.userMsg && chat.leaf === opts.userMsg.id) {
@@ -249,6 +268,7 @@ function finishGeneration(gen, opts) {
     ctx_used: typeof u.prompt_tokens === "number" && typeof u.completion_tokens === "number" ? u.prompt_tokens + u.completion_tokens : undefined,
     read_from: gen.readFrom || undefined,   // the first message the model read: older ones were left out
     finish: gen.stopped ? "stopped" : gen.error ? "error" : gen.finish || undefined,
+    thinking_seconds: msg.thinking ? msg.thinking_seconds : undefined,
   };
   chat.updated = Date.now();
   saveChat(chat);

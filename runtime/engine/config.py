@@ -42,6 +42,7 @@ class EngineConfig:
     model_length: int | None = None    # its size (None: to the end of the file)
     trace_steps: str | None = None     # a file to append one JSON line per engine step to (see step_trace.py)
     speculative: str = SPECULATIVE     # n-gram prompt-lookup drafting: "auto" | "ngram" | "off"
+    gpu_memory_utilization: float = 1.0   # share of the GPU's total memory --gpu-layers auto may fill (vLLM's)
 
     def __post_init__(self) -> None:
         self.gpu_layers = parse_gpu_layers(self.gpu_layers)

@@ -77,7 +77,8 @@ class LLMEngine:
         `background`: step on the engine's own thread; False: the caller calls `step()`."""
         self.config = config
         plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device, info,
-                            offset=config.model_offset, length=config.model_length)
+                            offset=config.model_offset, length=config.model_length,
+                            memory_fraction=config.gpu_memory_utilization)
         self.runner = ModelRunner(config, plan.n_gpu_layers, plan.device.handle if plan.device else 0, progress)
         self.backend = backend_report(plan, self.runner)   # what /health and the start-up line say
         self.n_ctx = self.runner.n_ctx

@@ -20,6 +20,8 @@ class ServeConfig:
     recipe_data: Mapping[str, Any] | None = None   # a built file's recipe, decided at build time
     display_name: str | None = None           # --name, or the name given at build time
     system: str | None = None                 # --system: default system prompt
+    reasoning_format: str = "auto"            # --reasoning-format (runtime/chat/reasoning.py REASONING_FORMATS)
+    reasoning_budget: int | None = None       # --reasoning-budget; None = no limit
     base_model: bool | None = None            # decided at build time from the model's file name
     # the engine
     ctx: int | None = None                    # --ctx; None = the recipe's, capped by the model (choose_n_ctx)

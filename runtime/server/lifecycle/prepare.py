@@ -123,10 +123,12 @@ def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progr
         key = model_key(path, info.name, src.sha256)
         return describe_model(
             engine, chat, model_id=model_id, display_name=name, system=config.system,
+            reasoning_format=config.reasoning_format, reasoning_budget=config.reasoning_budget,
             fingerprint=f"fp_llmpack-{__version__}-{key}", model_key=key, backend=engine.backend,
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
                   "chat_format": chat.source if chat else None, "display_name": name,
+                  "parameters": info.parameters, "file_type": info.file_type, "size": info.length,
                   "base_model": config.base_model if config.base_model is not None else info.base_model})
     except BaseException:
         engine.shutdown()

@@ -9,7 +9,8 @@ each has an "id" and a "parent" (the id of the message it answers or follows; nu
 and a parent always comes before its children in the list. Editing a message or writing a reply
 again adds a sibling, so nothing is thrown away; "leaf" names the last message of the branch the
 page shows. Chats saved before the tree (no ids) are one branch: the messages in order.
-A user message's attachments are [{"name", "kind", "size", "tokens", "text"}]: the text that was
+An assistant message may carry "thinking" (a reasoning model's thinking, shown folded, never sent
+back). A user message's attachments are [{"name", "kind", "size", "tokens", "text"}]: the text that was
 sent, so the chat can be continued and exported as it was.
 """
 from __future__ import annotations
@@ -92,6 +93,10 @@ def _message(m: Any, i: int) -> dict:
         item["stats"] = _stats(m["stats"], f"messages[{i}].stats")
     if m.get("attachments"):
         item["attachments"] = _clean_attachments(m["attachments"], i)
+    if m.get("thinking") and m["role"] == "assistant":   # a reasoning model's thinking, shown folded
+        if not isinstance(m["thinking"], str):
+            raise ChatError(f"messages[{i}].thinking must be text")
+        item["thinking"] = scrub(m["thinking"])
     return item
 
 
