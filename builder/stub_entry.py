@@ -235,7 +235,7 @@ def selftest() -> int:
     try:
         # lazy: the self-test imports everything a launch needs, only when the builder asks
         import llama_cpp
-        import pypdf       # PDF attachments (runtime/server/documents.py imports it on first use)
+        import pypdf       # PDF attachments (runtime/server/documents/extract.py imports it on first use)
         import zstandard   # models built with --compress
 
         from llmpack.runtime.engine import engine  # noqa: F401

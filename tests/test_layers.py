@@ -24,7 +24,8 @@ BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpa
 MODEL, HARDWARE, STRUCTURED = "llmpack.runtime.model", "llmpack.runtime.hardware", "llmpack.runtime.structured"
 ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "llmpack.runtime.llm",
                              "llmpack.runtime.server")
-RUNTIME = {MODEL, HARDWARE, STRUCTURED, ENGINE, CHAT, LLM, SERVER}
+DOCUMENTS = "llmpack.runtime.server.documents"   # extraction, chunks, the FTS5 index: nothing of the server
+RUNTIME = {MODEL, HARDWARE, STRUCTURED, ENGINE, CHAT, LLM, SERVER, DOCUMENTS}
 ALLOWED: dict[str, set[str]] = {
     "llmpack": {LLM, ENGINE},                     # the package exports LLM / SamplingParams, lazily
     "llmpack.errors": set(),
@@ -39,6 +40,7 @@ ALLOWED: dict[str, set[str]] = {
     CHAT: BASE | {MODEL, ENGINE},
     LLM: BASE | {MODEL, ENGINE, CHAT},
     SERVER: BASE | RUNTIME,
+    DOCUMENTS: BASE,
     "llmpack.webui": BASE,
     "llmpack.recipes": set(),
     "llmpack.builder": BASE | RUNTIME | {"llmpack.webui", "llmpack.demo_models", "llmpack.cli"},

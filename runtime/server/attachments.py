@@ -28,7 +28,7 @@ from urllib.parse import unquote
 
 from flask import Blueprint, jsonify, request
 
-from llmpack.runtime.server import documents as D
+from llmpack.runtime.server.documents import extract as D
 from llmpack.runtime.server.api_error import ApiError, bad
 from llmpack.runtime.server.request_context import app_context, ready_model
 from llmpack.runtime.server.state import ServedModel

@@ -1,0 +1,119 @@
+"""What the model reads of documents too long for its context, for one question.
+
+`read` picks, within a token budget, the chunks of the indexed documents that best answer the
+question: first the pages the question names ("what does page 212 say?"), then BM25's best
+matches across all the documents (their scores are comparable: one index, one IDF), each taken
+whole if it still fits. What is picked is written back in document order, each chunk under the
+place a reader would cite, so the model can answer "... (p. 217)":
+
+    ## File: contract.pdf (300 pages, too long to read whole: the 8 parts that best match the question; cite them by the mark before each, e.g. p. 217)
+
+    [p. 12]
+    ...
+
+    [p. 217]
+    ...
+
+When nothing in a document matches (a question such as "summarise this" names none of its
+words), the model reads its beginning, and the heading says so. `Reading.report()` is what a
+reply says it read, for the chat page to show under the answer.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from llmpack.runtime.server.documents.extract import format_message
+from llmpack.runtime.server.documents.index import DocumentIndex, Hit, Indexed, page_refs
+
+CANDIDATES = 64        # chunks tokenized at most per question: BM25's best, far more than a budget holds
+MIN_ROOM = 32          # tokens: less room than this left in the budget and the search stops
+MARGIN = 0.98          # token counts of parts are added; the joined text may tokenize a little longer
+
+
+@dataclass(slots=True)
+class Reading:
+    """What the model reads of one long document for one question."""
+    doc: Indexed
+    hits: list[Hit]       # in document order
+    matched: bool         # False: no chunk matched the question, so `hits` is the beginning
+
+    def title(self) -> str:
+        size = f"{self.doc.pages:,} pages" if self.doc.pages else f"{self.doc.chars:,} characters"
+        n = len(self.hits)
+        what = "part" if n == 1 else f"{n} parts"
+        if not self.matched:
+            why = f"no part of it matches the question, so here is its beginning ({what})"
+        else:
+            why = f"here {'is the part' if n == 1 else 'are the ' + what} that best match{'es' if n == 1 else ''} the question"
+        mark = self.hits[0].label if self.hits else "p. 1"
+        return f"{self.doc.name} ({size}, too long to read whole: {why}; cite what you use by its mark, e.g. [{mark}])"
+
+    def body(self) -> str:
+        return "\n\n".join(block(h) for h in self.hits)
+
+    def section(self) -> tuple[str, str]:
+        """(heading, text) as documents.extract.format_message takes them."""
+        return self.title(), self.body()
+
+    def report(self) -> dict:
+        """What the reply says the model read of this file (JSON)."""
+        return {"file_id": self.doc.id, "filename": self.doc.name, "pages": self.doc.pages,
+                "chunks": self.doc.chunks, "matched": self.matched,
+                "parts": [{"label": h.label, "page": h.page, "heading": h.heading} for h in self.hits]}
+
+
+def block(hit: Hit) -> str:
+    """One chunk as the model reads it: its mark, then its text."""
+    where = f"[{hit.label}]" if not hit.heading or hit.page else f"[{hit.label}] ({hit.heading})"
+    return f"{where}\n{hit.text}"
+
+
+def read(index: DocumentIndex, docs: Sequence[Indexed], question: str, budget: int,
+         count: Callable[[str], int]) -> list[Reading]:
+    """The chunks of `docs` that best answer `question` and fit in `budget` tokens together
+    with their headings (`count` measures a text in the model's tokens)."""
+    if not docs:
+        return []
+    picked: dict[str, list[Hit]] = {d.id: [] for d in docs}
+    # each heading is counted at its longest wording (the "no part matches" one), and once
+    room = int(budget * MARGIN) - sum(count(format_message([(_longest_title(d), "")], "")) for d in docs)
+    matched = {d.id: True for d in docs}
+    candidates: list[Hit] = []
+    for d in docs:
+        if d.pages:
+            candidates += index.on_pages(d.id, page_refs(question, d.pages))
+    candidates += index.search([d.id for d in docs], question, CANDIDATES)
+    if not candidates:   # nothing matches: the beginning of each document, in turn
+        matched = {d.id: False for d in docs}
+        heads = [index.first(d.id, CANDIDATES // len(docs) or 1) for d in docs]
+        candidates = [h for group in zip(*heads) for h in group] + [h for g in heads for h in g[min(map(len, heads)):]]
+    seen: set[tuple[str, int]] = set()
+    for hit in candidates[:CANDIDATES]:
+        if room < MIN_ROOM:
+            break
+        if (hit.doc, hit.ord) in seen:
+            continue
+        seen.add((hit.doc, hit.ord))
+        cost = count(block(hit) + "\n\n")
+        if cost <= room:
+            picked[hit.doc].append(hit)
+            room -= cost
+    if any(matched.values()):   # room left: the text around the best matches, best first
+        for hit in index.around([(h.doc, h.ord) for d in docs for h in picked[d.id]]):
+            if room < MIN_ROOM:
+                break
+            if (hit.doc, hit.ord) in seen:
+                continue
+            seen.add((hit.doc, hit.ord))
+            cost = count(block(hit) + "\n\n")
+            if cost <= room:
+                picked[hit.doc].append(hit)
+                room -= cost
+    return [Reading(d, sorted(picked[d.id], key=lambda h: h.ord), matched[d.id]) for d in docs if picked[d.id]]
+
+
+def _longest_title(doc: Indexed) -> str:
+    """The heading at its longest: 'no part matches' wording, a long mark, many parts."""
+    stand_in = Hit(doc.id, 0, 0, "lines 99999-99999", "", "")
+    return Reading(doc, [stand_in] * 99, False).title()
