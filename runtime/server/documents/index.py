@@ -9,7 +9,7 @@ index serves every llmpack app of this user:
                rows and then every document no model owns any more
     chunks     the pieces (documents/chunks.py): ord, page, label, heading, text
     chunk_text FTS5 over (heading, text), external content = chunks, Porter stemming over
-               unicode61 with diacritics folded, so "kept" finds "keeps" and "resume" finds "résumé"
+               unicode61 with diacritics folded, so "keeps" finds "keep" and "resume" finds "résumé"
 
 A document is stored in one transaction: a file that fails half-way (bad input, a full disk,
 the app closed) leaves nothing behind. The same content is stored once however often it is
