@@ -17,6 +17,7 @@ from llmpack.runtime.server.documents import chunks as C
 from llmpack.runtime.server.documents import excerpts as E
 from llmpack.runtime.server.documents import extract as D
 from llmpack.runtime.server.documents import index as I
+from llmpack.runtime.server.documents import reading as R
 
 
 def words(text: str) -> int:
@@ -175,3 +176,59 @@ def test_forget_and_usage_create_nothing(tmp_path, monkeypatch):
 
 def test_this_python_has_fts5():
     assert I.fts5_available()
+
+
+# ---------------------------------------------------------------- a request's files (reading.arrange)
+def _arrange(index, messages, files_at, budget=3000):
+    file_messages = [R.FileMessage(at, files, text) for at, files, text in files_at]
+    return R.arrange(messages, file_messages, budget=budget, count=words, index=index, owner="m")
+
+
+def test_files_that_fit_are_read_whole_as_before(index):
+    note = D.extract("note.txt", b"The door code is 4711.")
+    got = _arrange(index, [{"role": "user", "content": []}], [(0, [R.Attached("note.txt", doc=note)], "Code?")])
+    assert got.messages[0]["content"] == D.format_message([("note.txt", "The door code is 4711.")], "Code?")
+    assert got.reports == [] and not index.path.exists()   # nothing indexed for a file read whole
+
+
+def test_a_file_too_long_is_searched_for_the_latest_question(index, contract):
+    doc, needle = contract
+    note = D.extract("note.txt", b"The door code is 4711.")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": []},
+                {"role": "assistant", "content": "I have read the files."}, {"role": "user", "content": needle.question}]
+    got = _arrange(index, messages, [(1, [R.Attached("contract.pdf", doc=doc), R.Attached("note.txt", doc=note)],
+                                      "Two files.")])
+    first, last = got.messages[1]["content"], got.messages[3]["content"]
+    assert first.startswith("## File: contract.pdf (300 pages, too long to read whole: the parts that match each "
+                            "question are given with it)") and "## File: note.txt\n\nThe door code is 4711." in first
+    assert "[p. 217]" in last and needle.text in last and last.endswith("---\n\n" + needle.question)
+    assert sum(words(m["content"]) + R.PER_MESSAGE for m in got.messages) <= 3000
+    report, = got.reports
+    assert report["filename"] == "contract.pdf" and 217 in [p["page"] for p in report["parts"]]
+    assert index.get(report["file_id"]).pages == 300
+
+
+def test_whole_and_excerpts_are_honoured(index, contract):
+    doc = contract[0]
+    with pytest.raises(R.ReadingError) as info:
+        _arrange(index, [{"role": "user", "content": []}], [(0, [R.Attached("contract.pdf", "whole", doc)], "Q")])
+    assert info.value.code == "attachments_too_long" and "contract.pdf" in str(info.value)
+    assert "\"read\": \"auto\"" in str(info.value) and not index.path.exists()
+    small = D.extract("guide.md", ("# Fees\n\nThe fee is 12 crowns.\n\n# Hours\n\nOpen at nine.\n").encode())
+    got = _arrange(index, [{"role": "user", "content": []}],
+                   [(0, [R.Attached("guide.md", "excerpts", small)], "What is the fee?")])
+    assert "[§ Fees]" in got.messages[0]["content"] and got.reports[0]["parts"][0]["label"] == "§ Fees"
+    known = index.get(got.reports[0]["file_id"])
+    again = _arrange(index, [{"role": "user", "content": []}],
+                     [(0, [R.Attached("guide.md", "auto", None, known)], "When does it open?")])
+    assert "Open at nine." in again.messages[0]["content"]   # by its file_id alone
+    with pytest.raises(R.ReadingError) as info:
+        _arrange(index, [{"role": "user", "content": []}], [(0, [R.Attached("guide.md", "whole", None, known)], "")])
+    assert info.value.code == "invalid_file" and "send it as file_data" in str(info.value)
+
+
+def test_a_full_conversation_leaves_no_room_and_says_so(index, contract):
+    long_chat = [{"role": "user", "content": "word " * 2990}, {"role": "user", "content": []}]
+    with pytest.raises(R.ReadingError) as info:
+        _arrange(index, long_chat, [(1, [R.Attached("contract.pdf", doc=contract[0])], "Q?")])
+    assert "start a new chat" in str(info.value) and "\n" not in str(info.value)

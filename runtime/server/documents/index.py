@@ -191,6 +191,13 @@ class DocumentIndex:
                               "and attach it again") from None
         return found
 
+    def claim(self, key: str, owner: str) -> None:
+        """Mark a stored document used by `owner` now (a chat sent it again by its file_id)."""
+        with closing(self._connect()) as con, con:
+            con.execute("UPDATE documents SET used = ? WHERE id = ?", (int(time.time() * 1000), key))
+            con.execute("INSERT OR IGNORE INTO owners (doc, model) SELECT id, ? FROM documents WHERE id = ?",
+                        (owner, key))
+
     def get(self, key: str) -> Indexed | None:
         with closing(self._connect()) as con:
             return self._get(con, key)
