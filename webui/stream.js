@@ -6,6 +6,7 @@ import { requestContent, restoreFiles } from "./attach.js";
 import { renderChatList } from "./chatlist.js";
 import { plainError } from "./errors.js";
 import { showPromptProgress } from "./progress.js";
+import { readFromResponse, readText } from "./readparts.js";
 import { addNotice, fillMessage, isNearBottom, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
   updateStatusbar } from "./render.js";
 import { saveChat, saveNowAndThen } from "./save.js";
@@ -72,6 +73,8 @@ export async function generate(chat, opts) {
   try {
     const resp = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: gen.controller.signal, cache: "no-store" });
     if (!resp.ok) throw httpError(resp.status, await readBody(resp));
+    msg.read = readText(readFromResponse(resp));   // which parts of a long file it reads, shown at once
+    if (msg.read && gen.node) fillMessage(gen.node, msg);
     await readStream(gen, resp.body.getReader());
   } catch (err) {
     if (err && err.name === "AbortError") {
@@ -225,6 +228,7 @@ function finishGeneration(gen, opts) {
     prompt_tokens: typeof u.prompt_tokens === "number" ? u.prompt_tokens : undefined,
     ctx_used: typeof u.prompt_tokens === "number" && typeof u.completion_tokens === "number" ? u.prompt_tokens + u.completion_tokens : undefined,
     finish: gen.stopped ? "stopped" : gen.error ? "error" : gen.finish || undefined,
+    read: msg.read || undefined,
   };
   chat.updated = Date.now();
   saveChat(chat);
