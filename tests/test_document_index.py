@@ -152,6 +152,9 @@ def test_the_budget_is_kept_for_any_size(index, contract):
         text = D.format_message([r.section() for r in readings], "")
         assert words(text) <= budget
     assert E.read(index, [ix], contract[1].question, 20, words) == []   # not even a heading fits
+    small, = E.read(index, [ix], contract[1].question, 90, words)       # less than one chunk: the best, cut
+    assert len(small.hits) == 1 and small.hits[0].page == 217 and "Kestrel Marine" in small.hits[0].text
+    assert words(D.format_message([small.section()], "")) <= 90 and len(small.hits[0].text) < C.CHUNK_CHARS // 2
 
 
 def test_forget_removes_what_only_that_model_used(index, contract):
@@ -159,7 +162,7 @@ def test_forget_removes_what_only_that_model_used(index, contract):
     shared = index.add(contract[0], "model-a")
     index.add(contract[0], "model-b")
     mine = index.add(other, "model-a")
-    assert index.usage("model-a") == (1, mine.chars)
+    assert index.usage("model-a") == (1, sum(len(c.text.encode()) for c in C.chunk(other)))
     assert index.forget("model-a") == 1
     assert index.get(mine.id) is None and index.get(shared.id) == shared
     assert index.search([mine.id], "plain words") == []

@@ -20,11 +20,12 @@ reply says it read, for the chat page to show under the answer.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llmpack.runtime.server.documents.extract import format_message
-from llmpack.runtime.server.documents.index import DocumentIndex, Hit, Indexed, page_refs
+from llmpack.runtime.server.documents.index import DocumentIndex, Hit, Indexed, page_refs, query_terms
 
 CANDIDATES = 64        # chunks tokenized at most per question: BM25's best, far more than a budget holds
 MIN_ROOM = 32          # tokens: less room than this left in the budget and the search stops
@@ -60,7 +61,7 @@ class Reading:
         """What the reply says the model read of this file (JSON)."""
         return {"file_id": self.doc.id, "filename": self.doc.name, "pages": self.doc.pages,
                 "chunks": self.doc.chunks, "matched": self.matched,
-                "parts": [{"label": h.label, "page": h.page, "heading": h.heading} for h in self.hits]}
+                "parts": [{"label": h.label, "page": h.page, "heading": h.heading[-80:]} for h in self.hits]}
 
 
 def block(hit: Hit) -> str:
@@ -96,6 +97,9 @@ def read(index: DocumentIndex, docs: Sequence[Indexed], question: str, budget: i
             continue
         seen.add((hit.doc, hit.ord))
         cost = count(block(hit) + "\n\n")
+        if cost > room and not any(picked.values()):   # a small context: the best chunk, cut to fit
+            hit = _trimmed(hit, question, room, count)
+            cost = count(block(hit) + "\n\n") if hit else room + 1
         if cost <= room:
             picked[hit.doc].append(hit)
             room -= cost
@@ -111,6 +115,28 @@ def read(index: DocumentIndex, docs: Sequence[Indexed], question: str, budget: i
                 picked[hit.doc].append(hit)
                 room -= cost
     return [Reading(d, sorted(picked[d.id], key=lambda h: h.ord), matched[d.id]) for d in docs if picked[d.id]]
+
+
+def _trimmed(hit: Hit, question: str, room: int, count: Callable[[str], int]) -> Hit | None:
+    """`hit` cut to about `room` tokens from the sentence that holds most words of the question
+    (their stems, roughly: "services" finds "serviced"), or None when not even that fits."""
+    text = hit.text
+    stems = [t[:max(4, len(t) - 2)] for t in query_terms(question)]
+    best, at = 0, 0
+    for m in re.finditer(r"[^.!?\n]+[.!?]?", text):
+        sentence = m.group().lower()
+        score = sum(1 for st in stems if st in sentence)
+        if score > best:
+            best, at = score, m.start()
+    size = len(text)
+    while size > 40:
+        size = int(size * 0.8)
+        start = max(0, min(at, len(text) - size))
+        piece = ("…" if start else "") + text[start:start + size].strip() + ("…" if start + size < len(text) else "")
+        cut = Hit(hit.doc, hit.ord, hit.page, hit.label, hit.heading, piece, hit.score)
+        if count(block(cut) + "\n\n") <= room:
+            return cut
+    return None
 
 
 def _longest_title(doc: Indexed) -> str:

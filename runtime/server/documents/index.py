@@ -252,16 +252,17 @@ class DocumentIndex:
         return [Hit(*r) for r in rows]
 
     def usage(self, owner: str) -> tuple[int, int]:
-        """(documents only `owner` uses, characters of their text): what `--forget` would remove.
+        """(documents only `owner` uses, bytes of their text): what `--forget` would remove.
         Creates nothing when there is no index yet."""
         if not self.path.is_file():
             return 0, 0
         with closing(self._connect()) as con:
-            n, chars = con.execute(
-                "SELECT COUNT(*), COALESCE(SUM(chars), 0) FROM documents d WHERE EXISTS (SELECT 1 FROM owners o "
-                "WHERE o.doc = d.id AND o.model = ?) AND NOT EXISTS (SELECT 1 FROM owners o WHERE o.doc = d.id "
-                "AND o.model != ?)", (owner, owner)).fetchone()
-        return int(n), int(chars)
+            n, size = con.execute(
+                "SELECT COUNT(DISTINCT d.id), COALESCE(SUM(LENGTH(CAST(c.text AS BLOB))), 0) FROM documents d "
+                "JOIN chunks c ON c.doc = d.id WHERE EXISTS (SELECT 1 FROM owners o WHERE o.doc = d.id AND "
+                "o.model = ?) AND NOT EXISTS (SELECT 1 FROM owners o WHERE o.doc = d.id AND o.model != ?)",
+                (owner, owner)).fetchone()
+        return int(n), int(size)
 
     def forget(self, owner: str) -> int:
         """Drop `owner`'s claim on every document and delete the documents nobody claims any more
