@@ -90,30 +90,29 @@ def read(index: DocumentIndex, docs: Sequence[Indexed], question: str, budget: i
         heads = [index.first(d.id, CANDIDATES // len(docs) or 1) for d in docs]
         candidates = [h for group in zip(*heads) for h in group] + [h for g in heads for h in g[min(map(len, heads)):]]
     seen: set[tuple[str, int]] = set()
-    for hit in candidates[:CANDIDATES]:
-        if room < MIN_ROOM:
-            break
+
+    def take(hit: Hit, may_trim: bool) -> None:
+        nonlocal room
         if (hit.doc, hit.ord) in seen:
-            continue
+            return
         seen.add((hit.doc, hit.ord))
         cost = count(block(hit) + "\n\n")
-        if cost > room and not any(picked.values()):   # a small context: the best chunk, cut to fit
+        if cost > room and may_trim and not any(picked.values()):   # a small context: the best chunk, cut to fit
             hit = _trimmed(hit, question, room, count)
             cost = count(block(hit) + "\n\n") if hit else room + 1
         if cost <= room:
             picked[hit.doc].append(hit)
             room -= cost
+
+    for hit in candidates[:CANDIDATES]:
+        if room < MIN_ROOM:
+            break
+        take(hit, True)
     if any(matched.values()):   # room left: the text around the best matches, best first
         for hit in index.around([(h.doc, h.ord) for d in docs for h in picked[d.id]]):
             if room < MIN_ROOM:
                 break
-            if (hit.doc, hit.ord) in seen:
-                continue
-            seen.add((hit.doc, hit.ord))
-            cost = count(block(hit) + "\n\n")
-            if cost <= room:
-                picked[hit.doc].append(hit)
-                room -= cost
+            take(hit, False)
     return [Reading(d, sorted(picked[d.id], key=lambda h: h.ord), matched[d.id]) for d in docs if picked[d.id]]
 
 
