@@ -3,11 +3,12 @@
 Three generated documents far longer than the context (tests/long_docs.py): a 300-page PDF,
 a DOCX of 200 headed sections and a Markdown file of 200 sections, with 50 facts planted at
 known places (17 + 17 + 16); a third of the questions say it in other words than the fact does.
-For each question, what the model would read within the budget of a 4,096-token context
-(runtime/server/documents/excerpts.read, the real tokenizer of the demo instruct model) is
-checked for the fact. Compared in the same run:
+For each question, what the model would read (runtime/server/documents/excerpts.read, with
+reading.EXCERPT_TOKENS and the real tokenizer of the demo instruct model) is checked for the
+fact. Compared in the same run:
 
-- `first N pages`: what the chat page did before: the document's beginning, as much as fits;
+- `first N pages`: what the chat page did before: the document's beginning, as much as fits in
+  all that a 4,096-token context keeps for files (more than the excerpts get);
 - `BM25`: the FTS5 index, as served;
 - `BM25 + embeddings`: BM25's best RERANK chunks reordered by cosine similarity of the model's
   own /v1/embeddings vectors (question against chunk), and the same mixed with BM25's order by
@@ -40,9 +41,11 @@ from llmpack.demo_models import demo_model_path  # noqa: E402
 from llmpack.runtime.server.documents import excerpts as E  # noqa: E402
 from llmpack.runtime.server.documents import extract as D  # noqa: E402
 from llmpack.runtime.server.documents.index import DocumentIndex  # noqa: E402
+from llmpack.runtime.server.documents.reading import EXCERPT_TOKENS  # noqa: E402
 
 N_CTX = 4096
 BUDGET = max(N_CTX - 1024, N_CTX // 2)     # server/attachments.budget: what files may take
+READ = min(BUDGET, EXCERPT_TOKENS)         # what one question reads of a searched file
 
 
 def sectioned(seed: int, n: int, towns: list[str], planted: dict, kind: str) -> list[tuple[str, str]]:
@@ -166,10 +169,11 @@ def main() -> None:
                 hits["first N pages"] += nd.answer in head
                 for name, source in methods.items():
                     t = time.perf_counter()
-                    read = E.read(source, [ix], nd.question, BUDGET, model.count)
+                    read = E.read(source, [ix], nd.question, READ, model.count)
                     times[name].append(time.perf_counter() - t)
                     hits[name] += any(nd.answer in h.text for r in read for h in r.hits)
-    print(f"{total} questions over 3 documents; budget {BUDGET} tokens (a {N_CTX}-token context)")
+    print(f"{total} questions over 3 documents; each reads {READ} tokens of excerpts; 'first N pages' gets "
+          f"{BUDGET} tokens (all a {N_CTX}-token context keeps for files)")
     base = hits["BM25"] / total
     for name, n in hits.items():
         t = f", {statistics.median(times[name]) * 1000:.0f} ms per question (median)" if name in times else ""

@@ -6,7 +6,7 @@ matches across all the documents (their scores are comparable: one index, one ID
 whole if it still fits. What is picked is written back in document order, each chunk under the
 place a reader would cite, so the model can answer "... (p. 217)":
 
-    ## File: contract.pdf (300 pages, too long to read whole: the 8 parts that best match the question; cite them by the mark before each, e.g. p. 217)
+    ## File: contract.pdf (300 pages, too long to read whole: here are the 8 parts that best match the question, each under its page in brackets; when you use one, say its page)
 
     [p. 12]
     ...
@@ -43,15 +43,23 @@ class Reading:
         size = f"{self.doc.pages:,} pages" if self.doc.pages else f"{self.doc.chars:,} characters"
         n = len(self.hits)
         what = "part" if n == 1 else f"{n} parts"
+        unit = "page" if self.doc.pages else "place in the file"
         if not self.matched:
             why = f"no part of it matches the question, so here is its beginning ({what})"
         else:
             why = f"here {'is the part' if n == 1 else 'are the ' + what} that best match{'es' if n == 1 else ''} the question"
-        mark = self.hits[0].label if self.hits else "p. 1"
-        return f"{self.doc.name} ({size}, too long to read whole: {why}; cite what you use by its mark, e.g. [{mark}])"
+        return f"{self.doc.name} ({size}, too long to read whole: {why}, each under its {unit} in brackets; " \
+               f"when you use one, say its {unit})"
 
     def body(self) -> str:
-        return "\n\n".join(block(h) for h in self.hits)
+        """The chunks under their marks; neighbours with the same mark share one."""
+        groups: list[list[Hit]] = []
+        for h in self.hits:
+            if groups and groups[-1][-1].label == h.label and groups[-1][-1].ord + 1 == h.ord:
+                groups[-1].append(h)
+            else:
+                groups.append([h])
+        return "\n\n".join(block(g[0], "\n".join(h.text for h in g)) for g in groups)
 
     def section(self) -> tuple[str, str]:
         """(heading, text) as documents.extract.format_message takes them."""
@@ -64,10 +72,12 @@ class Reading:
                 "parts": [{"label": h.label, "page": h.page, "heading": h.heading[-80:]} for h in self.hits]}
 
 
-def block(hit: Hit) -> str:
-    """One chunk as the model reads it: its mark, then its text."""
+def block(hit: Hit, text: str | None = None) -> str:
+    """One chunk as the model reads it: its mark, its text, and the mark again as an end mark.
+    The end mark is there for small models: without it the 0.5B demo model cited the page
+    whose mark came *after* the sentence it used (p. 254 for a fact on p. 217)."""
     where = f"[{hit.label}]" if not hit.heading or hit.page else f"[{hit.label}] ({hit.heading})"
-    return f"{where}\n{hit.text}"
+    return f"{where}\n{hit.text if text is None else text}\n[end of {hit.label}]"
 
 
 def read(index: DocumentIndex, docs: Sequence[Indexed], question: str, budget: int,

@@ -11,7 +11,8 @@ README, "Files in chat requests"):
 
 A searched file leaves a one-line stand-in in the message that carried it, and the parts that
 best match the *latest* user message go into that message, under the file's name, within what
-the context has left once everything else in the conversation is counted (excerpts.read). The
+the context has left once everything else in the conversation is counted, and at most
+EXCERPT_TOKENS (excerpts.read). The
 same question over the same index picks the same parts, so a chat's earlier turns are not
 re-read differently, and the reply's report (`Arranged.reports`) says which parts were read.
 """
@@ -27,6 +28,12 @@ from llmpack.runtime.server.documents.index import DocumentIndex, Indexed
 READ_MODES = ("auto", "whole", "excerpts")
 PER_MESSAGE = 8          # tokens a chat template adds around each message (ChatML: 5), counted generously
 MIN_EXCERPT_ROOM = 64    # tokens: less than this left for a searched file and the request is refused
+# Tokens of excerpts one question reads at most, however large the context: about 6 chunks, the
+# size of what LM Studio, GPT4All and AnythingLLM retrieve by default. More lets a small model
+# lose the answer among near-misses, and costs prompt time on a CPU (2,000 tokens take the
+# 0.5B demo model ~10 s on 2 cores; 7,000 over a minute). benchmarks/retrieval.py measures
+# the hit rate at this size.
+EXCERPT_TOKENS = 2048
 
 
 class ReadingError(DocumentError):
@@ -93,7 +100,7 @@ def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, co
         raise ReadingError(f"the conversation already fills this model's context, so there is no room left to read "
                            f"parts of {names}: start a new chat, or send fewer or shorter files")
     docs = list({f.indexed.id: f.indexed for f in searched}.values())
-    readings = excerpts.read(index, docs, question, room, count)
+    readings = excerpts.read(index, docs, question, min(room, EXCERPT_TOKENS), count)
     if not readings:
         raise ReadingError(f"not even one part of {names} fits in what this model's context has left; start a new "
                            "chat, or send fewer or shorter files")
