@@ -5,6 +5,7 @@ request (`Generation`): submitting, consuming, and aborting them when the client
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 import traceback
@@ -17,7 +18,7 @@ from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, 
 from llmpack.runtime.engine.sampling_params import InvalidParameterError
 from llmpack.runtime.server import protocol as P
 from llmpack.runtime.server.api_error import ApiError, bad
-from llmpack.runtime.server.attachments import ATTACH_BODY, expand_file_parts
+from llmpack.runtime.server.attachments import ATTACH_BODY, READ_HEADER, expand_file_parts
 from llmpack.runtime.server.request_context import app_context, check_model_id, check_model_name, json_body, ready_model
 from llmpack.runtime.server.state import ServedModel
 from llmpack.runtime.server.tool_output import ChoiceText, chat_message, stream_calls
@@ -60,18 +61,20 @@ def _generate(kind: str, parse: Callable[[Any, ServedModel], P.Prepared]):
     model = ready_model(ctx.state)
     body = json_body()
     check_model_name(body, model)
+    read: list[dict] = []
     if kind == "chat" and isinstance(body, dict):
-        body["messages"] = expand_file_parts(body.get("messages"), model)
+        body["messages"], read = expand_file_parts(body.get("messages"), model)
     prep = parse(body, model)
     if prep.plan is not None and prep.plan.kind:
         ctx.metrics.constrained.labels(model.model_id, prep.plan.kind).inc()
     rid, created = P.new_id(kind), int(time.time())
     gen = Generation(model, prep, ctx, rid, request.environ.get("waitress.client_disconnected"))
+    headers = {READ_HEADER: json.dumps(read)} if read else {}   # which parts of long files were read
     if prep.stream:
         return Response(_Body(_stream(gen, kind, rid, created), gen), mimetype="text/event-stream",
-                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
     try:
-        return jsonify(_complete(gen, kind, rid, created))
+        return jsonify(_complete(gen, kind, rid, created)), headers
     finally:
         gen.close()
 
