@@ -8,7 +8,7 @@ two running apps write it at once.
 
 A chat is {"id", "title", "created", "updated", "mode", "messages": [{"role", "content",
 "stats"?, "attachments"?}]}; times are milliseconds since the epoch (what the page's Date.now()
-gives). A user message's attachments are [{"name", "kind", "size", "tokens", "text"}]: the text
+gives). A user message's attachments are [{"name", "kind", "size", "tokens", "text", "note"?, "file_id"?}]: the text
 that was sent, so the chat can be continued and exported as it was.
 """
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _clean_attachments(files: Any, i: int) -> list[dict]:
         if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("text"), str):
             raise ChatError(f"messages[{i}].attachments entries need 'name' and 'text' strings")
         item = {"name": scrub(f["name"][:MAX_TITLE]), "text": scrub(f["text"])}
-        item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note") if isinstance(f.get(k), str)})
+        item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note", "file_id") if isinstance(f.get(k), str)})
         for k in ("size", "tokens"):
             if f.get(k) is None:
                 continue
