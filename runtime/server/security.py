@@ -152,4 +152,5 @@ def install(app: Flask, options: ServerOptions, error) -> None:
             h["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
             h["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
             h["Access-Control-Max-Age"] = "600"
+            h["Access-Control-Expose-Headers"] = "X-Llmpack-Read"   # which parts of long files were read
         return resp
