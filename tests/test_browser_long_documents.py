@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_chat, get_chats, last_reply, new_page
+from browser_fixtures import ARTIFACTS, get_chat, get_chats, last_reply, new_page, set_settings
 from doc_files import make_pdf
 from long_docs import contract_pages
 from server_fixtures import *  # noqa: F401,F403
@@ -94,6 +94,7 @@ def test_the_instruct_model_answers_from_page_217_in_the_page(browser, instruct_
     for width, height in WIDTHS:
         ctx = browser.new_context(viewport={"width": width, "height": height})
         page = new_page(ctx)
+        set_settings(page, instruct_server.model_id, temperature=0)   # greedy, as the API test
         try:
             page.goto(instruct_server.server.page_url)
             page.wait_for_selector("#app:not([hidden])")

@@ -128,7 +128,9 @@ def test_the_question_finds_page_217(index, contract):
     assert (best.page, best.label) == (217, "p. 217") and needle.text in best.text
     reading, = E.read(index, [ix], needle.question, 600, words)
     assert any(needle.text in h.text for h in reading.hits) and reading.matched
-    assert [h.ord for h in reading.hits] == sorted(h.ord for h in reading.hits)   # document order
+    assert needle.text in reading.hits[0].text or needle.text in reading.hits[1].text   # its run comes first
+    runs = [h.ord for h in reading.hits]
+    assert len(set(runs)) == len(runs)
     section = D.format_message([reading.section()], needle.question)
     assert words(section) <= 600 + words(needle.question) + 2
     assert "[p. 217]\n" in section and "contract.pdf (300 pages, too long to read whole" in section

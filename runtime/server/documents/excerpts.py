@@ -3,16 +3,21 @@
 `read` picks, within a token budget, the chunks of the indexed documents that best answer the
 question: first the pages the question names ("what does page 212 say?"), then BM25's best
 matches across all the documents (their scores are comparable: one index, one IDF), each taken
-whole if it still fits. What is picked is written back in document order, each chunk under the
-place a reader would cite, so the model can answer "... (p. 217)":
+whole if it still fits; room still left goes to the chunks just before and after those (an
+answer often runs across a cut). What is picked is written back best match first (neighbouring
+chunks together, in document order), each under the place a reader would cite and closed by an
+end mark, so the model can answer "... (p. 217)":
 
-    ## File: contract.pdf (300 pages, too long to read whole: here are the 8 parts that best match the question, each under its page in brackets; when you use one, say its page)
-
-    [p. 12]
-    ...
+    ## File: contract.pdf (300 pages, too long to read whole: here are the 8 parts that best match
+    the question, each under its page in brackets; when you use one, say its page)
 
     [p. 217]
     ...
+    [end of p. 217]
+
+    [p. 12]
+    ...
+    [end of p. 12]
 
 When nothing in a document matches (a question such as "summarise this" names none of its
 words), the model reads its beginning, and the heading says so. `Reading.report()` is what a
@@ -36,7 +41,7 @@ MARGIN = 0.98          # token counts of parts are added; the joined text may to
 class Reading:
     """What the model reads of one long document for one question."""
     doc: Indexed
-    hits: list[Hit]       # in document order
+    hits: list[Hit]       # runs of neighbouring chunks, the best match's run first (_best_first)
     matched: bool         # False: no chunk matched the question, so `hits` is the beginning
 
     def title(self) -> str:
@@ -123,7 +128,22 @@ def read(index: DocumentIndex, docs: Sequence[Indexed], question: str, budget: i
             if room < MIN_ROOM:
                 break
             take(hit, False)
-    return [Reading(d, sorted(picked[d.id], key=lambda h: h.ord), matched[d.id]) for d in docs if picked[d.id]]
+    return [Reading(d, _best_first(picked[d.id]), matched[d.id]) for d in docs if picked[d.id]]
+
+
+def _best_first(hits: list[Hit]) -> list[Hit]:
+    """`hits` (in the order they were picked: best match first, neighbours last) as runs of
+    neighbouring chunks, each run in document order, the run holding the best match first.
+    Best first because a small model leans on what it reads first: in document order the 0.5B
+    demo model answered from p. 217 but cited p. 150, the first page it read."""
+    rank = {h.ord: i for i, h in enumerate(hits)}
+    runs: list[list[Hit]] = []
+    for h in sorted(hits, key=lambda h: h.ord):
+        if runs and runs[-1][-1].ord + 1 == h.ord:
+            runs[-1].append(h)
+        else:
+            runs.append([h])
+    return [h for run in sorted(runs, key=lambda r: min(rank[h.ord] for h in r)) for h in run]
 
 
 def _trimmed(hit: Hit, question: str, room: int, count: Callable[[str], int]) -> Hit | None:
