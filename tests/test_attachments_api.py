@@ -16,7 +16,7 @@ from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import LiveServer
 
 from llmpack.runtime.server.documents import extract as D
-from llmpack.runtime.server.attachments import budget
+from llmpack.runtime.server.core.attachments import budget
 
 
 def extract(srv: LiveServer, name: str, data: bytes, content_type: str = "application/octet-stream"):

@@ -1,22 +1,19 @@
-"""Documents attached to a chat, over HTTP.
-
-    POST /v1/extract                 the file's bytes as the body, its name in `X-Filename`
-                                     (percent-encoded): its text, its token count, and token
-                                     counts per page (PDF) or per part, so the chat page can show
-                                     how much of the context it takes and offer the first N pages
-    /v1/chat/completions             OpenAI's `file` content parts in user messages:
-                                     {"type": "file", "file": {"filename", "file_data": "data:...;base64,...",
-                                      "file_id"?, "read"?: "auto" | "whole" | "excerpts"}}
+"""Documents attached to a request: the page's POST /v1/extract (page/extract_routes.py) asks
+`describe` for a file's text and token counts per page (PDF) or per part, so it can show how much
+of the context the file takes and offer the first N pages; a chat request's `file` content parts
+(OpenAI's {"type": "file", "file": {"filename", "file_data": "data:...;base64,..."}}) become the
+user message's text in `expand_file_parts`: {"filename", "file_data", "file_id"?, "read"?: "auto" |
+"whole" | "excerpts"}. A file too long for the context is indexed (documents/index.py, once per
+content; `describe` does it as soon as the page attaches one and answers its `file_id`), and the
+latest question reads the parts of it that fit (documents/reading.py); `expand_file_parts` says
+which, for the response's `X-Llmpack-Read` header (READ_HEADER).
 
 Both run `documents.extract` on a small pool of worker threads (never the engine thread, at
 most two files at a time), give up after `documents.TIME_LIMIT_S`, and refuse what cannot be
 read with one line (HTTP 400, code `unreadable_file`; 413 for a file over the size limit).
 In a chat request the documents join the user's message in `documents.format_message`'s shape,
-and together they may take at most `budget(n_ctx)` tokens. A document too long for that is
-indexed (documents/index.py, once per content; /v1/extract does it as soon as the page attaches
-one and answers its `file_id`) and the latest question reads the parts of it that fit
-(documents/reading.py); the response's `X-Llmpack-Read` header lists them. `"read": "whole"`
-keeps the old rule: all of it, or 400 `attachments_too_long`.
+and together they may take at most `budget(n_ctx)` tokens; `"read": "whole"` keeps that rule
+(400 `attachments_too_long`), the default `"auto"` searches what does not fit.
 """
 from __future__ import annotations
 
@@ -29,18 +26,13 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
-from urllib.parse import unquote
 
-from flask import Blueprint, jsonify, request
-
+from llmpack.runtime.server.core.errors import ApiError, bad
+from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.documents import extract as D
 from llmpack.runtime.server.documents import reading as Rd
 from llmpack.runtime.server.documents.index import DocumentIndex, IndexUnusable
-from llmpack.runtime.server.api_error import ApiError, bad
-from llmpack.runtime.server.request_context import app_context, ready_model
-from llmpack.runtime.server.state import ServedModel
 
-bp = Blueprint("attachments", __name__)
 ATTACH_BODY = D.MAX_FILE_BYTES * 4 // 3 + 4 * 1024 * 1024   # a base64 file in a JSON body, plus the chat
 SEGMENT_CHARS = 4000      # non-PDF text is offered for cutting in parts of about this size
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="llmpack-extract")
@@ -142,24 +134,6 @@ def _indexed(fn):
         return fn()
     except IndexUnusable as exc:
         raise ApiError(500, str(exc), param="file", code="document_index_failed", type="server_error") from None
-
-
-def _ready() -> ServedModel:
-    return ready_model(app_context().state)
-
-
-@bp.post("/v1/extract")
-def extract_route():
-    model = _ready()
-    name = unquote(request.headers.get("X-Filename") or request.args.get("filename") or "attachment")
-    size = request.content_length
-    if size is not None and size > D.MAX_FILE_BYTES:
-        raise ApiError(413, f"{name} is {size / 2**20:.0f} MB; files can be at most {D.MAX_FILE_BYTES >> 20} MB: "
-                            "attach a shorter part of it", param="file", code="unreadable_file")
-    request.max_content_length = D.MAX_FILE_BYTES
-    data = request.get_data(cache=False)
-    doc = extract(name, data, (request.mimetype or "") if request.mimetype != "application/octet-stream" else "")
-    return jsonify(describe(doc, model))
 
 
 # ---------------------------------------------------------------- file parts in chat requests
