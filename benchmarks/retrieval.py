@@ -2,7 +2,7 @@
 
 Three generated documents far longer than the context (tests/long_docs.py): a 300-page PDF,
 a DOCX of 200 headed sections and a Markdown file of 200 sections, with 50 facts planted at
-known places (17 + 17 + 16); a third of the questions say it in other words than the fact does.
+known places (17 + 17 + 16); 15 of the questions say it in other words than the fact does.
 For each question, what the model would read (runtime/server/documents/excerpts.read, with
 reading.EXCERPT_TOKENS and the real tokenizer of the demo instruct model) is checked for the
 fact. Compared in the same run:
