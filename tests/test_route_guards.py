@@ -29,7 +29,8 @@ PUBLIC = {
     "chats.list_chats": "the chat secret", "chats.get_chat": "the chat secret", "chats.put_chat": "the chat secret",
     "chats.delete_chat": "the chat secret", "chats.export_chat": "the chat secret",
     "chats.import_chat": "the chat secret", "chats.get_settings": "the chat secret",
-    "chats.put_settings": "the chat secret",
+    "chats.put_settings": "the chat secret", "chats.search_chats": "the chat secret",
+    "chats.get_presets": "the chat secret", "chats.put_presets": "the chat secret",
 }
 
 
