@@ -1,6 +1,7 @@
 // The conversation on screen: chat messages (model replies as Markdown), or, in text-completion
 // mode, one document where the model's continuations follow the user's text.
 import { sentChips } from "./attach.js";
+import { showRead } from "./readparts.js";
 import { foldAll, foldIfLong } from "./fold.js";
 import { renderMarkdown } from "./markdown.js";
 import { INTERRUPTED } from "./save.js";
@@ -211,6 +212,7 @@ export function fillMessage(node, m) {
     content.classList.add("markdown");
     showThinking(node, content, m);
     content.replaceChildren(m.content ? renderMarkdown(m.content) : waiting && !m.thinking ? typingDots() : "");
+    showRead(node, m);
   } else {
     content.textContent = m.content;
     const files = node.querySelector(".message-files");

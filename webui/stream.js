@@ -7,6 +7,7 @@ import { renderChatList } from "./chatlist.js";
 import { plainError } from "./errors.js";
 import { showPromptProgress } from "./progress.js";
 import { planContext } from "./context.js";
+import { readFromResponse, readText } from "./readparts.js";
 import { addNotice, fillMessage, isNearBottom, markCut, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
   updateStatusbar } from "./render.js";
 import { saveChat, saveNowAndThen } from "./save.js";
@@ -111,6 +112,8 @@ export async function generate(chat, opts) {
     if (!path) return finishGeneration(gen, opts);
     const resp = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: gen.controller.signal, cache: "no-store" });
     if (!resp.ok) throw httpError(resp.status, await readBody(resp));
+    msg.read = readText(readFromResponse(resp));   // which parts of a long file it reads, shown at once
+    if (msg.read && gen.node) fillMessage(gen.node, msg);
     await readStream(gen, resp.body.getReader());
   } catch (err) {
     if (err && err.name === "AbortError") {
@@ -269,6 +272,7 @@ function finishGeneration(gen, opts) {
     read_from: gen.readFrom || undefined,   // the first message the model read: older ones were left out
     finish: gen.stopped ? "stopped" : gen.error ? "error" : gen.finish || undefined,
     thinking_seconds: msg.thinking ? msg.thinking_seconds : undefined,
+    read: msg.read || undefined,
   };
   chat.updated = Date.now();
   saveChat(chat);

@@ -66,6 +66,7 @@ class Prepared:
     reasoning: ReasoningSyntax | None = None   # split thinking from the answer in this syntax (core/output.py)
     thinking_open: bool = False                # the prompt itself opened the thinking (DeepSeek-R1)
     reasoning_budget: int | None = None        # thinking tokens before core/generation.py ends it
+    read: list[dict] = field(default_factory=list)   # what was read of each searched file (attachments)
 
 
 def with_turn_stops(params: SamplingParams, model: ServedModel) -> SamplingParams:
@@ -75,7 +76,7 @@ def with_turn_stops(params: SamplingParams, model: ServedModel) -> SamplingParam
 
 
 def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
-    messages = expand_file_parts(req.messages, model)
+    messages, read = expand_file_parts(req.messages, model)
     plan = plan_output(model, req.constraint, req.tools, chat=True)
     if req.params is not None:
         params = with_turn_stops(dataclasses.replace(req.params, grammar=plan.grammar or req.params.grammar), model)
@@ -91,7 +92,7 @@ def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
     return Prepared([tokenize_prompt(model, text)], params, req.stream, req.include_usage, req.param,
                     top_logprobs=req.logprobs, texts=[text], plan=plan,
                     return_progress=req.prompt_progress and req.stream, reasoning=syntax, thinking_open=opened,
-                    reasoning_budget=budget or None)
+                    reasoning_budget=budget or None, read=read)
 
 
 def reasoning_budget(req: ChatRequest, model: ServedModel, n: int) -> int | None:

@@ -157,4 +157,5 @@ def install(app: Flask, options: ServerOptions) -> None:
             h["Access-Control-Allow-Headers"] = ("Authorization, Content-Type, x-api-key, anthropic-version, "
                                                  "anthropic-beta, anthropic-dangerous-direct-browser-access")
             h["Access-Control-Max-Age"] = "600"
+            h["Access-Control-Expose-Headers"] = "X-Llmpack-Read"   # which parts of long files were read
         return resp

@@ -3,6 +3,7 @@ and answer whole (JSON) or as server-sent events. The shapes of each are in serv
 serving_completion.py (an `Api`: how to prepare a request and write one choice)."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 import traceback
@@ -11,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 from flask import Response, jsonify
 
+from llmpack.runtime.server.core.attachments import READ_HEADER
 from llmpack.runtime.server.core.errors import ApiError
 from llmpack.runtime.server.core.generation import Generation
 from llmpack.runtime.server.core.output import final_choices, stream_steps
@@ -47,10 +49,13 @@ def generate(api: Api) -> Response:
     prep = api.prepare(body, model)
     rid, created = P.new_id(api.kind), int(time.time())
     gen = start_generation(model, prep, rid)
+    headers = {READ_HEADER: json.dumps(prep.read)} if prep.read else {}   # which parts of long files were read
     if prep.stream:
-        return streamed(_stream(gen, api, rid, created), gen)
+        resp = streamed(_stream(gen, api, rid, created), gen)
+        resp.headers.update(headers)
+        return resp
     try:
-        return jsonify(_complete(gen, api, rid, created))
+        return jsonify(_complete(gen, api, rid, created)), headers
     finally:
         gen.close()
 

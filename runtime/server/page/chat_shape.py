@@ -10,7 +10,7 @@ and a parent always comes before its children in the list. Editing a message or 
 again adds a sibling, so nothing is thrown away; "leaf" names the last message of the branch the
 page shows. Chats saved before the tree (no ids) are one branch: the messages in order.
 An assistant message may carry "thinking" (a reasoning model's thinking, shown folded, never sent
-back). A user message's attachments are [{"name", "kind", "size", "tokens", "text"}]: the text that was
+back). A user message's attachments are [{"name", "kind", "size", "tokens", "text", "note"?, "file_id"?}]: the text that was
 sent, so the chat can be continued and exported as it was.
 """
 from __future__ import annotations
@@ -199,7 +199,7 @@ def _clean_attachments(files: Any, i: int) -> list[dict]:
         if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("text"), str):
             raise ChatError(f"messages[{i}].attachments entries need 'name' and 'text' strings")
         item = {"name": scrub(f["name"][:MAX_TITLE]), "text": scrub(f["text"])}
-        item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note") if isinstance(f.get(k), str)})
+        item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note", "file_id") if isinstance(f.get(k), str)})
         for k in ("size", "tokens"):
             if f.get(k) is None:
                 continue
