@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 from llmpack import __version__
 from llmpack.errors import LlmpackError
+from llmpack.runtime.chat.reasoning import REASONING_FORMATS   # names only, no dependencies
 from llmpack.runtime.engine import config as engine_defaults
 from llmpack.runtime.server.config import DEFAULT_HOST, DEFAULT_PORT, ServeConfig   # plain dataclasses, no server
 
@@ -23,6 +24,16 @@ def _flag_type(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(str(exc)) from None
     convert.__name__ = name
     return convert
+
+
+def _writable_file(text: str) -> str:
+    """A file we can append to, checked now: a wrong path is one clear line, not a failed load later."""
+    try:
+        with open(text, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise LlmpackError(f"cannot write to {text}: {exc.strerror}; give a file in a folder that exists") from None
+    return text
 
 
 def _whole_number(least: int, flag: str) -> Callable[[str], int]:
@@ -63,10 +74,20 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="queued requests beyond which new ones get 503")
     p.add_argument("--flash-attn", choices=["auto", "on", "off"], default=engine_defaults.FLASH_ATTN,
                    help="llama.cpp flash attention (default auto: on wherever the backend supports it)")
+    p.add_argument("--speculative", choices=list(engine_defaults.SPECULATIVE_MODES), default=engine_defaults.SPECULATIVE,
+                   help="n-gram speculative decoding: auto (default: where it measures faster), ngram (always), off")
+    p.add_argument("--trace-steps", type=_flag_type(_writable_file, "file"), default=None, metavar="FILE",
+                   help="append one JSON line per engine step to FILE (what it held, where its time went); "
+                        "sum it up with `python -m llmpack.runtime.engine.trace_summary FILE`")
     p.add_argument("--device", default=None, help="GPU to offload to: an id such as Vulkan1 (listed in /health), "
                    "cpu for none, or auto (default: the discrete GPU with the most free memory)")
     p.add_argument("--verbose", action="store_true",
                    help="technical details on the console: why no GPU is used, the CPU backend")
+    p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="auto",
+                   help="how a reasoning model's thinking is told from its answer: auto (from the chat template; "
+                        "default), none (leave it in the answer), think (<think> tags) or harmony (gpt-oss)")
+    p.add_argument("--reasoning-budget", type=_whole_number(-1, "--reasoning-budget"), default=-1,
+                   help="end a reasoning model's thinking after N tokens (0: no thinking; -1: no limit, the default)")
 
 
 def serve_config(args: argparse.Namespace, *, display_name: str | None = None, recipe_data: Any = None,
@@ -76,8 +97,11 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
     set_ = {k: v for k, v in {"parallel": args.parallel, "gpu_layers": args.gpu_layers}.items() if v is not None}
     return ServeConfig(recipe=args.recipe, recipe_data=recipe_data, display_name=display_name, system=args.system,
                        base_model=base_model, ctx=args.ctx, device=args.device, flash_attn=args.flash_attn,
-                       max_waiting=args.max_waiting, host=args.host, port=args.port, open_browser=not args.no_browser,
+                       max_waiting=args.max_waiting, speculative=args.speculative, trace_steps=args.trace_steps,
+                       host=args.host, port=args.port, open_browser=not args.no_browser,
                        api_key=args.api_key or None, cors=args.cors, verbose=args.verbose,
+                       reasoning_format=args.reasoning_format,
+                       reasoning_budget=None if args.reasoning_budget < 0 else args.reasoning_budget,
                        mmproj=Path(args.mmproj) if getattr(args, "mmproj", None) else None, **set_)
 
 
@@ -130,6 +154,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--long-len", type=int, default=2000, help="words in the long workload's prompt")
     p.add_argument("--seed", type=int, default=0, help="prompts are random words from this seed")
     p.add_argument("--timeout", type=float, default=600, help="seconds one request may take")
+    p.add_argument("--trace", default=None, metavar="FILE",
+                   help="the server's step trace (`llmpack run --trace-steps FILE`, same machine): "
+                        "after each run, sum up the steps it added")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

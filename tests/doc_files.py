@@ -83,11 +83,15 @@ _DOCX_RELS = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
               'officeDocument" Target="word/document.xml"/></Relationships>')
 
 
-def make_docx(paragraphs: list[str]) -> bytes:
-    """A minimal valid .docx (Word opens it) with one paragraph per entry; tabs become <w:tab/>."""
-    def para(text: str) -> str:
+def make_docx(paragraphs: list[str | tuple[str, str]], *, styles: str | None = None) -> bytes:
+    """A minimal valid .docx (Word opens it) with one paragraph per entry; tabs become <w:tab/>.
+    An entry (style id, text) gets that paragraph style ("Heading1"); `styles` is the XML of
+    word/styles.xml, for style ids that only it says are headings."""
+    def para(entry: str | tuple[str, str]) -> str:
+        style, text = entry if isinstance(entry, tuple) else ("", entry)
         runs = "<w:tab/>".join(f'<w:t xml:space="preserve">{_esc(part)}</w:t>' for part in text.split("\t"))
-        return f"<w:p><w:r>{runs}</w:r></w:p>"
+        ppr = f'<w:pPr><w:pStyle w:val="{style}"/></w:pPr>' if style else ""
+        return f"<w:p>{ppr}<w:r>{runs}</w:r></w:p>"
     body = "".join(map(para, paragraphs))
     doc = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:document xmlns:w="http://schemas.'
            f'openxmlformats.org/wordprocessingml/2006/main"><w:body>{body}</w:body></w:document>')
@@ -96,6 +100,8 @@ def make_docx(paragraphs: list[str]) -> bytes:
         z.writestr("[Content_Types].xml", _DOCX_TYPES)
         z.writestr("_rels/.rels", _DOCX_RELS)
         z.writestr("word/document.xml", doc)
+        if styles is not None:
+            z.writestr("word/styles.xml", styles)
     return out.getvalue()
 
 

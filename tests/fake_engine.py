@@ -101,7 +101,8 @@ class FakeEngine:
 
     # ---- requests
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None, prompt_progress: bool = False) -> FakeStream:
+                    request_id: str | None = None, prompt_progress: bool = False,
+                    cache_salt: str | None = None) -> FakeStream:
         params = params or SamplingParams()
         ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if len(ids) + 1 > self.max_model_len:

@@ -74,7 +74,9 @@ def test_pictures_are_attached_shown_sent_and_saved(browser, tiny_chat_model: Pa
             page.reload()                                           # the saved chat shows its pictures again
             page.wait_for_selector("#app:not([hidden])")
             item = page.locator("[data-testid=chat-item]").first
-            if "active" not in (item.get_attribute("class") or ""):   # the page reopens the chat it showed
+            if "active" not in (item.get_attribute("class") or ""):   # the page may reopen the chat it showed
+                if not item.is_visible():                              # 390 px: the chat list is a drawer
+                    page.click("#sidebar-toggle")
                 item.click()
             page.locator("[data-testid=message-user] [data-testid=attachment-thumbnail]").first.wait_for()
             assert page.locator("[data-testid=message-user] [data-testid=attachment-thumbnail]").count() == 2

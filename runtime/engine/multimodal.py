@@ -26,15 +26,18 @@ How an image travels (vLLM's design, on llama.cpp):
 """
 from __future__ import annotations
 
+import ctypes
 import queue
 import threading
 import traceback
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Callable
 
+import llama_cpp as lc
 import numpy as np
 
 from llmpack.runtime.engine.images import ImageError
+from llmpack.runtime.engine.model_runner import DecodeError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError
 from llmpack.runtime.engine.vision import IMAGE_TOKEN, ImageSpan, MultimodalPrompt, Projector, ProjectorLoadError
 
@@ -89,6 +92,7 @@ class Multimodal:
         self._jobs: queue.SimpleQueue[tuple[ImageSpan, Request] | None] = queue.SimpleQueue()
         self.failures: queue.SimpleQueue[tuple[Request, str]] = queue.SimpleQueue()   # the engine drains it
         self.encode_seconds = 0.0          # time the encoder spent (benchmarks)
+        self._batch = None                 # llama_batch of embedding rows, made on first use
         self._thread = threading.Thread(target=self._encoder, name="llmpack-image-encoder", daemon=True)
         self._thread.start()
 
@@ -178,9 +182,34 @@ class Multimodal:
                 continue
             end = min(img.end, c.start + c.num_tokens)
             rows = img.embd[c.start - img.start:end - img.start]
-            self.runner.decode_embd(rows, c.start, c.seq.llama_seq, img.non_causal)
+            self.decode_embd(rows, c.start, c.seq.llama_seq, img.non_causal)
             text_starts.append(end)
         return text_starts
+
+    def decode_embd(self, rows: np.ndarray, pos0: int, seq_id: int, non_causal: bool = False) -> None:
+        """One llama_decode over embedding rows (an image's) at positions pos0.. of one sequence; no
+        logits. `non_causal`: the rows attend to each other both ways (Gemma 3), so all are in it."""
+        r = self.runner
+        n = len(rows)
+        if not 0 < n <= r.n_batch:
+            raise ValueError(f"a batch holds 1 to {r.n_batch} rows, got {n}")
+        if self._batch is None:
+            self._batch = lc.llama_batch_init(r.n_batch, r.n_embd, 1)
+        b = self._batch
+        b.n_tokens = n
+        ctypes.memmove(b.embd, np.ascontiguousarray(rows, dtype=np.float32).ctypes.data, rows.size * 4)
+        for i in range(n):
+            b.pos[i], b.n_seq_id[i], b.logits[i] = pos0 + i, 1, False
+            b.seq_id[i][0] = seq_id
+        if non_causal:
+            lc.llama_set_causal_attn(r.ctx, False)
+        try:
+            rc = lc.llama_decode(r.ctx, b)
+        finally:
+            if non_causal:
+                lc.llama_set_causal_attn(r.ctx, True)
+        if rc != 0:
+            raise DecodeError(rc)
 
     def undo_images(self, chunks: "list[ScheduledChunk]", text_starts: list[int]) -> None:
         """Remove the image rows decode_images put in llama.cpp (the step failed after it)."""
@@ -192,6 +221,9 @@ class Multimodal:
         self._jobs.put(None)
         self._thread.join(timeout=30)
         self.projector.close()
+        if self._batch is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
 
 
 class VisionClient:
@@ -223,24 +255,6 @@ def load_multimodal(config: "EngineConfig", runner: "ModelRunner", wakeup: Calla
             f"llmpack's engine does not support that yet. Gemma 3, LLaVA-style, SmolVLM, Pixtral and "
             f"most other vision models work")
     return Multimodal(projector, runner, wakeup)
-
-
-def text_batch(chunks: "list[ScheduledChunk]", text_starts: list[int]) -> tuple[list, list, list, list, list]:
-    """The one llama_decode of a step's text rows: (tokens, positions, seq_ids, want_logits, rows
-    per chunk), each chunk from its first text token (after its image rows, if it has any)."""
-    tokens: list[int] = []
-    positions: list[int] = []
-    seq_ids: list[int] = []
-    want: list[bool] = []
-    rows: list[int] = []
-    for c, t0 in zip(chunks, text_starts):
-        s, n = c.seq, c.start + c.num_tokens - t0
-        tokens += s.token_ids[t0:t0 + n]
-        positions += range(t0, t0 + n)
-        seq_ids += [s.llama_seq] * n
-        want += [False] * (n - 1) + [c.samples] if n else []
-        rows.append(n)
-    return tokens, positions, seq_ids, want, rows
 
 
 def check_images_fit(mm: MultimodalPrompt, n_batch: int) -> list[int]:

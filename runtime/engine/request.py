@@ -16,9 +16,9 @@ from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    from llmpack.runtime.engine.vision import MultimodalPrompt
     from llmpack.runtime.engine.engine import LLMEngine
     from llmpack.runtime.engine.sequence import Sequence
-    from llmpack.runtime.engine.vision import MultimodalPrompt
 
 # How often a waiting stream checks that the engine thread is still alive.
 _LIVENESS_POLL_S = 0.5
@@ -51,7 +51,9 @@ class Request:
     forked: bool = False
     prompt_progress: bool = False     # emit a progress output per prefill step (add_request's flag)
     arrival_time: float = field(default_factory=time.monotonic)
+    cache_salt: str | None = None     # requests with different salts never share prefix-cache blocks
     mm: "MultimodalPrompt | None" = None   # the prompt's images, when it has any (multimodal.py)
+    grammar_parses: list = field(default_factory=list)   # llama.cpp's parse of params.grammar, one per sample to come
 
     def final_output(self, error: str | None = None) -> RequestOutput:
         """A closing RequestOutput built from this request alone (no engine state): every sample

@@ -8,7 +8,7 @@ what the loaded model reports (model_runner.offloaded_layers), never from llama.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmpack.runtime.hardware.backends import Device, gpu_devices, load_backends, pick_device
@@ -50,12 +50,13 @@ def fit_report(info: ModelInfo) -> dict:
 
 def plan_offload(layers: int | str, model_path, n_ctx: int, device: str | None = None,
                  info: ModelInfo | None = None, devices: list[Device] | None = None,
-                 offset: int = 0, length: int | None = None) -> OffloadPlan:
+                 offset: int = 0, length: int | None = None, memory_fraction: float = 1.0) -> OffloadPlan:
     """Resolve `--gpu-layers` (already parsed: N, -1, "all" or "auto") and `--device` against
     `devices` (default: this machine's GPUs, gpu_devices(); a caller that already listed them, or a
     test with chosen free memory, passes its own). `auto` needs the model's layer sizes: `info`
     when the caller has read the header already, else it is read here (at `offset`, for a GGUF
-    inside a bigger file), and only then."""
+    inside a bigger file), and only then. `memory_fraction` (vLLM's gpu_memory_utilization) caps
+    what `auto` may fill at that share of the device's total memory."""
     if layers == 0:
         return OffloadPlan(0, None, "--gpu-layers 0 keeps the model on the CPU", "as --gpu-layers 0 asks")
     chosen = pick_device(gpu_devices() if devices is None else devices, device)
@@ -67,6 +68,8 @@ def plan_offload(layers: int | str, model_path, n_ctx: int, device: str | None =
         return OffloadPlan(-1, chosen)
     if isinstance(layers, int):
         return OffloadPlan(layers, chosen)
+    if memory_fraction < 1.0:
+        chosen = replace(chosen, memory_free=min(chosen.memory_free, int(chosen.memory_total * memory_fraction)))
     n = fit_on(chosen, info or read_model_info(model_path, ctx=n_ctx, offset=offset, length=length), n_ctx)
     if n == 0:
         return OffloadPlan(0, None, f"not one layer fits in the {chosen.memory_free >> 20} MiB free on "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ class Document:
     text: str
     size: int                 # bytes of the file as sent
     pages: list[str] = field(default_factory=list)   # PDF: one entry per page (text joins them)
+    # DOCX: (offset in text, level 1-9, title) of each heading paragraph, for documents/chunks.py
+    headings: list[tuple[int, int, str]] = field(default_factory=list)
 
 
 def extract(name: str, data: bytes, *, deadline: float | None = None, media_type: str = "") -> Document:
@@ -185,6 +188,9 @@ def _docx(name: str, data: bytes, deadline: float) -> Document:
     paragraphs: list[str] = []
     run: list[str] = []
     total = 0
+    levels = _heading_styles(archive)
+    headings: list[tuple[int, int, str]] = []
+    level = 0   # the heading level of the paragraph being read (its style or outline level), 0: body text
     try:
         with archive.open(info) as f:
             for count, (_, el) in enumerate(iterparse(_Capped(f, MAX_DOCX_XML_BYTES, name), events=("end",))):
@@ -195,9 +201,16 @@ def _docx(name: str, data: bytes, deadline: float) -> Document:
                     run.append("\t")
                 elif tag in (_W + "br", _W + "cr"):
                     run.append("\n")
+                elif tag == _W + "pStyle":
+                    level = levels.get(el.get(_W + "val") or "", 0) or _heading_level(el.get(_W + "val") or "")
+                elif tag == _W + "outlineLvl" and (el.get(_W + "val") or "").isdigit() and int(el.get(_W + "val")) < 9:
+                    level = int(el.get(_W + "val")) + 1
                 elif tag == _W + "p":
                     line = "".join(run)
                     run = []
+                    if level and line.strip():
+                        headings.append((total, level, " ".join(line.split())))
+                    level = 0
                     paragraphs.append(line)
                     total += len(line) + 1
                     if total > MAX_TEXT_CHARS:
@@ -210,10 +223,55 @@ def _docx(name: str, data: bytes, deadline: float) -> Document:
     except (ParseError, zipfile.BadZipFile, OSError, EOFError, ValueError, RecursionError):
         raise DocumentError(f"{name} is damaged (its document.xml cannot be read); save it again as .docx, "
                             "or as PDF or text") from None
-    text = "\n".join(paragraphs).strip()
+    joined = "\n".join(paragraphs)
+    text = joined.strip()
     if not text:
         raise DocumentError(f"{name} holds no text (only pictures or objects?); copy its text in instead")
-    return Document(name, "docx", text, len(data))
+    lead = len(joined) - len(joined.lstrip())
+    return Document(name, "docx", text, len(data), headings=[(max(0, at - lead), lvl, title)
+                                                             for at, lvl, title in headings])
+
+
+_HEADING_ID = re.compile(r"(?:heading|titre|berschrift|kop|otsikko|rubrik|nadpis|naslov)\s*([1-9])$", re.I)
+MAX_STYLES_XML_BYTES = 4 * 1024 * 1024
+
+
+def _heading_level(style: str) -> int:
+    """Heading level of a style id Word, LibreOffice and Google Docs write ("Heading2", "Title")."""
+    if style.lower() in ("title", "titel", "titre"):
+        return 1
+    m = _HEADING_ID.search(style)
+    return int(m.group(1)) if m else 0
+
+
+def _heading_styles(archive: zipfile.ZipFile) -> dict[str, int]:
+    """Style id -> heading level from word/styles.xml: a localized Word names its heading styles
+    by id in its own language ("berschrift1") but always names them "heading N" inside. A styles
+    part with a DTD, or one too large, is ignored (nothing in it is needed to read the text)."""
+    try:
+        info = archive.getinfo("word/styles.xml")
+        if info.file_size > MAX_STYLES_XML_BYTES:
+            return {}
+        data = archive.read(info)[:MAX_STYLES_XML_BYTES]
+    except (KeyError, zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return {}
+    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:   # entity expansion is a memory bomb; Word never writes one
+        return {}
+    out: dict[str, int] = {}
+    try:
+        for _, el in iterparse(io.BytesIO(data), events=("end",)):
+            if el.tag == _W + "style":
+                name = el.find(_W + "name")
+                outline = el.find(f"{_W}pPr/{_W}outlineLvl")
+                level = _heading_level(((name.get(_W + "val") if name is not None else "") or "").replace(" ", ""))
+                if not level and outline is not None and (outline.get(_W + "val") or "").isdigit():
+                    level = int(outline.get(_W + "val")) + 1 if int(outline.get(_W + "val")) < 9 else 0
+                if level and el.get(_W + "styleId"):
+                    out[el.get(_W + "styleId")] = level
+                el.clear()
+    except (ParseError, ValueError, RecursionError):
+        return {}
+    return out
 
 
 class _Capped(io.RawIOBase):

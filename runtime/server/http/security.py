@@ -112,10 +112,13 @@ def host_ok(header: str | None, options: ServerOptions, names: set[str]) -> bool
     return False
 
 
-def key_ok(authorization: str | None, key: str) -> bool:
+def key_ok(authorization: str | None, key: str, x_api_key: str | None = None) -> bool:
+    """`Authorization: Bearer KEY`, or `x-api-key: KEY` (what Anthropic's clients send)."""
     scheme, _, given = (authorization or "").partition(" ")
     if scheme.lower() != "bearer":
         given = ""
+    if not given and x_api_key:
+        given = x_api_key
     return hmac.compare_digest(given.strip().encode("utf-8", "replace"), key.encode("utf-8", "replace"))
 
 
@@ -132,11 +135,11 @@ def install(app: Flask, options: ServerOptions) -> None:
         if options.cors and request.method == "OPTIONS":
             return Response(status=204)
         if options.api_key and public_reason(app, request.endpoint) is None:
-            auth = request.headers.get("Authorization")
-            if not key_ok(auth, options.api_key):
+            auth, x_key = request.headers.get("Authorization"), request.headers.get("x-api-key")
+            if not key_ok(auth, options.api_key, x_key):
                 msg = ("Incorrect API key provided: send the key this server was started with (--api-key) as "
-                       "'Authorization: Bearer KEY'." if auth else
-                       "Missing API key: send it as 'Authorization: Bearer KEY'.")
+                       "'Authorization: Bearer KEY' (or 'x-api-key: KEY')." if auth or x_key else
+                       "Missing API key: send it as 'Authorization: Bearer KEY' (or 'x-api-key: KEY').")
                 return error(401, msg, "invalid_request_error", "invalid_api_key")
         return None
 
@@ -149,7 +152,10 @@ def install(app: Flask, options: ServerOptions) -> None:
         h["Content-Security-Policy"] = PAGE_CSP
         if options.cors:
             h["Access-Control-Allow-Origin"] = "*"
-            h["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
-            h["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+            h["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS"   # DELETE: stored responses, Ollama's
+            # x-api-key and anthropic-*: what Anthropic's browser clients send
+            h["Access-Control-Allow-Headers"] = ("Authorization, Content-Type, x-api-key, anthropic-version, "
+                                                 "anthropic-beta, anthropic-dangerous-direct-browser-access")
             h["Access-Control-Max-Age"] = "600"
+            h["Access-Control-Expose-Headers"] = "X-Llmpack-Read"   # which parts of long files were read
         return resp

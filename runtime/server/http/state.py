@@ -22,6 +22,12 @@ MESSAGES = {
 }
 
 
+def speculative_health(stats) -> dict:
+    """/health's "speculative": the mode (--speculative) and how its drafts fared so far."""
+    return {"mode": stats.speculative, "draft_tokens": stats.spec_draft_tokens_total,
+            "accepted_tokens": stats.spec_accepted_tokens_total}
+
+
 class ServerState:
     def __init__(self, display_name: str | None = None) -> None:
         self._lock = threading.Lock()
@@ -76,7 +82,8 @@ class ServerState:
             body = {"status": "ok", "model": model.model_id, "display_name": model.display_name,
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
                     "defaults": request_defaults(model), "base_model": bool(model.meta.get("base_model")),
-                    "backend": model.backend, "vision": bool(model.engine.vision)}
+                    "backend": model.backend, "speculative": speculative_health(model.engine.stats()),
+                    "vision": bool(model.engine.vision)}
             if self.instance:
                 body["instance"] = self.instance
             if not authorized:
