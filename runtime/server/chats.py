@@ -16,7 +16,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import re
 import sqlite3
 import threading
@@ -28,8 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import platformdirs
-
+from llmpack import paths
+from llmpack.paths import private_store
 from llmpack.runtime.server.protocol import scrub   # lone surrogates -> U+FFFD, as requests get
 
 SCHEMA = """
@@ -76,8 +75,7 @@ class ChatError(ValueError):
 def data_dir() -> Path:
     """Per-user data folder (~/.local/share/llmpack, %LOCALAPPDATA%\\llmpack, ~/Library/Application
     Support/llmpack); LLMPACK_DATA_DIR overrides it (tests point it at a temporary folder)."""
-    override = os.environ.get("LLMPACK_DATA_DIR")
-    return Path(override) if override else Path(platformdirs.user_data_dir("llmpack", appauthor=False))
+    return paths.data_dir()
 
 
 def valid_id(chat_id: Any) -> bool:
@@ -177,7 +175,7 @@ class ChatStore:
         path = self.path
         with self._lock:
             if self._ready != path:   # LLMPACK_DATA_DIR may name another folder since (each test has its own)
-                path.parent.mkdir(parents=True, exist_ok=True)
+                private_store(path)
                 with closing(sqlite3.connect(path, timeout=10)) as con:
                     con.execute("PRAGMA journal_mode=WAL")
                     con.executescript(SCHEMA)
