@@ -21,6 +21,7 @@ import hmac
 import ipaddress
 import os
 import socket
+import urllib.parse
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from flask import Flask, Response, request
@@ -112,6 +113,41 @@ def host_ok(header: str | None, options: ServerOptions, names: set[str]) -> bool
     return False
 
 
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def cors_allows(cors: bool | tuple[str, ...] | None, origin: str) -> bool:
+    """--cors: True lets every origin in; a tuple of origins ("https://app.example") only those."""
+    if isinstance(cors, (tuple, list, set, frozenset)):
+        return origin.rstrip("/").lower() in {o.rstrip("/").lower() for o in cors}
+    return bool(cors)
+
+
+def cross_site(method: str, headers, host: str, cors) -> str | None:
+    """Why a browser request from another site must not change anything here, or None.
+
+    A page on any web site (or on another port of this computer) can send this server a
+    "simple" POST with `fetch(url, {mode: "no-cors", body})`: no preflight, no reading the
+    answer, but the request runs (an extraction, a generation). Browsers say where such a
+    request comes from: `Sec-Fetch-Site` (cross-site, same-site: another port of localhost is
+    same-site but another origin) and `Origin`. Every state-changing or expensive method
+    (anything but GET/HEAD/OPTIONS) from another origin is refused unless --cors allows that
+    origin; tools other than browsers send neither header and are not affected."""
+    if method in SAFE_METHODS and method != "OPTIONS":
+        return None
+    origin = headers.get("Origin")
+    site = (headers.get("Sec-Fetch-Site") or "").lower()
+    # the origin's host:port against Host (not the scheme: a TLS proxy in front changes only that)
+    foreign = site in ("cross-site", "same-site") or \
+        (origin is not None and urllib.parse.urlsplit(origin).netloc.lower() != host.lower())
+    if not foreign or (origin and origin != "null" and cors_allows(cors, origin)):
+        return None
+    if method == "OPTIONS" and not cors:
+        return None   # a preflight alone changes nothing; without --cors it gets no CORS headers
+    return (f"requests from another web site ({origin or site}) may not use this server: start it with "
+            "--cors to allow that origin")
+
+
 def key_ok(authorization: str | None, key: str) -> bool:
     scheme, _, given = (authorization or "").partition(" ")
     if scheme.lower() != "bearer":
@@ -129,6 +165,9 @@ def install(app: Flask, options: ServerOptions, error) -> None:
             return error(403, f"Host {request.headers.get('Host')!r} is not this server: requests must "
                          "name it as localhost or 127.0.0.1 (DNS-rebinding protection).",
                          "permission_error", "host_not_allowed")
+        refused = cross_site(request.method, request.headers, request.host, options.cors)
+        if refused:
+            return error(403, refused, "permission_error", "cross_site_request")
         if options.cors and request.method == "OPTIONS":
             return Response(status=204)
         if options.api_key and public_reason(app, request.endpoint) is None:
@@ -148,8 +187,10 @@ def install(app: Flask, options: ServerOptions, error) -> None:
         h.setdefault("X-Frame-Options", "DENY")
         h["Content-Security-Policy"] = PAGE_CSP
         if options.cors:
-            h["Access-Control-Allow-Origin"] = "*"
+            origin = request.headers.get("Origin") or ""
+            h["Access-Control-Allow-Origin"] = "*" if options.cors is True else origin if cors_allows(options.cors, origin) else "null"
+            h.add("Vary", "Origin")
             h["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
-            h["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+            h["Access-Control-Allow-Headers"] = "Authorization, Content-Type, X-Filename"
             h["Access-Control-Max-Age"] = "600"
         return resp
