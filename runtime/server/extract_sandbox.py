@@ -111,6 +111,11 @@ class _Worker:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
+        if self.job:
+            import ctypes   # lazy: Windows only
+
+            ctypes.windll.kernel32.CloseHandle(self.job)  # type: ignore[attr-defined]
+            self.job = None
         for f in (self.proc.stdin, self.proc.stdout):
             try:
                 f.close()
