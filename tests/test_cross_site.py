@@ -70,7 +70,7 @@ def test_a_no_cors_post_from_another_origin_in_chromium_is_refused(chat_server: 
     llmpack server, another origin. Its no-cors POST of a file to /v1/extract (any body, no
     preflight: the one route that took any Content-Type and a name in the query) must not make the
     server read it; the same upload from the server's own page is read."""
-    from llmpack.runtime.server import attachments   # lazy: the module the route calls, to count its reads
+    from llmpack.runtime.server.page import extract_routes as attachments   # lazy: the route module, to count its reads
 
     reads = []
     real = attachments.extract

@@ -1,4 +1,4 @@
-"""Attachments are read in a worker process (runtime/server/extract_sandbox.py) that is killed
+"""Attachments are read in a worker process (runtime/server/documents/sandbox.py) that is killed
 at the deadline and runs under a memory limit: a PDF page that never ends costs one killed
 worker, and the next attachment is read at once by a fresh one."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import pytest
 
 from doc_files import make_docx, make_pdf, slow_pdf
-from llmpack.runtime.server import documents as D
-from llmpack.runtime.server.extract_sandbox import GRACE_S, Sandbox
+from llmpack.runtime.server.documents import extract as D
+from llmpack.runtime.server.documents.sandbox import GRACE_S, Sandbox
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from llmpack.runtime.server import instance
+from llmpack.runtime.server.lifecycle import instance
 
 KEY = "5167a0c3e1"
 

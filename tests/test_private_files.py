@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from llmpack import paths
-from llmpack.runtime.server.chats import ChatStore, clean_chat
+from llmpack.runtime.server.page.chats import ChatStore, clean_chat
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX modes; Windows keeps them private with profile ACLs")
 CHAT = {"title": "Private", "messages": [{"role": "user", "content": "my bank PIN is 1234"}]}
@@ -85,7 +85,7 @@ def test_without_xdg_runtime_dir_the_folder_is_in_the_data_folder_and_nothing_is
 def test_launching_prints_no_runtime_dir_warning(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
     env["LLMPACK_DATA_DIR"] = str(tmp_path / "data")
-    code = "from llmpack.runtime.server import launch; print(launch.runtime_dir())"
+    code = "from llmpack.runtime.server.lifecycle import browser; print(browser.runtime_dir())"
     proc = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode == 0 and "RuntimeDirWarning" not in proc.stderr and "/tmp/runtime-" not in proc.stderr, \

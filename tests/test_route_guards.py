@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from llmpack.runtime.server.app import ServerOptions, create_app, webui_dir
-from llmpack.runtime.server.security import PAGE_CSP, public_reason
-from llmpack.runtime.server.state import ServerState
+from llmpack.runtime.server.app import create_app, webui_dir
+from llmpack.runtime.server.http.options import ServerOptions
+from llmpack.runtime.server.http.security import PAGE_CSP, public_reason
+from llmpack.runtime.server.lifecycle import instance
+from llmpack.runtime.server.http.state import ServerState
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import live_server
 
@@ -24,7 +26,8 @@ PUBLIC = {
     "index": "the page",
     "static_file": "the page's files",
     "favicon": "the page's icon",
-    "health": "readiness, without the system prompt",
+    "health": "readiness; details only with the key",
+    "instance_challenge": "an HMAC under the instance lock's secret: nothing without it",
     "chats.list_chats": "the chat secret", "chats.get_chat": "the chat secret", "chats.put_chat": "the chat secret",
     "chats.delete_chat": "the chat secret", "chats.export_chat": "the chat secret",
     "chats.import_chat": "the chat secret", "chats.get_settings": "the chat secret",
@@ -84,3 +87,29 @@ def test_every_html_response_carries_the_page_csp(keyed_app):
         assert resp.status_code == 200, path
         assert resp.headers.get("Content-Security-Policy") == PAGE_CSP, path
     assert "script-src 'self'" in PAGE_CSP and "frame-ancestors 'none'" in PAGE_CSP
+
+
+def test_health_gives_details_only_with_the_key():
+    state = ServerState("Guarded")
+    state.instance = "5167a0c3e1"
+    state.set_progress("extracting", 0.5, "Unpacking the model to /home/me/.cache/llmpack/models/x.gguf")
+    state.unpack = {"path": "/home/me/.cache/llmpack/models/x.gguf", "bytes": 10}
+    client = create_app(state, ServerOptions(port=0, api_key=KEY)).test_client()
+    brief = client.get("/health")
+    assert brief.status_code == 503 and brief.get_json() == {"status": "loading", "phase": "extracting",
+                                                              "progress": 0.5, "display_name": "Guarded"}
+    full = client.get("/health", headers={"Authorization": f"Bearer {KEY}"}).get_json()
+    assert full["unpack"]["path"].endswith("x.gguf") and full["instance"] == "5167a0c3e1"
+    state.set_error("llama.cpp failed: /home/me/secret/model.gguf: invalid magic")
+    refused = client.get("/health").get_json()
+    assert refused["status"] == "error" and "/home/me" not in refused["message"]
+    assert "invalid magic" in client.get("/health", headers={"Authorization": f"Bearer {KEY}"}).get_json()["message"]
+
+
+def test_the_instance_challenge_needs_a_nonce_and_proves_the_secret():
+    state = ServerState("Guarded")
+    state.instance = "5167a0c3e1"
+    client = create_app(state, ServerOptions(port=0, api_key=KEY)).test_client()
+    assert client.get("/api/instance").status_code == 404
+    body = client.get("/api/instance?nonce=" + "ab" * 16).get_json()
+    assert body == {"instance": "5167a0c3e1", "proof": instance.proof(state.instance_secret, "ab" * 16)}

@@ -17,7 +17,7 @@ import { closeSidebar, deleteChat, ensureChat, exportChat, importChatFile, loadC
 import { showModelInfo, wireBaseNotice } from "./header.js";
 import { markdownReady } from "./markdown.js";
 import { clearNotices, onCopyClick, renderCurrent, showUserMessage } from "./render.js";
-import { closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncSettings, wireSettings } from "./settings.js";
+import { apiKey, closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncSettings, wireSettings } from "./settings.js";
 import { NARROW, state, ui } from "./state.js";
 import { saveChat, setLeaving } from "./save.js";
 import { generate, setComposerHook, stopGeneration } from "./stream.js";
@@ -38,7 +38,7 @@ function showView(name) {
 function showLoading(info) {
   showView("loading");
   const phase = info && info.phase;
-  // the server's words for the phase (runtime/server/state.py MESSAGES), said once
+  // the server's words for the phase (runtime/server/http/state.py MESSAGES), said once
   const said = info && typeof info.message === "string" && info.message;
   ui.phase.textContent = (info && info.phaseText) || (said ? said.replace(/[.…]*$/, "…") : "Starting…");
   ui.loading.setAttribute("data-phase", phase || "starting");
@@ -65,7 +65,9 @@ async function pollHealth() {
   let status = 0;
   let b = {};
   try {
-    const resp = await fetch("/health", { cache: "no-store", signal: ctrl.signal });
+    // with --api-key, /health gives its details (model, context, defaults) only to the key
+    const headers = apiKey() ? { Authorization: "Bearer " + apiKey() } : {};
+    const resp = await fetch("/health", { cache: "no-store", signal: ctrl.signal, headers });
     status = resp.status;
     b = await resp.json().catch(() => ({}));
     if (!b || typeof b !== "object") b = {};

@@ -7,7 +7,7 @@ CPU for the same model, and nothing said so. Now the running copy leaves a lock 
 serves, and a later launch of the same model that finds it alive opens the browser on it and
 exits 0 with one line. `--new-instance` starts a second copy anyway.
 
-The lock file is ``instance-<model key>.json`` in the per-user runtime folder (`launch.runtime_dir()`, passed in:
+The lock file is ``instance-<model key>.json`` in the per-user runtime folder (`lifecycle.browser.runtime_dir()`, passed in:
 $XDG_RUNTIME_DIR/llmpack, e.g. /run/user/1000/llmpack, on Linux; %LOCALAPPDATA%\\Temp\\llmpack on
 Windows; 0700), written 0600 once the server listens and removed when it stops::
 
@@ -34,7 +34,6 @@ the old behaviour, not a broken one.
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import http.client
 import json
@@ -45,18 +44,14 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmpack.runtime.server.http.security import CHALLENGE_PATH, instance_proof as proof
+
 HEALTH_TIMEOUT_S = 3.0
-CHALLENGE_PATH = "/api/instance"   # public: without the lock's secret its answer proves nothing
 
 
 def new_secret() -> str:
-    """The secret a server keeps in memory and writes into its lock (claim)."""
+    """A secret like the one a server keeps in memory (ServerState.instance_secret) and writes into its lock."""
     return secrets.token_hex(32)
-
-
-def proof(secret: str, nonce: str) -> str:
-    """What the server that holds `secret` answers to the challenge `nonce`."""
-    return hmac.new(secret.encode("utf-8"), nonce.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -70,7 +65,7 @@ class Running:
 
 
 def lock_path(folder: Path, key: str) -> Path:
-    """The lock file of model `key` in `folder` (the caller's `launch.runtime_dir()`)."""
+    """The lock file of model `key` in `folder` (the caller's `browser.runtime_dir()`)."""
     return Path(folder) / f"instance-{key}.json"
 
 
@@ -94,12 +89,12 @@ def find_running(folder: Path, key: str) -> Running | None:
     return None
 
 
-def claim(folder: Path, key: str, url: str, redirect: Path | None, secret: str | None = None) -> Path | None:
+def claim(folder: Path, key: str, url: str, redirect: Path | None, secret: str) -> Path | None:
     """Record this process as the copy serving `key` (0600, replaced atomically), with the
     `secret` its server answers the challenge with; the path, for `release`. None when the
     runtime folder cannot be written: the server runs all the same."""
     port = int(url.rsplit(":", 1)[1])
-    body = json.dumps({"key": key, "pid": os.getpid(), "port": port, "url": url, "secret": secret or new_secret(),
+    body = json.dumps({"key": key, "pid": os.getpid(), "port": port, "url": url, "secret": secret,
                        "redirect": str(redirect) if redirect else None, "exe": sys.executable}, indent=1)
     path = lock_path(folder, key)
     try:

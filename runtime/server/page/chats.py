@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from llmpack import paths
 from llmpack.paths import private_store
-from llmpack.runtime.server.protocol import scrub   # lone surrogates -> U+FFFD, as requests get
+from llmpack.runtime.server.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (

@@ -1,15 +1,12 @@
-"""Documents attached to a chat, over HTTP.
+"""Documents attached to a request: the page's POST /v1/extract (page/extract_routes.py) asks
+`describe` for a file's text and token counts per page (PDF) or per part, so it can show how much
+of the context the file takes and offer the first N pages; a chat request's `file` content parts
+(OpenAI's {"type": "file", "file": {"filename", "file_data": "data:...;base64,..."}}) become the
+user message's text in `expand_file_parts`.
 
-    POST /v1/extract                 the file's bytes as the body, its name in `X-Filename`
-                                     (percent-encoded): its text, its token count, and token
-                                     counts per page (PDF) or per part, so the chat page can show
-                                     how much of the context it takes and offer the first N pages
-    /v1/chat/completions             OpenAI's `file` content parts in user messages:
-                                     {"type": "file", "file": {"filename", "file_data": "data:...;base64,..."}}
-
-Both run `documents.extract` on a small pool of worker threads (never the engine thread, at
-most two files at a time), give up after `documents.TIME_LIMIT_S`, and refuse what cannot be
-read with one line (HTTP 400, code `unreadable_file`; 413 for a file over the size limit).
+Both run `documents.extract` in worker processes (documents/sandbox.py: at most two files at
+a time, each worker killed at `documents.TIME_LIMIT_S`, under a memory limit), and refuse what
+cannot be read with one line (HTTP 400, code `unreadable_file`; 413 for a file over the size limit).
 In a chat request the documents join the user's message in `documents.format_message`'s shape,
 and together they may take at most `budget(n_ctx)` tokens (code `attachments_too_long`).
 """
@@ -19,24 +16,18 @@ import base64
 import binascii
 import hashlib
 import threading
-import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
-from urllib.parse import unquote
 
-from flask import Blueprint, jsonify, request
+from llmpack.runtime.chat import untrusted
+from llmpack.runtime.server.core.errors import ApiError, bad
+from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.server.documents import extract as D
+from llmpack.runtime.server.documents.sandbox import Sandbox
 
-from llmpack.runtime.server import documents as D
-from llmpack.runtime.server.api_error import ApiError, bad
-from llmpack.runtime.server.request_context import app_context, ready_model
-from llmpack.runtime.server.state import ServedModel
-
-bp = Blueprint("attachments", __name__)
 ATTACH_BODY = D.MAX_FILE_BYTES * 4 // 3 + 4 * 1024 * 1024   # a base64 file in a JSON body, plus the chat
 SEGMENT_CHARS = 4000      # non-PDF text is offered for cutting in parts of about this size
-_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="llmpack-extract")
+_SANDBOX = Sandbox()      # at most two files at a time, each in a worker killed at the deadline
 
 
 def budget(n_ctx: int) -> int:
@@ -72,18 +63,16 @@ _CACHE = _Cache()
 
 
 def extract(name: str, data: bytes, media_type: str = "") -> D.Document:
-    """documents.extract on the worker pool, within the time limit; ApiError when it fails."""
+    """documents.extract in a sandboxed worker process, within the time limit; ApiError when it fails."""
     key = hashlib.sha256(name.encode("utf-8", "replace") + b"\0" + media_type.encode() + b"\0" + data).digest()
     doc = _CACHE.get(key)
     if doc is not None:
         return doc
-    deadline = time.monotonic() + D.TIME_LIMIT_S
-    future = _POOL.submit(D.extract, name, data, deadline=deadline, media_type=media_type)
     try:
-        doc = future.result(timeout=D.TIME_LIMIT_S + 5)
-    except FutureTimeout:   # the worker stops at its next deadline check
-        raise ApiError(400, f"reading {name} took longer than {D.TIME_LIMIT_S:.0f} s, so llmpack gave up; attach "
-                            "a smaller file or copy its text in", param="file", code="unreadable_file") from None
+        if len(data) > D.MAX_FILE_BYTES:   # refused at once, without a trip to a worker
+            doc = D.extract(name, data, media_type=media_type)
+        else:
+            doc = _SANDBOX.extract(name, data, media_type=media_type)
     except D.DocumentError as exc:
         status = 413 if len(data) > D.MAX_FILE_BYTES else 400
         raise ApiError(status, str(exc), param="file", code="unreadable_file") from None
@@ -123,24 +112,6 @@ def describe(doc: D.Document, model: ServedModel) -> dict:
             "budget": budget(model.n_ctx), "n_ctx": model.n_ctx}
 
 
-def _ready() -> ServedModel:
-    return ready_model(app_context().state)
-
-
-@bp.post("/v1/extract")
-def extract_route():
-    model = _ready()
-    name = unquote(request.headers.get("X-Filename") or request.args.get("filename") or "attachment")
-    size = request.content_length
-    if size is not None and size > D.MAX_FILE_BYTES:
-        raise ApiError(413, f"{name} is {size / 2**20:.0f} MB; files can be at most {D.MAX_FILE_BYTES >> 20} MB: "
-                            "attach a shorter part of it", param="file", code="unreadable_file")
-    request.max_content_length = D.MAX_FILE_BYTES
-    data = request.get_data(cache=False)
-    doc = extract(name, data, (request.mimetype or "") if request.mimetype != "application/octet-stream" else "")
-    return jsonify(describe(doc, model))
-
-
 # ---------------------------------------------------------------- file parts in chat requests
 def expand_file_parts(messages: Any, model: ServedModel) -> Any:
     """`messages` with every user message that has `file` parts turned into one text: its
@@ -162,7 +133,7 @@ def expand_file_parts(messages: Any, model: ServedModel) -> Any:
                 texts.append(part["text"])
             elif kind == "file":
                 doc = _file_part(part.get("file"), f"messages[{i}].content[{j}]")
-                docs.append((doc.name, doc.text))
+                docs.append((untrusted.clean(doc.name), untrusted.mark(doc.text)))   # text, never control tokens
                 used += _tokens(model, D.format_message([(doc.name, doc.text)], ""))
                 names.append(doc.name)
             else:

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any, BinaryIO
 
-from llmpack.runtime.server import documents as D
+from llmpack.runtime.server.documents import extract as D
 
 MEMORY_BYTES = 1 << 30      # address space of one worker (a 32 MB PDF needs a few hundred MB)
 WORKERS = 2

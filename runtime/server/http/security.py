@@ -17,17 +17,18 @@ those (LAN clients). LLMPACK_ALLOWED_HOSTS (comma-separated names) adds names, e
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import os
 import socket
 import urllib.parse
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from flask import Flask, Response, request
 
-if TYPE_CHECKING:  # pragma: no cover
-    from llmpack.runtime.server.app import ServerOptions
+from llmpack.runtime.server.http.errors import error_response as error
+from llmpack.runtime.server.http.options import ServerOptions
 
 F = TypeVar("F", bound=Callable)
 
@@ -114,6 +115,12 @@ def host_ok(header: str | None, options: ServerOptions, names: set[str]) -> bool
 
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+CHALLENGE_PATH = "/api/instance"   # public: without the instance lock's secret its answer proves nothing
+
+
+def instance_proof(secret: str, nonce: str) -> str:
+    """What the server holding `secret` answers to the challenge `nonce` (lifecycle/instance.py)."""
+    return hmac.new(secret.encode("utf-8"), nonce.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def cors_allows(cors: bool | tuple[str, ...] | None, origin: str) -> bool:
@@ -155,8 +162,8 @@ def key_ok(authorization: str | None, key: str) -> bool:
     return hmac.compare_digest(given.strip().encode("utf-8", "replace"), key.encode("utf-8", "replace"))
 
 
-def install(app: Flask, options: ServerOptions, error) -> None:
-    """Register the guards; `error(status, message, type, code)` builds an OpenAI error response."""
+def install(app: Flask, options: ServerOptions) -> None:
+    """Register the guards on `app`."""
     names = allowed_names(options)
 
     @app.before_request
