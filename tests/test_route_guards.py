@@ -113,3 +113,18 @@ def test_the_instance_challenge_needs_a_nonce_and_proves_the_secret():
     assert client.get("/api/instance").status_code == 404
     body = client.get("/api/instance?nonce=" + "ab" * 16).get_json()
     assert body == {"instance": "5167a0c3e1", "proof": instance.proof(state.instance_secret, "ab" * 16)}
+
+
+def test_each_route_has_a_body_limit_checked_before_the_key_and_before_reading(keyed_app):
+    """A body past the route's limit is refused from its Content-Length alone, before the key is
+    checked and before anything reads it; waitress itself takes no more than the largest limit."""
+    from llmpack.runtime.server.core.attachments import ATTACH_BODY   # lazy: only this test needs them
+    from llmpack.runtime.server.lifecycle.sockets import waitress_settings
+
+    client = keyed_app.test_client()
+    big = b"x" * (9 << 20)                          # over the 8 MB of a JSON route
+    r = client.post("/tokenize", data=big, content_type="application/json")
+    assert r.status_code == 413 and r.get_json()["error"]["code"] == "body_too_large"
+    r = client.post("/v1/chat/completions", data=big, content_type="application/json")
+    assert r.status_code == 401                      # files ride in chat requests: its limit is higher
+    assert waitress_settings(16)["max_request_body_size"] == ATTACH_BODY

@@ -48,6 +48,24 @@ def public(why: str) -> Callable[[F], F]:
     return mark
 
 
+_BODY_LIMIT = "_llmpack_body_limit"
+
+
+def body_limit(limit: int) -> Callable[[F], F]:
+    """Let a view take bodies up to `limit` bytes instead of the app's max_body (routes that carry
+    files). `install` refuses a larger Content-Length before the key check and before anything
+    reads the body, and Flask stops a body without one at the same size."""
+    def mark(view: F) -> F:
+        setattr(view, _BODY_LIMIT, limit)
+        return view
+    return mark
+
+
+def route_body_limit(app: Flask, endpoint: str | None, default: int) -> int:
+    view = app.view_functions.get(endpoint) if endpoint else None
+    return getattr(view, _BODY_LIMIT, default)
+
+
 def public_reason(app: Flask, endpoint: str | None) -> str | None:
     """Why `endpoint` needs no API key, or None when it needs one (unknown endpoints do)."""
     view = app.view_functions.get(endpoint) if endpoint else None
@@ -175,6 +193,11 @@ def install(app: Flask, options: ServerOptions) -> None:
         refused = cross_site(request.method, request.headers, request.host, options.cors)
         if refused:
             return error(403, refused, "permission_error", "cross_site_request")
+        limit = route_body_limit(app, request.endpoint, options.max_body)
+        request.max_content_length = limit
+        if request.content_length is not None and request.content_length > limit:
+            return error(413, f"The request body is {request.content_length:,} bytes; this route takes "
+                                  f"at most {limit:,}.", "invalid_request_error", "body_too_large")
         if options.cors and request.method == "OPTIONS":
             return Response(status=204)
         if options.api_key and public_reason(app, request.endpoint) is None:

@@ -9,15 +9,17 @@ from urllib.parse import unquote
 
 from flask import Blueprint, jsonify, request
 
-from llmpack.runtime.server.core.attachments import describe, extract
+from llmpack.runtime.server.core.attachments import ATTACH_BODY, describe, extract
 from llmpack.runtime.server.core.errors import ApiError
 from llmpack.runtime.server.documents import extract as D
+from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.context import app_context, ready_model
 
 bp = Blueprint("attachments", __name__)
 
 
 @bp.post("/v1/extract")
+@security.body_limit(ATTACH_BODY)   # the view words a refusal past MAX_FILE_BYTES itself, naming the file
 def extract_route():
     model = ready_model(app_context().state)
     raw_name = request.headers.get("X-Filename")
@@ -29,7 +31,7 @@ def extract_route():
     if size is not None and size > D.MAX_FILE_BYTES:
         raise ApiError(413, f"{name} is {size / 2**20:.0f} MB; files can be at most {D.MAX_FILE_BYTES >> 20} MB: "
                             "attach a shorter part of it", param="file", code="unreadable_file")
-    request.max_content_length = D.MAX_FILE_BYTES
+    request.max_content_length = D.MAX_FILE_BYTES   # a body without Content-Length stops there
     data = request.get_data(cache=False)
     doc = extract(name, data, (request.mimetype or "") if request.mimetype != "application/octet-stream" else "")
     return jsonify(describe(doc, model))
