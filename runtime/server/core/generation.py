@@ -2,6 +2,8 @@
 counting tokens for usage and prompt progress, and aborting them when the client leaves."""
 from __future__ import annotations
 
+import hashlib
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
@@ -61,7 +63,11 @@ class Generation:
     `active` (the server's in-flight set) aborts them when `disconnected()` turns true."""
 
     def __init__(self, model: ServedModel, prep: Prepared, request_id: str, *, active: ActiveRequests | None = None,
-                 disconnected: Callable[[], bool] | None = None, timer: Timer | None = None) -> None:
+                 disconnected: Callable[[], bool] | None = None, timer: Timer | None = None,
+                 cache_salt: str | None = None) -> None:
+        """`cache_salt` (cache_salt_for: the API key the request used): requests with different
+        salts never share cached prompt blocks, so one key cannot probe another's prompts
+        through `cached_tokens` (vLLM's cache_salt)."""
         self.model, self.prep, self.active, self.timer = model, prep, active, timer
         self.n = prep.params.n
         self.prompts: list[PromptStream] = []
@@ -69,8 +75,9 @@ class Generation:
         self.started = time.monotonic()
         try:
             for i, ids in enumerate(prep.prompts):
+                salt = {"cache_salt": cache_salt} if cache_salt is not None and _takes_salt(model.engine) else {}
                 stream = model.engine.add_request(ids, prep.params, request_id=f"{request_id}-{i}",
-                                                  prompt_progress=prep.return_progress)
+                                                  prompt_progress=prep.return_progress, **salt)
                 self.prompts.append(PromptStream(stream, len(ids)))
         except Exception as exc:
             self._abort()
@@ -131,3 +138,18 @@ class Generation:
             self.active.remove(self.key)
         if self.timer is not None:
             self.timer.finish(self.reasons.get(0) if all(p.finished for p in self.prompts) else "abort")
+
+
+def cache_salt_for(api_key: str | None) -> str | None:
+    """The prefix-cache salt of requests made with `api_key`; None (one shared cache) without one."""
+    if not api_key:
+        return None
+    return hashlib.sha256(b"llmpack-cache-salt\0" + api_key.encode("utf-8")).hexdigest()[:32]
+
+
+def _takes_salt(engine: object) -> bool:
+    """Whether this engine's add_request knows cache_salt (the engine's own change adds it)."""
+    try:
+        return "cache_salt" in inspect.signature(engine.add_request).parameters   # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return False

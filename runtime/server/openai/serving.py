@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 from flask import Response, jsonify, request
 
 from llmpack.runtime.server.core.errors import ApiError
-from llmpack.runtime.server.core.generation import Generation
+from llmpack.runtime.server.core.generation import Generation, cache_salt_for
 from llmpack.runtime.server.core.output import final_choices, stream_steps
 from llmpack.runtime.server.core.request import Prepared
 from llmpack.runtime.server.core.served_model import ServedModel
@@ -48,7 +48,8 @@ def generate(api: Api) -> Response:
         ctx.metrics.constrained.labels(model.model_id, prep.plan.kind).inc()
     rid, created = P.new_id(api.kind), int(time.time())
     gen = Generation(model, prep, rid, active=ctx.state.active, timer=ctx.metrics.timer(model.model_id),
-                     disconnected=request.environ.get("waitress.client_disconnected"))
+                     disconnected=request.environ.get("waitress.client_disconnected"),
+                     cache_salt=cache_salt_for(ctx.options.api_key))   # the guard let only that key in
     if prep.stream:
         return Response(_Body(_stream(gen, api, rid, created), gen), mimetype="text/event-stream",
                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
