@@ -15,6 +15,7 @@ from llmpack.runtime.server.core.attachments import expand_file_parts
 from llmpack.runtime.server.core.errors import bad
 from llmpack.runtime.server.core.params import SamplingValues, check_token_ids, is_token_ids, sampling_params
 from llmpack.runtime.server.core.plan import Constraint, OutputPlan, ToolRequest, plan_output
+from llmpack.runtime.chat import untrusted
 from llmpack.runtime.server.core.prompt import render_messages, tokenize_prompt
 from llmpack.runtime.server.core.served_model import ServedModel
 
@@ -76,7 +77,7 @@ def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
         params = sampling_params(req.sampling, model, chat=True, logprobs=req.logprobs, grammar=plan.grammar)
     text = render_messages(model, messages, plan, req.param, req.template_kwargs)
     return Prepared([tokenize_prompt(model, text)], params, req.stream, req.include_usage, req.param,
-                    top_logprobs=req.logprobs, texts=[text], plan=plan,
+                    top_logprobs=req.logprobs, texts=[untrusted.clean(text)], plan=plan,
                     return_progress=req.prompt_progress and req.stream)
 
 

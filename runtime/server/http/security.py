@@ -196,8 +196,8 @@ def install(app: Flask, options: ServerOptions) -> None:
         limit = route_body_limit(app, request.endpoint, options.max_body)
         request.max_content_length = limit
         if request.content_length is not None and request.content_length > limit:
-            return error(413, f"The request body is {request.content_length:,} bytes; this route takes "
-                                  f"at most {limit:,}.", "invalid_request_error", "body_too_large")
+            return error(413, f"The request body is larger than {limit >> 20} MiB.", "invalid_request_error",
+                         "request_too_large")
         if options.cors and request.method == "OPTIONS":
             return Response(status=204)
         if options.api_key and public_reason(app, request.endpoint) is None:
