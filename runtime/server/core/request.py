@@ -16,6 +16,7 @@ from llmpack.runtime.server.core.attachments import expand_file_parts
 from llmpack.runtime.server.core.errors import bad
 from llmpack.runtime.server.core.params import SamplingValues, check_token_ids, is_token_ids, sampling_params
 from llmpack.runtime.server.core.plan import Constraint, OutputPlan, ToolRequest, plan_output
+from llmpack.runtime.chat import untrusted
 from llmpack.runtime.server.core.prompt import render_messages, tokenize_prompt
 from llmpack.runtime.server.core.served_model import ServedModel
 
@@ -90,7 +91,7 @@ def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
     if opened and budget == 0:   # no thinking at all: the prompt closes what its template opened
         text, opened = text + syntax.cut, False
     return Prepared([tokenize_prompt(model, text)], params, req.stream, req.include_usage, req.param,
-                    top_logprobs=req.logprobs, texts=[text], plan=plan,
+                    top_logprobs=req.logprobs, texts=[untrusted.clean(text)], plan=plan,
                     return_progress=req.prompt_progress and req.stream, reasoning=syntax, thinking_open=opened,
                     reasoning_budget=budget or None, read=read)
 
