@@ -288,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--llmpack-extract-worker"]:   # documents.sandbox.WORKER_FLAG: a document reader child
+        from llmpack.runtime.server.documents.sandbox import worker_main   # lazy: only in that child
+
+        worker_main(int(sys.argv[2]))
+        sys.exit(0)
     if os.name == "nt":
         import multiprocessing   # lazy: Windows only
 

@@ -3,6 +3,7 @@ declares arguments (so `llmpack run` and a built executable accept exactly the s
 from __future__ import annotations
 
 import argparse
+import os
 import importlib
 import sys
 from pathlib import Path
@@ -68,7 +69,10 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}, next free one if busy; 0 = any free port)")
     p.add_argument("--no-browser", action="store_true", help="do not open the chat page in a browser")
-    p.add_argument("--api-key", default=None, help="require this key as `Authorization: Bearer KEY` on /v1 routes")
+    p.add_argument("--api-key", default=None, help="require this key as `Authorization: Bearer KEY` on /v1 routes "
+                   "(other users can read a command line: prefer --api-key-file or LLMPACK_API_KEY)")
+    p.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help="read the API key from the first line of FILE (keep it readable by you only)")
     p.add_argument("--cors", action="store_true", help="allow cross-origin browser requests (off by default)")
     p.add_argument("--max-waiting", type=_whole_number(1, "--max-waiting"), default=engine_defaults.MAX_WAITING,
                    help="queued requests beyond which new ones get 503")
@@ -99,10 +103,29 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
                        base_model=base_model, ctx=args.ctx, device=args.device, flash_attn=args.flash_attn,
                        max_waiting=args.max_waiting, speculative=args.speculative, trace_steps=args.trace_steps,
                        host=args.host, port=args.port, open_browser=not args.no_browser,
-                       api_key=args.api_key or None, cors=args.cors, verbose=args.verbose,
+                       api_key=api_key(args), cors=args.cors, verbose=args.verbose,
                        reasoning_format=args.reasoning_format,
                        reasoning_budget=None if args.reasoning_budget < 0 else args.reasoning_budget,
                        mmproj=Path(args.mmproj) if getattr(args, "mmproj", None) else None, **set_)
+
+
+def api_key(args: argparse.Namespace) -> str | None:
+    """The server's API key: --api-key, else the first line of --api-key-file, else
+    $LLMPACK_API_KEY, else none. A key on the command line is visible to every user of the
+    computer (/proc/*/cmdline, Task Manager); a file or the environment is not."""
+    if getattr(args, "api_key", None):
+        return args.api_key
+    path = getattr(args, "api_key_file", None)
+    if path:
+        try:
+            key = Path(path).read_text("utf-8").splitlines()[0].strip() if Path(path).stat().st_size else ""
+        except (OSError, UnicodeDecodeError, IndexError) as exc:
+            raise LlmpackError(f"cannot read the API key from {path} ({getattr(exc, 'strerror', None) or exc}); "
+                               "put the key on its first line") from None
+        if not key:
+            raise LlmpackError(f"{path} holds no API key; put the key on its first line")
+        return key
+    return os.environ.get("LLMPACK_API_KEY", "").strip() or None
 
 
 def cmd_run(args: argparse.Namespace) -> int:

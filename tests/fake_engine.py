@@ -33,6 +33,7 @@ class Submitted:
     prompt_ids: list[int]
     params: SamplingParams
     prompt_text: str
+    cache_salt: str | None = None     # the engine's add_request takes it (prefix-cache isolation)
 
 
 class FakeStream:
@@ -112,7 +113,7 @@ class FakeEngine:
         rid = request_id or f"fake-{len(self.requests)}"
         text = self.detokenize(ids)
         with self._lock:
-            self.requests.append(Submitted(rid, ids, params, text))
+            self.requests.append(Submitted(rid, ids, params, text, cache_salt))
         return FakeStream(self, rid, self._outputs(rid, ids, params, self.reply(text)))
 
     def _outputs(self, rid: str, ids: list[int], params: SamplingParams, reply: str) -> list[RequestOutput]:

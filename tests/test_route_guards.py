@@ -15,6 +15,7 @@ import requests
 from llmpack.runtime.server.app import create_app, webui_dir
 from llmpack.runtime.server.http.options import ServerOptions
 from llmpack.runtime.server.http.security import PAGE_CSP, public_reason
+from llmpack.runtime.server.lifecycle import instance
 from llmpack.runtime.server.http.state import ServerState
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import live_server
@@ -25,7 +26,8 @@ PUBLIC = {
     "index": "the page",
     "static_file": "the page's files",
     "favicon": "the page's icon",
-    "health": "readiness, without the system prompt",
+    "health": "readiness; details only with the key",
+    "instance_challenge": "an HMAC under the instance lock's secret: nothing without it",
     "chats.list_chats": "the chat secret", "chats.get_chat": "the chat secret", "chats.put_chat": "the chat secret",
     "chats.delete_chat": "the chat secret", "chats.export_chat": "the chat secret",
     "chats.import_chat": "the chat secret", "chats.get_settings": "the chat secret",
@@ -117,3 +119,46 @@ def test_the_new_protocols_get_the_host_check_and_cors(tiny_chat_model: Path):
         allowed = pre.headers["Access-Control-Allow-Headers"].lower()
         assert pre.status_code == 204 and "x-api-key" in allowed and "anthropic-version" in allowed
         assert "DELETE" in pre.headers["Access-Control-Allow-Methods"]
+
+
+def test_health_gives_details_only_with_the_key():
+    state = ServerState("Guarded")
+    state.instance = "5167a0c3e1"
+    state.set_progress("extracting", 0.5, "Unpacking the model to /home/me/.cache/llmpack/models/x.gguf")
+    state.unpack = {"path": "/home/me/.cache/llmpack/models/x.gguf", "bytes": 10}
+    client = create_app(state, ServerOptions(port=0, api_key=KEY)).test_client()
+    brief = client.get("/health")
+    assert brief.status_code == 503 and brief.get_json() == {"status": "loading", "phase": "extracting",
+                                                              "progress": 0.5, "display_name": "Guarded"}
+    full = client.get("/health", headers={"Authorization": f"Bearer {KEY}"}).get_json()
+    assert full["unpack"]["path"].endswith("x.gguf") and full["instance"] == "5167a0c3e1"
+    state.set_error("llama.cpp failed: /home/me/secret/model.gguf: invalid magic")
+    refused = client.get("/health").get_json()
+    assert refused["status"] == "error" and "/home/me" not in refused["message"]
+    assert "invalid magic" in client.get("/health", headers={"Authorization": f"Bearer {KEY}"}).get_json()["message"]
+
+
+def test_the_instance_challenge_needs_a_nonce_and_proves_the_secret():
+    state = ServerState("Guarded")
+    state.instance = "5167a0c3e1"
+    client = create_app(state, ServerOptions(port=0, api_key=KEY)).test_client()
+    assert client.get("/api/instance").status_code == 404
+    body = client.get("/api/instance?nonce=" + "ab" * 16).get_json()
+    assert body == {"instance": "5167a0c3e1", "proof": instance.proof(state.instance_secret, "ab" * 16)}
+
+
+def test_each_route_has_a_body_limit_checked_before_the_key_and_before_reading(keyed_app):
+    """A body past the route's limit is refused from its Content-Length alone, before the key is
+    checked and before anything reads it; waitress itself takes no more than the largest limit."""
+    from llmpack.runtime.server.core.attachments import ATTACH_BODY   # lazy: only this test needs them
+    from llmpack.runtime.server.lifecycle.sockets import waitress_settings
+
+    client = keyed_app.test_client()
+    big = b"x" * (9 << 20)                          # over the 8 MB of a JSON route
+    r = client.post("/tokenize", data=big, content_type="application/json")
+    assert r.status_code == 413 and r.get_json()["error"]["code"] == "request_too_large"
+    r = client.post("/v1/chat/completions", data=big, content_type="application/json")
+    assert r.status_code == 401                      # files ride in chat requests: its limit is higher
+    from llmpack.runtime.server.http.options import MAX_BODY   # lazy: as above
+
+    assert waitress_settings(16)["max_request_body_size"] == ATTACH_BODY + MAX_BODY   # was ATTACH_BODY + 4 x MAX_BODY

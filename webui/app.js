@@ -22,7 +22,7 @@ import { addMessage } from "./tree.js";
 import { showModelInfo, wireBaseNotice } from "./header.js";
 import { markdownReady } from "./markdown.js";
 import { clearNotices, onCopyClick, renderCurrent, showUserMessage } from "./render.js";
-import { closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncSettings, wireSettings } from "./settings.js";
+import { apiKey, closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncSettings, wireSettings } from "./settings.js";
 import { NARROW, state, ui } from "./state.js";
 import { saveChat, setLeaving } from "./save.js";
 import { generate, setComposerHook, stopGeneration } from "./stream.js";
@@ -70,7 +70,9 @@ async function pollHealth() {
   let status = 0;
   let b = {};
   try {
-    const resp = await fetch("/health", { cache: "no-store", signal: ctrl.signal });
+    // with --api-key, /health gives its details (model, context, defaults) only to the key
+    const headers = apiKey() ? { Authorization: "Bearer " + apiKey() } : {};
+    const resp = await fetch("/health", { cache: "no-store", signal: ctrl.signal, headers });
     status = resp.status;
     b = await resp.json().catch(() => ({}));
     if (!b || typeof b !== "object") b = {};

@@ -140,9 +140,11 @@ class Projector:
         mtmd.mtmd_bitmap_set_id(bmp, digest.hex().encode())
         return bmp, digest
 
-    def prompt(self, parts: Sequence[str | bytes | tuple[bytes, str]], bos: list[int]) -> MultimodalPrompt:
-        """Tokenize a rendered prompt given as text pieces and images (raw bytes, or (bytes,
-        media type)) in order. `bos`: ids to put first unless the text already starts with them.
+    def prompt(self, parts: Sequence[str | tuple[str, bool] | bytes | tuple[bytes, str]],
+               bos: list[int]) -> MultimodalPrompt:
+        """Tokenize a rendered prompt given as text pieces (a str, whose special tokens are
+        parsed, or (text, parse_special)) and images (raw bytes, or (bytes, media type)), in order.
+        `bos`: ids to put first unless the text already starts with them.
         Raises ImageError for an image that cannot be used."""
         bitmaps: list[int] = []
         c_parts = []
@@ -150,9 +152,10 @@ class Projector:
         try:
             for part in parts:
                 p = mtmd.mtmd_input_part()
-                if isinstance(part, str):
-                    raw = part.encode("utf-8", errors="replace")
-                    text = mtmd.mtmd_input_text(raw, len(raw), False, True)
+                if isinstance(part, str) or isinstance(part[0], str):
+                    piece, special = (part, True) if isinstance(part, str) else part
+                    raw = piece.encode("utf-8", errors="replace")
+                    text = mtmd.mtmd_input_text(raw, len(raw), False, special)
                     keep += [raw, text]
                     p.text = ctypes.pointer(text)
                 else:

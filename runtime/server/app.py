@@ -89,6 +89,17 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
         resp.headers["Cache-Control"] = "no-store"
         return resp
 
+    @app.get(security.CHALLENGE_PATH)
+    @security.public("proves to a second launch that this server wrote the instance lock: an HMAC of the "
+                     "caller's nonce under a secret only the lock file holds, so it tells a stranger nothing")
+    def instance_challenge():
+        nonce = request.args.get("nonce", "")
+        if not state.instance or not 16 <= len(nonce) <= 128:
+            abort(404)
+        resp = jsonify({"instance": state.instance, "proof": security.instance_proof(state.instance_secret, nonce)})
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
     @app.get("/metrics")
     def metrics_route():
         data, content_type = metrics.render()

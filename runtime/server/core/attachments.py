@@ -8,9 +8,9 @@ content; `describe` does it as soon as the page attaches one and answers its `fi
 latest question reads the parts of it that fit (documents/reading.py); `expand_file_parts` says
 which, for the response's `X-Llmpack-Read` header (READ_HEADER).
 
-Both run `documents.extract` on a small pool of worker threads (never the engine thread, at
-most two files at a time), give up after `documents.TIME_LIMIT_S`, and refuse what cannot be
-read with one line (HTTP 400, code `unreadable_file`; 413 for a file over the size limit).
+Both run `documents.extract` in worker processes (documents/sandbox.py: at most two files at
+a time, each worker killed at `documents.TIME_LIMIT_S`, under a memory limit), and refuse what
+cannot be read with one line (HTTP 400, code `unreadable_file`; 413 for a file over the size limit).
 In a chat request the documents join the user's message in `documents.format_message`'s shape,
 and together they may take at most `budget(n_ctx)` tokens; `"read": "whole"` keeps that rule
 (400 `attachments_too_long`), the default `"auto"` searches what does not fit.
@@ -21,21 +21,20 @@ import base64
 import binascii
 import hashlib
 import threading
-import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from llmpack.runtime.chat import untrusted
 from llmpack.runtime.server.core.errors import ApiError, bad
 from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.documents import extract as D
 from llmpack.runtime.server.documents import reading as Rd
 from llmpack.runtime.server.documents.index import DocumentIndex, IndexUnusable
+from llmpack.runtime.server.documents.sandbox import Sandbox
 
 ATTACH_BODY = D.MAX_FILE_BYTES * 4 // 3 + 4 * 1024 * 1024   # a base64 file in a JSON body, plus the chat
 SEGMENT_CHARS = 4000      # non-PDF text is offered for cutting in parts of about this size
-_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="llmpack-extract")
+_SANDBOX = Sandbox()      # at most two files at a time, each in a worker killed at the deadline
 INDEX = DocumentIndex()   # the per-user index of long documents, opened on first use
 READ_HEADER = "X-Llmpack-Read"
 
@@ -73,18 +72,16 @@ _CACHE = _Cache()
 
 
 def extract(name: str, data: bytes, media_type: str = "") -> D.Document:
-    """documents.extract on the worker pool, within the time limit; ApiError when it fails."""
+    """documents.extract in a sandboxed worker process, within the time limit; ApiError when it fails."""
     key = hashlib.sha256(name.encode("utf-8", "replace") + b"\0" + media_type.encode() + b"\0" + data).digest()
     doc = _CACHE.get(key)
     if doc is not None:
         return doc
-    deadline = time.monotonic() + D.TIME_LIMIT_S
-    future = _POOL.submit(D.extract, name, data, deadline=deadline, media_type=media_type)
     try:
-        doc = future.result(timeout=D.TIME_LIMIT_S + 5)
-    except FutureTimeout:   # the worker stops at its next deadline check
-        raise ApiError(400, f"reading {name} took longer than {D.TIME_LIMIT_S:.0f} s, so llmpack gave up; attach "
-                            "a smaller file or copy its text in", param="file", code="unreadable_file") from None
+        if len(data) > D.MAX_FILE_BYTES:   # refused at once, without a trip to a worker
+            doc = D.extract(name, data, media_type=media_type)
+        else:
+            doc = _SANDBOX.extract(name, data, media_type=media_type)
     except D.DocumentError as exc:
         status = 413 if len(data) > D.MAX_FILE_BYTES else 400
         raise ApiError(status, str(exc), param="file", code="unreadable_file") from None
@@ -166,7 +163,11 @@ def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict
                                             count=lambda text: _tokens(model, text), owner=model.model_key))
     except Rd.ReadingError as exc:
         raise bad("messages", str(exc), exc.code) from None
-    return done.messages, done.reports
+    # what files brought in is text, never control tokens (chat/untrusted.py): each message the
+    # files were written into is marked whole (the person's own words in it are plain text too)
+    marked = [{**m, "content": untrusted.mark(m["content"])} if m is not messages[i] else m
+              for i, m in enumerate(done.messages)]
+    return marked, done.reports
 
 
 def _file_part(spec: Any, where: str) -> Rd.Attached:

@@ -3,6 +3,7 @@ counting tokens for usage and prompt progress, and aborting them when the client
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
@@ -63,9 +64,13 @@ class Generation:
     `active` (the server's in-flight set) aborts them when `disconnected()` turns true."""
 
     def __init__(self, model: ServedModel, prep: Prepared, request_id: str, *, active: ActiveRequests | None = None,
-                 disconnected: Callable[[], bool] | None = None, timer: Timer | None = None) -> None:
+                 disconnected: Callable[[], bool] | None = None, timer: Timer | None = None,
+                 cache_salt: str | None = None) -> None:
+        """`cache_salt` (cache_salt_for: the API key the request used): requests with different
+        salts never share cached prompt blocks, so one key cannot probe another's prompts
+        through `cached_tokens` (vLLM's cache_salt)."""
         self.model, self.prep, self.active, self.timer = model, prep, active, timer
-        self.request_id, self.disconnected = request_id, disconnected
+        self.request_id, self.disconnected, self.cache_salt = request_id, disconnected, cache_salt
         self.n = prep.params.n
         self.prompts: list[PromptStream] = []
         self.reasons: dict[int, str] = {}       # choice index -> finish reason
@@ -73,7 +78,7 @@ class Generation:
         try:
             for i, ids in enumerate(prep.prompts):
                 stream = model.engine.add_request(ids, prep.params, request_id=f"{request_id}-{i}",
-                                                  prompt_progress=prep.return_progress)
+                                                  prompt_progress=prep.return_progress, cache_salt=cache_salt)
                 self.prompts.append(PromptStream(stream, len(ids)))
         except Exception as exc:
             self._abort()
@@ -144,7 +149,8 @@ class Generation:
         try:
             stream = self.model.engine.add_request([*self.prep.prompts[i], *watch.ids, *ids],
                                                    dataclasses.replace(params, max_tokens=left),
-                                                   request_id=f"{self.request_id}-{i}-answer")
+                                                   request_id=f"{self.request_id}-{i}-answer",
+                                                   cache_salt=self.cache_salt)
         except Exception:  # noqa: BLE001 - no room in the context or the queue: the reply thinks on
             return None
         old, p.stream = p.stream, stream
@@ -207,3 +213,10 @@ class _Thinking:
             self.feed(c.text, c.token_ids)
         return (self.budget is not None and not self.ended and self.parser.in_thinking
                 and self.tokens >= self.budget)
+
+
+def cache_salt_for(api_key: str | None) -> str | None:
+    """The prefix-cache salt of requests made with `api_key`; None (one shared cache) without one."""
+    if not api_key:
+        return None
+    return hashlib.sha256(b"llmpack-cache-salt\0" + api_key.encode("utf-8")).hexdigest()[:32]

@@ -21,6 +21,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from llmpack.runtime.chat import untrusted
 from llmpack.runtime.engine.client import MAX_IMAGE_BYTES, ImageError, MultimodalPrompt, check_image
 from llmpack.runtime.server.core.errors import ApiError, bad
 from llmpack.runtime.server.core.served_model import ServedModel
@@ -75,9 +76,8 @@ def image_prompt(model: ServedModel, text: str, images: Images, param: str = "me
         raise bad(param, f"the chat template kept {len(pieces) - 1} of the {len(images.items)} images; this model's "
                          "template cannot show pictures where they were put")
     parts: list[Any] = []
-    for k, piece in enumerate(pieces):
-        if piece:
-            parts.append(piece)
+    for k, piece in enumerate(pieces):   # attachments' text stays plain text (chat/untrusted.py)
+        parts += [(text, not plain) for text, plain in untrusted.spans(piece)]
         if k < len(images.items):
             parts.append(images.items[k])
     try:

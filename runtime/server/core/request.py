@@ -17,6 +17,7 @@ from llmpack.runtime.server.core.errors import bad
 from llmpack.runtime.server.core.images import image_prompt, take_image_parts
 from llmpack.runtime.server.core.params import SamplingValues, check_token_ids, is_token_ids, sampling_params
 from llmpack.runtime.server.core.plan import Constraint, OutputPlan, ToolRequest, plan_output
+from llmpack.runtime.chat import untrusted
 from llmpack.runtime.server.core.prompt import render_messages, tokenize_prompt
 from llmpack.runtime.server.core.served_model import ServedModel
 
@@ -93,7 +94,7 @@ def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
         text, opened = text + syntax.cut, False
     ids = tokenize_prompt(model, text) if images is None else image_prompt(model, text, images, req.param)
     return Prepared([ids], params, req.stream, req.include_usage, req.param,
-                    top_logprobs=req.logprobs, texts=[text], plan=plan,
+                    top_logprobs=req.logprobs, texts=[untrusted.clean(text)], plan=plan,
                     return_progress=req.prompt_progress and req.stream, reasoning=syntax, thinking_open=opened,
                     reasoning_budget=budget or None, read=read)
 

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 from flask import Response, request
 
 from llmpack.runtime.server.core.attachments import ATTACH_BODY
-from llmpack.runtime.server.core.generation import Generation
+from llmpack.runtime.server.core.generation import Generation, cache_salt_for
 from llmpack.runtime.server.core.request import Prepared
 from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, check_model_name, json_body, ready_model
@@ -28,12 +28,14 @@ def model_and_body(files: bool = True) -> tuple[ServedModel, Any]:
 
 
 def start_generation(model: ServedModel, prep: Prepared, request_id: str) -> Generation:
-    """Submit `prep` (400/503 before anything is queued, as the core raises them)."""
+    """Submit `prep` (400/503 before anything is queued, as the core raises them). Requests share
+    cached prompt prefixes only with requests made with the same API key (cache_salt_for)."""
     ctx = app_context()
     if prep.plan.kind:
         ctx.metrics.constrained.labels(model.model_id, prep.plan.kind).inc()
     return Generation(model, prep, request_id, active=ctx.state.active, timer=ctx.metrics.timer(model.model_id),
-                      disconnected=request.environ.get("waitress.client_disconnected"))
+                      disconnected=request.environ.get("waitress.client_disconnected"),
+                      cache_salt=cache_salt_for(ctx.options.api_key))
 
 
 class ClosingBody:

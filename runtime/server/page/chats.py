@@ -14,7 +14,6 @@ table beside the chats (chat_search) finds chats by the words of their titles an
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
 import threading
@@ -23,7 +22,6 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 
 from llmpack.runtime.server.page.chat_export import content_disposition, export_name, to_json, to_markdown
 from llmpack.runtime.server.page.chat_shape import (EXPORT_FORMAT, ChatError, branch, clean_chat, clean_presets,
@@ -31,6 +29,9 @@ from llmpack.runtime.server.page.chat_shape import (EXPORT_FORMAT, ChatError, br
 
 __all__ = ["ChatConflict", "ChatError", "ChatStore", "clean_chat", "clean_presets", "clean_settings",
            "content_disposition", "data_dir", "export_name", "to_json", "to_markdown", "valid_id"]
+
+from llmpack import paths
+from llmpack.paths import private_store
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -74,8 +75,7 @@ class ChatConflict(Exception):
 def data_dir() -> Path:
     """Per-user data folder (~/.local/share/llmpack, %LOCALAPPDATA%\\llmpack, ~/Library/Application
     Support/llmpack); LLMPACK_DATA_DIR overrides it (tests point it at a temporary folder)."""
-    override = os.environ.get("LLMPACK_DATA_DIR")
-    return Path(override) if override else Path(platformdirs.user_data_dir("llmpack", appauthor=False))
+    return paths.data_dir()
 
 
 def _upgrade(con: sqlite3.Connection) -> None:
@@ -120,7 +120,7 @@ class ChatStore:
         path = self.path
         with self._lock:
             if self._ready != path:   # LLMPACK_DATA_DIR may name another folder since (each test has its own)
-                path.parent.mkdir(parents=True, exist_ok=True)
+                private_store(path)
                 with closing(sqlite3.connect(path, timeout=10)) as con:
                     con.execute("PRAGMA journal_mode=WAL")
                     con.executescript(SCHEMA)
