@@ -34,6 +34,7 @@ from llmpack.runtime.engine.config import parse_gpu_layers
 from llmpack.runtime.model.base_model import is_base_model
 from llmpack.runtime.model.context import choose_n_ctx
 from llmpack.runtime.model.gguf_check import validate_gguf
+from llmpack.runtime.model.mmproj import beside_hint, check_mmproj
 from llmpack.runtime.model.model_info import FILE_TYPE_NAMES
 from llmpack.runtime.model.naming import human_name
 
@@ -105,11 +106,25 @@ def _target_name(out: Path, target: str | None) -> str:
     return "windows-x64" if out.suffix.lower() == ".exe" and os.name != "nt" else "native"
 
 
-def _must_go_beside(stub: Path, model: Path, out: Path, compress: str | None) -> bool:
+def _check_projector(model: Path, mmproj) -> Any:
+    """--mmproj, checked (ProjectorInfo), or None; without one, a projector lying beside the model is
+    named, never packed silently."""
+    if mmproj is None:
+        hint = beside_hint(model)
+        if hint:
+            print(f"llmpack: note: {hint}", file=sys.stderr)
+        return None
+    path = Path(mmproj).expanduser()
+    if not path.is_file():
+        raise BuildError(f"--mmproj {path}: no such file; pass the mmproj*.gguf published with the model")
+    return check_mmproj(path)          # GGUFError: one line
+
+
+def _must_go_beside(stub: Path, model: Path, out: Path, compress: str | None, extra_size: int = 0) -> bool:
     """A Windows program of 4 GiB or more does not start: such a model goes beside it, said once."""
     if _stub_kind(stub) != "pe" or compress not in (None, "none"):
         return False
-    size = model.stat().st_size
+    size = model.stat().st_size + extra_size
     if fits_windows(stub.stat().st_size, size):
         return False
     print(f"llmpack: {out.name} would be {human_bytes(stub.stat().st_size + size)}, and Windows does not start a "
@@ -121,10 +136,12 @@ def _must_go_beside(stub: Path, model: Path, out: Path, compress: str | None) ->
 def build_executable(model, out, *, name: str | None = None, recipe: str | None = None, ctx: int | None = None,
                      parallel: int | None = None, gpu_layers: Any = None, system: str | None = None,
                      stub=None, compress: str = "none", sidecar: bool = False, target: str | None = None,
-                     sign_pfx=None, progress: Any = "auto") -> BuildResult:
-    """Write `out` (and with sidecar=True, `<out stem>.gguf` beside it); see the module doc."""
+                     sign_pfx=None, progress: Any = "auto", mmproj=None) -> BuildResult:
+    """Write `out` (and with sidecar=True, `<out stem>.gguf` beside it); see the module doc.
+    `mmproj`: the model's vision projector, packed after it (builder/mmproj.py)."""
     started = time.monotonic()
     model, out = Path(model).expanduser(), Path(out).expanduser()
+    projector = _check_projector(model, mmproj)
     if not model.is_file():
         raise BuildError(f"{model}: no such file; pass the path to a .gguf model")
     with open(model, "rb") as f:
@@ -150,7 +167,8 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
     if sign_pfx is not None:
         check_signing(Path(sign_pfx).expanduser())   # before minutes of work, not after
     stub_path = get_stub(stub, target=None if stub else resolve_target(_target_name(out, target)))
-    sidecar = sidecar or _must_go_beside(stub_path, model, out, compress)
+    sidecar = sidecar or _must_go_beside(stub_path, model, out, compress,
+                                         projector.size if projector is not None else 0)
     _check_output(model, out, stub_path, sidecar)
 
     display = name or human_name(kv, model.stem)   # general.name may name the quantization it was made from
@@ -181,12 +199,13 @@ def build_executable(model, out, *, name: str | None = None, recipe: str | None 
             if compress not in (None, "none"):
                 print("llmpack: warning: --compress does not apply to --sidecar (the model file is kept as is)",
                       file=sys.stderr)
-            manifest = splice.write_sidecar(stub_path, model, out, extra, progress=progress)
+            manifest = splice.write_sidecar(stub_path, model, out, extra, progress=progress,
+                                            mmproj=projector.path if projector is not None else None)
             model_out = out.parent / manifest.model.file
             size = out.stat().st_size + model_out.stat().st_size
         else:
             manifest = splice.write_packed(stub_path, model, out, extra, compress=compress or "none",
-                                           progress=progress)
+                                           progress=progress, mmproj=projector.path if projector is not None else None)
             model_out = model
             size = out.stat().st_size
     except OSError as exc:   # the partial output is already gone (splice writes a temporary file)
@@ -231,6 +250,11 @@ def report(result: BuildResult) -> None:
     print(f"  model      {model_line}, chat format {result.chat_source}, context {d.get('ctx')} tokens")
     if result.sidecar:
         print(f"  model file {result.model_path} (keep it next to the program)")
+    proj = (m.extra or {}).get("mmproj")
+    if proj:
+        where = f"beside it as {proj['file']} (keep it next to the program)" if proj.get("file") else "packed inside"
+        print(f"  images     vision projector ({human_bytes(proj['size'])}), {where}: the chat page and the API take "
+              f"pictures")
     if result.path.suffix.lower() == ".exe" and os.name != "nt":
         print(f"  run it     on Windows: double-click {result.path.name} (opens the chat page; --help lists the "
               f"options); here: wine {run_hint(result.path)}")
@@ -246,7 +270,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     result = build_executable(
         args.model, args.output, name=args.name, recipe=args.recipe, ctx=args.ctx, parallel=args.parallel,
         gpu_layers=args.gpu_layers, system=args.system, stub=args.stub, compress=args.compress,
-        sidecar=args.sidecar, target=args.target, sign_pfx=args.sign_pfx)
+        sidecar=args.sidecar, target=args.target, sign_pfx=args.sign_pfx, mmproj=getattr(args, "mmproj", None))
     report(result)
     return 0
 

@@ -13,6 +13,7 @@ chats by accident. While a copy of the program is serving, it refuses: that copy
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Callable, TextIO
@@ -20,15 +21,19 @@ from typing import Callable, TextIO
 from llmpack import paths
 from llmpack.builder.extract import _remove_stale_tmps
 from llmpack.builder.fileio import unlink_quietly
-from llmpack.builder.manifest import Manifest
+from llmpack.builder.manifest import MMPROJ_KEY, Manifest
 from llmpack.builder.packfile import PackError
 from llmpack.progress import human_bytes
 
 
 def model_files(manifest: Manifest) -> list[Path]:
     """What the launches of this model wrote to the cache: the unpacked copy and its markers."""
-    sha, models = manifest.model.sha256, paths.models_dir()
-    names = [f"{sha}.gguf", f"{sha}.gguf.ok", f"{sha}.gguf.lock", f"{sha}.inplace.ok", f"{sha}.sidecar.ok"]
+    models = paths.models_dir()
+    proj = (manifest.extra or {}).get(MMPROJ_KEY) or {}   # the vision projector's copy, too (builder/mmproj.py)
+    sha = proj.get("sha256")
+    shas = [manifest.model.sha256] + ([sha] if isinstance(sha, str) and re.fullmatch("[0-9a-f]{64}", sha) else [])
+    names = [f"{sha}{end}" for sha in shas
+             for end in (".gguf", ".gguf.ok", ".gguf.lock", ".inplace.ok", ".sidecar.ok")]
     return [models / n for n in names if (models / n).exists()]
 
 

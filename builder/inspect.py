@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from llmpack.builder.extract import DiskNeed, disk_need
+from llmpack.builder.mmproj import vision_report
 from llmpack.builder.packfile import PackError, find_embedded_model, read_manifest
 from llmpack.errors import LlmpackError
 from llmpack.runtime.chat.recipes import match_recipe
@@ -95,10 +96,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     recipe = recipe_name(info)
     gpu = fit_report(info)   # loads llama.cpp's backends to see this machine's GPUs
     disk = launch_disk(path)
+    vision = vision_report(path)
     if args.json:
-        print(json.dumps({**info.to_dict(), "recipe": recipe, "gpu": gpu, "disk": disk.to_dict() if disk else None}))
+        print(json.dumps({**info.to_dict(), "recipe": recipe, "gpu": gpu, "disk": disk.to_dict() if disk else None,
+                          "vision": vision}))
     else:
-        print(format_report(info, recipe) + "\n" + format_gpu(gpu) + (f"\n{disk.line()}" if disk else ""))
+        print(format_report(info, recipe) + "\n" + format_gpu(gpu) + (f"\n{disk.line()}" if disk else "")
+              + f"\nvision\n  {vision['line']}")
     return 0
 
 

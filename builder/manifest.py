@@ -16,6 +16,7 @@ from typing import Any
 from llmpack import __version__
 
 FORMAT_VERSION = 1           # of the whole layout (trailer + manifest); see packfile.py
+MMPROJ_KEY = "mmproj"        # the vision projector's entry, shaped like "model" (builder/mmproj.py)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ A built program is the cached PyInstaller *onefile* runtime stub with the model 
     +--------------------------------------------------+ <- model.offset (64 KiB aligned)
     | MODEL: the raw GGUF, or independent zstd frames  |    model.stored_size bytes
     +--------------------------------------------------+
+    | (optional, `build --mmproj`) zeros to 64 KiB,    |
+    | then MMPROJ: the vision projector GGUF, raw      |  <- manifest "mmproj" entry's offset
+    +--------------------------------------------------+
     | zeros, so that A' - A is a multiple of 4096      |
     +--------------------------------------------------+ <- manifest offset
     | manifest: UTF-8 JSON (see Manifest.to_dict)      |
@@ -43,6 +46,9 @@ All offsets are absolute file offsets. The manifest (keys sorted; builder/manife
      "llama_cpp_version": "0.3.36", "built_at": "2025-01-01T00:00:00Z", "stub_sha256": "...",
      ...other manifest_extra keys}
 
+A program built with --mmproj also has "mmproj": an entry of the model entry's shape (always
+"compression": "none"; "location" "sidecar" names ``mmproj-<program>.gguf`` beside the program).
+builder/mmproj.py reads it; the trailer does not mention it (old readers ignore it).
 With compression "zstd", "frames" lists [offset from model.offset, stored length, raw length];
 each is a complete, independent zstd frame (content size + checksum) of <= 16 MiB raw
 (builder/zstd_frames.py).

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, Callable
 from llmpack.builder import elf, pe
 from llmpack.builder.fileio import reader, tmp_sibling, unlink_quietly
 from llmpack.builder.hashing import CHUNK, copy_hashing, hash_file, known_digest, remember_digest
-from llmpack.builder.manifest import Manifest, ModelBlob, new_manifest
+from llmpack.builder.manifest import MMPROJ_KEY, Manifest, ModelBlob, new_manifest
 from llmpack.builder.packfile import (COOKIE, COOKIE_MAGIC, MODEL_ALIGN, SHIFT_ALIGN, SIDECAR_MANIFEST_SUFFIX,
                                       PackError, find_trailer, pack_trailer)
 from llmpack.builder.zstd_frames import choose_compression, write_frames
@@ -30,8 +30,9 @@ _MACHO = {b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe", b"\xcf\
 
 
 def write_packed(stub_path, model_path, out_path, manifest_extra: dict, *, compress: str = "none",
-                 progress: ProgressArg = None) -> Manifest:
-    """Write `out_path`: the stub with the model (raw or zstd frames) spliced in before its archive."""
+                 progress: ProgressArg = None, mmproj=None) -> Manifest:
+    """Write `out_path`: the stub with the model (raw or zstd frames) spliced in before its archive,
+    and the vision projector `mmproj` (raw, 64 KiB aligned) right after the model, if given."""
     model_path, out_path = Path(model_path), Path(out_path)
     stub = open_stub(Path(stub_path))
     size = model_path.stat().st_size
@@ -57,17 +58,33 @@ def write_packed(stub_path, model_path, out_path, manifest_extra: dict, *, compr
         finally:
             bar.close()
 
-    return _splice(stub, out_path, manifest_extra, write_model=write_model)
+    return _splice(stub, out_path, manifest_extra, write_model=write_model,
+                   mmproj=None if mmproj is None else Path(mmproj), progress=progress)
 
 
 def write_sidecar(stub_path, model_path, out_path, manifest_extra: dict, *,
-                  progress: ProgressArg = None) -> Manifest:
+                  progress: ProgressArg = None, mmproj=None) -> Manifest:
     """Write `out_path` (stub + manifest + trailer, no model) and the model beside it as
-    `<out stem>.gguf`; the manifest says model.location = "sidecar" and names that file."""
+    `<out stem>.gguf` (and the projector as `mmproj-<out stem>.gguf`); the manifest says
+    model.location = "sidecar" and names that file."""
     model_path, out_path = Path(model_path), Path(out_path)
     stub = open_stub(Path(stub_path), allow_macho=True)
-    name = sidecar_name(out_path)
-    target = out_path.parent / name
+    blob = _copy_beside(model_path, out_path.parent / sidecar_name(out_path), progress)
+    if mmproj is not None:
+        target = out_path.parent / mmproj_sidecar_name(out_path)
+        manifest_extra = {**manifest_extra, MMPROJ_KEY: _entry(_copy_beside(Path(mmproj), target, progress))}
+    if stub.kind != "macho":
+        return _splice(stub, out_path, manifest_extra, blob=blob)
+    manifest = new_manifest(blob, manifest_extra, stub.sha256)
+    shutil.copyfile(stub.path, out_path)
+    os.chmod(out_path, 0o755)
+    out_path.with_name(out_path.name + SIDECAR_MANIFEST_SUFFIX).write_bytes(manifest.to_bytes())
+    return manifest
+
+
+def _copy_beside(model_path: Path, target: Path, progress: ProgressArg) -> ModelBlob:
+    """Copy (or, when it is already there, only hash) a GGUF to `target`: its sidecar entry."""
+    name = target.name
     size = model_path.stat().st_size
     bar = ByteProgress(progress, size, f"copying {model_path.name}")
     try:
@@ -84,15 +101,17 @@ def write_sidecar(stub_path, model_path, out_path, manifest_extra: dict, *,
                     unlink_quietly(tmp)
     finally:
         bar.close()
-    blob = ModelBlob(sha256=sha, size=size, stored_size=size, location="sidecar", file=name)
-    if stub.kind != "macho":
-        return _splice(stub, out_path, manifest_extra, blob=blob)
-    manifest = new_manifest(blob, manifest_extra, stub.sha256)
-    shutil.copyfile(stub.path, out_path)
-    os.chmod(out_path, 0o755)
-    out_path.with_name(out_path.name + SIDECAR_MANIFEST_SUFFIX).write_bytes(manifest.to_bytes())
-    return manifest
+    return ModelBlob(sha256=sha, size=size, stored_size=size, location="sidecar", file=name)
 
+
+def mmproj_sidecar_name(out_path) -> str:
+    """`chat.exe` -> `mmproj-chat.gguf`: the mmproj- prefix is how people (and llmpack) spot one."""
+    return "mmproj-" + sidecar_name(out_path)
+
+
+def _entry(blob: ModelBlob) -> dict:
+    """A blob as the manifest stores it (the same shape as the model entry; builder/mmproj.py)."""
+    return Manifest(model=blob).to_dict()["model"]
 
 def sidecar_name(out_path) -> str:
     """`chat.exe` -> `chat.gguf`, `chat` -> `chat.gguf`, `qwen2.5-chat` -> `qwen2.5-chat.gguf`."""
@@ -152,7 +171,8 @@ def find_archive(read: Callable[[int, int], bytes], size: int, path: Path) -> tu
 
 
 def _splice(stub: Stub, out_path: Path, manifest_extra: dict, *,
-            write_model: Callable[["_Out"], ModelBlob] | None = None, blob: ModelBlob | None = None) -> Manifest:
+            write_model: Callable[["_Out"], ModelBlob] | None = None, blob: ModelBlob | None = None,
+            mmproj: Path | None = None, progress: ProgressArg = None) -> Manifest:
     """One pass in layout order (packfile.py); the head is rewritten last, patched and summed."""
     a, length = stub.archive_offset, stub.archive_length
     checksum = pe.Checksum() if stub.kind == "pe" and stub.fmt.checksum else None
@@ -169,6 +189,8 @@ def _splice(stub: Stub, out_path: Path, manifest_extra: dict, *,
                 out.write(bytes(_align(a, MODEL_ALIGN) - a))
                 model_offset = out.pos
                 blob = replace(write_model(out), offset=model_offset)
+            if mmproj is not None:
+                manifest_extra = {**manifest_extra, MMPROJ_KEY: _entry(_write_blob(out, mmproj, progress))}
             assert blob is not None
             manifest = new_manifest(blob, manifest_extra, stub.sha256)
             data = manifest.to_bytes()
@@ -205,6 +227,19 @@ def _splice(stub: Stub, out_path: Path, manifest_extra: dict, *,
     finally:
         unlink_quietly(tmp)
     return manifest
+
+
+def _write_blob(out: "_Out", path: Path, progress: ProgressArg) -> ModelBlob:
+    """Append a file raw at the next 64 KiB boundary (the projector, read where it is)."""
+    out.write(bytes(_align(out.pos, MODEL_ALIGN) - out.pos))
+    offset, size = out.pos, path.stat().st_size
+    bar = ByteProgress(progress, size, f"packing {path.name}")
+    try:
+        with open(path, "rb", buffering=0) as src:
+            sha = copy_hashing(src, 0, size, out.write, bar)
+    finally:
+        bar.close()
+    return ModelBlob(sha256=sha, size=size, stored_size=size, offset=offset)
 
 
 class _Out:

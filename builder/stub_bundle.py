@@ -69,7 +69,7 @@ EXCLUDES = [
     "pytest", "_pytest", "pytest_timeout", "pluggy", "iniconfig", "py", "pefile",
     "openai", "playwright", "greenlet", "pydantic", "pydantic_core", "httpx", "httpx2", "httpcore",
     "httpcore2", "anyio", "sniffio", "requests", "urllib3", "charset_normalizer", "idna", "certifi",
-    "pygments", "IPython", "jedi", "parso", "matplotlib", "PIL", "scipy", "pandas", "torch",
+    "pygments", "IPython", "jedi", "parso", "matplotlib", "scipy", "pandas", "torch",
     "transformers", "sentencepiece", "tokenizers", "numpy.f2py", "numpy.distutils", "numpy.testing",
     "numpy.random", "numpy.fft", "numpy.polynomial",                                # unused, ~3 MB
     "zstandard.backend_cffi", "zstandard._cffi", "zstandard.backend_rust", "cffi",   # backend_c is used

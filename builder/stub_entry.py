@@ -27,6 +27,7 @@ from pathlib import Path
 
 from llmpack import __version__
 from llmpack.builder import extract, packfile
+from llmpack.builder.mmproj import mmproj_source
 from llmpack.cli import add_model_args, add_serve_args, serve_config
 from llmpack.errors import LlmpackError
 from llmpack.progress import human_bytes
@@ -213,7 +214,9 @@ def run(argv: list[str]) -> int:
             if need.how == "unpack" and not need.present:   # the page says where, also while another launch unpacks
                 phase[0] = "extracting"
                 progress("extracting", 0.0, {"path": str(need.path.parent), "bytes": need.bytes})
-            return extract.model_source(exe, manifest, progress=report, unpacking=unpacking)
+            src = extract.model_source(exe, manifest, progress=report, unpacking=unpacking)
+            mmproj = None if args.mmproj else mmproj_source(exe, manifest, progress=report)   # --mmproj overrides
+            return dataclasses.replace(src, mmproj=mmproj) if mmproj is not None else src
         except LlmpackError as exc:
             # The server shows this on the page and the console; then we stop (exit 2): a damaged
             # download will not get better by waiting. A browser gets time to show the message.

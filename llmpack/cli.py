@@ -57,6 +57,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-layers", type=_flag_type(engine_defaults.parse_gpu_layers, "gpu layers"), default=None,
                    help="layers to offload to the GPU: N, all, auto (fit free GPU memory; default) or 0 (CPU only)")
     p.add_argument("--system", default=None, help="default system prompt for the chat page")
+    p.add_argument("--mmproj", metavar="FILE", default=None,
+                   help="the model's vision projector (an mmproj*.gguf published with it): the chat page and the API "
+                        "then take images")
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -102,7 +105,8 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
                        host=args.host, port=args.port, open_browser=not args.no_browser,
                        api_key=api_key(args), cors=args.cors, verbose=args.verbose,
                        reasoning_format=args.reasoning_format,
-                       reasoning_budget=None if args.reasoning_budget < 0 else args.reasoning_budget, **set_)
+                       reasoning_budget=None if args.reasoning_budget < 0 else args.reasoning_budget,
+                       mmproj=Path(args.mmproj) if getattr(args, "mmproj", None) else None, **set_)
 
 
 def api_key(args: argparse.Namespace) -> str | None:
@@ -129,8 +133,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from llmpack.runtime.model.gguf_check import validate_gguf
     from llmpack.runtime.server.lifecycle.serve import serve
 
+    from llmpack.runtime.model.mmproj import beside_hint, check_mmproj
+
     path = Path(args.model)
     validate_gguf(path)   # a clear error before anything listens
+    if args.mmproj:
+        check_mmproj(args.mmproj)   # likewise for the projector: one line, not a llama.cpp log
+        print(f"llmpack: images: using the vision projector {Path(args.mmproj).name}", flush=True)
+    elif (hint := beside_hint(path)) is not None:
+        print(f"llmpack: note: {hint}", flush=True)
     return serve(serve_config(args), lambda progress: path)
 
 

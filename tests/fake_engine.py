@@ -12,7 +12,7 @@ import hashlib
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -69,6 +69,11 @@ class FakeEngine:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ---- tokens
+    vision = False            # a text-only model: image parts are refused before they reach here
+
+    def image_prompt(self, parts: Any) -> Any:
+        raise AssertionError("the server asked a text-only engine for an image prompt")
+
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         ids: list[int] = [BOS_ID] if add_special else []
         i = 0

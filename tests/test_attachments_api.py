@@ -105,7 +105,7 @@ def test_file_part_errors_are_400_before_any_generation(chat_server: LiveServer)
 
     assert "locked.pdf is password-protected" in refused([file_part("locked.pdf", encrypted_pdf())], "unreadable_file")
     assert "file_data must be a data URL" in refused([{"type": "file", "file": {"filename": "a", "file_data": "xx"}}])
-    assert "images need a vision model" in refused([{"type": "image_url", "image_url": {"url": "data:,"}}])
+    assert "this model reads text only" in refused([{"type": "image_url", "image_url": {"url": "data:,"}}])
     n_ctx = chat_server.engine.n_ctx
     long_text = ("many words in a row " * (n_ctx // 2)).encode()
     whole = file_part("long.txt", long_text, "text/plain")

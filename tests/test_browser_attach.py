@@ -82,8 +82,8 @@ def test_chips_meter_and_the_too_long_dialog(browser, scripted_model: Path, widt
                                                     "model keeps for files (its context window is 1,024 tokens).")
 
             attach(page, "photo.png", PNG_1PX, "image/png")            # refused at once, nothing else lost
-            assert problems(page) == ["photo.png is a picture; this model reads only text. Attach a PDF, a Word file "
-                                      "(.docx) or a text file."]
+            assert problems(page) == ["photo.png is a picture; this model reads only text (it was started without a "
+                                      "vision projector). Attach a PDF, a Word file (.docx) or a text file."]
             drop_in_page(page, 'new File([new Uint8Array(200 * 1024 * 1024)], "movie.bin")')
             wait_until(lambda: problems(page) == ["movie.bin is 200.0 MB; files can be at most 32 MB. Attach a shorter "
                                                   "part of it."])

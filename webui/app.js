@@ -104,6 +104,7 @@ async function onReady(h) {
   state.model = typeof h.model === "string" ? h.model : "";
   state.displayName = (typeof h.display_name === "string" && h.display_name) || state.model || "Local model";
   state.nCtx = num(h.n_ctx) || 0;
+  state.vision = h.vision === true;   // started with a vision projector: pictures can be attached
   state.baseModel = h.base_model === true;
   state.newMode = state.baseModel ? "complete" : "chat";
   const d = h.defaults && typeof h.defaults === "object" ? h.defaults : {};   // the server's, never a copy

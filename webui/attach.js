@@ -24,6 +24,9 @@ const MAX_FILE_BYTES = 32 * 1024 * 1024;   // documents.MAX_FILE_BYTES
 const NOTE_TOKENS = 48;
 const STAND_IN_TOKENS = 40;   // documents/reading.py's one-line stand-in for a searched file
 const IMAGE = /\.(png|jpe?g|gif|webp|bmp|tiff?|heic|heif|avif)$/i;
+const TAKEN = /^image\/(png|jpeg|webp|gif)$/;   // what the server's vision path reads (runtime/engine/images.py)
+const PICTURE_SIDE = 1536;          // pictures are scaled down to this many pixels a side, as JPEG
+const PICTURE_KEEP_BYTES = 1024 * 1024;   // a smaller PNG/JPEG/WebP/GIF within the side is sent as it is
 const pending = [];     // {id, name, size, status: "reading"|"ready", doc?, chip}; doc.words: counted here
 let onChange = () => {};
 let nextId = 1;
@@ -104,6 +107,7 @@ function chipFor(p) {
   const chip = el("span", "chip");
   chip.setAttribute("data-testid", "attachment-chip");
   chip.appendChild(el("span", "chip-icon", p.name.split(".").pop().slice(0, 4).toUpperCase() || "FILE"));
+  p.icon = chip.lastChild;
   const label = el("span", "chip-text");
   label.appendChild(el("span", "chip-name", p.name));
   const meta = el("span", "chip-meta");
@@ -127,9 +131,11 @@ function chipFor(p) {
 function updateChip(p) {
   const parts = [fmtSize(p.size)];
   if (p.status === "reading") parts.push("reading…");
+  else if (p.doc && p.doc.kind === "image") parts.push(p.doc.note || "picture");
   else if (p.doc) parts.push(words(p.doc.words));
   if (p.doc && p.doc.searched) parts.push("read in parts");
   p.meta.textContent = parts.join(" · ");
+  if (p.doc && p.doc.data_url && p.icon) p.icon.replaceWith(p.icon = thumbnail(p.doc));
   p.chip.title = p.doc ? p.name + ": " + words(p.doc.words) + ", " + tokens(p.doc.tokens) + " for the model" : p.name;
   p.chip.classList.toggle("reading", p.status === "reading");
 }
@@ -178,10 +184,55 @@ function refusal(file) {
   if (file.size > MAX_FILE_BYTES) {
     return file.name + " is " + fmtSize(file.size) + "; files can be at most 32 MB. Attach a shorter part of it.";
   }
-  if ((file.type && file.type.startsWith("image/")) || IMAGE.test(file.name)) {
-    return file.name + " is a picture; this model reads only text. Attach a PDF, a Word file (.docx) or a text file.";
+  if (isPicture(file)) {
+    if (!state.vision) {
+      return file.name + " is a picture; this model reads only text (it was started without a vision projector). "
+        + "Attach a PDF, a Word file (.docx) or a text file.";
+    }
+    if (!TAKEN.test(file.type)) return file.name + " is a kind of picture this model cannot read; send a PNG, JPEG, WebP or GIF.";
   }
   return "";
+}
+
+const isPicture = (file) => (file.type && file.type.startsWith("image/")) || IMAGE.test(file.name);
+
+function readDataUrl(blob) {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(r.result);
+    r.onerror = () => reject(r.error || new Error("the file could not be read"));
+    r.readAsDataURL(blob);
+  });
+}
+
+/** A picture as a data: URL the model can read: as it is when small, else scaled down to
+ * PICTURE_SIDE pixels a side as a JPEG, which also keeps saved chats small. */
+async function pictureDoc(file) {
+  let bmp;
+  try {
+    bmp = await createImageBitmap(file);   // the first frame of a GIF
+  } catch (err) {
+    throw new Error(file.name + " could not be opened as a picture; it may be damaged.");
+  }
+  const { width, height } = bmp;
+  const scale = Math.min(1, PICTURE_SIDE / Math.max(width, height));
+  let url;
+  if (scale === 1 && file.size <= PICTURE_KEEP_BYTES) {
+    url = await readDataUrl(file);
+  } else {
+    const canvas = document.createElement("canvas");
+    canvas.width = Math.max(1, Math.round(width * scale));
+    canvas.height = Math.max(1, Math.round(height * scale));
+    const g = canvas.getContext("2d");
+    g.fillStyle = "#fff";   // transparent areas become white, not black, in a JPEG
+    g.fillRect(0, 0, canvas.width, canvas.height);
+    g.drawImage(bmp, 0, 0, canvas.width, canvas.height);
+    url = canvas.toDataURL("image/jpeg", 0.9);
+  }
+  bmp.close();
+  const note = scale < 1 ? "scaled down from " + width + " × " + height : "";
+  return { name: file.name, kind: "image", size: Math.round((url.length - url.indexOf(",") - 1) * 0.75), tokens: 0,
+    text: "", words: 0, note, data_url: url, segments: [], unit: "part" };
 }
 
 export async function addFiles(files) {
@@ -199,7 +250,7 @@ export async function addFiles(files) {
     pending.push(p);
     render();
     try {
-      p.doc = await extract(file);
+      p.doc = isPicture(file) ? await pictureDoc(file) : await extract(file);
       p.doc.words = wordCount(p.doc.text);
       p.status = "ready";
       updateChip(p);
@@ -307,8 +358,8 @@ export function confirmFit() {
 export function restoreFiles(files) {
   for (const a of files || []) {
     const doc = { name: a.name, kind: a.kind, size: a.size, tokens: a.tokens, text: a.text, note: a.note,
-      unit: "part", segments: [{ chars: a.text.length, tokens: a.tokens }], budget: budget(), words: wordCount(a.text),
-      file_id: a.file_id, searched: !!a.file_id };
+      unit: "part", segments: a.data_url ? [] : [{ chars: a.text.length, tokens: a.tokens }], budget: budget(),
+      words: wordCount(a.text), file_id: a.file_id, searched: !!a.file_id, data_url: a.data_url };
     const p = { id: nextId++, name: a.name, size: a.size || 0, status: "ready", doc };
     chipFor(p);
     pending.push(p);
@@ -322,6 +373,7 @@ export function takeFiles() {
     const d = p.doc;
     const a = { name: d.name, kind: d.kind, size: d.size, tokens: d.tokens, text: d.text };
     if (d.note) a.note = d.note;
+    if (d.data_url) a.data_url = d.data_url;
     if (d.searched && d.file_id) {
       a.file_id = d.file_id;
       a.note = "read in parts";
@@ -345,6 +397,7 @@ function base64Utf8(text) {
 export function requestContent(m) {
   if (!m.attachments || !m.attachments.length) return m.content;
   const parts = m.attachments.map((a) => {
+    if (a.data_url) return { type: "image_url", image_url: { url: a.data_url } };   // a picture (vision models)
     const data = "data:text/plain;base64," + base64Utf8(a.text);
     if (a.file_id) {   // searched: the index has its pages; the text is there in case it does not any more
       return { type: "file", file: { filename: a.name, file_id: a.file_id, file_data: data, read: "auto" } };
@@ -361,11 +414,11 @@ export function sentChips(m) {
   for (const a of m.attachments || []) {
     const chip = el("span", "chip sent");
     chip.setAttribute("data-testid", "sent-attachment");
-    chip.appendChild(el("span", "chip-icon", a.name.split(".").pop().slice(0, 4).toUpperCase()));
+    chip.appendChild(a.data_url ? thumbnail(a) : el("span", "chip-icon", a.name.split(".").pop().slice(0, 4).toUpperCase()));
     const label = el("span", "chip-text");
     label.appendChild(el("span", "chip-name", a.name));
     const n = wordCount(a.text);
-    const meta = [a.size ? fmtSize(a.size) : "", a.text ? words(n) : "", a.note || ""];
+    const meta = [a.size ? fmtSize(a.size) : "", a.text ? words(n) : a.data_url ? "picture" : "", a.note || ""];
     label.appendChild(el("span", "chip-meta", meta.filter(Boolean).join(" · ")));
     chip.appendChild(label);
     chip.title = a.name + (a.tokens ? ": " + words(n) + ", " + tokens(a.tokens) + " for the model" : "");
@@ -374,11 +427,26 @@ export function sentChips(m) {
   return box;
 }
 
+/** A picture's thumbnail, for a chip in the composer or on a sent message. */
+function thumbnail(a) {
+  const img = el("img", "chip-thumb");
+  img.src = a.data_url;
+  img.alt = a.name;
+  img.setAttribute("data-testid", "attachment-thumbnail");
+  return img;
+}
+
 // ------------------------------------------------------------------ wiring
 
 export function wireAttachments(changed) {
   onChange = changed;
   ui.attach.addEventListener("click", () => ui.attachFile.click());
+  ui.prompt.addEventListener("paste", (ev) => {   // a screenshot pasted into the message box
+    const files = [...((ev.clipboardData && ev.clipboardData.files) || [])];
+    if (!files.length || ui.app.classList.contains("completion-mode")) return;
+    ev.preventDefault();
+    addFiles(files);
+  });
   ui.attachFile.addEventListener("change", () => {
     const files = [...(ui.attachFile.files || [])];
     ui.attachFile.value = "";

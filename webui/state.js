@@ -13,6 +13,7 @@ export const state = {
   model: "",          // the model id requests name
   displayName: "",
   nCtx: 0,
+  vision: false,      // /health vision: the model was started with a vision projector (--mmproj)
   baseModel: false,   // no chat template and no instruct tag (/health base_model)
   defaults: {},       // from /health: system_prompt and the SAMPLING_KEYS of settings.js
   chats: [],          // summaries from /api/chats; .messages is null until the chat is opened

@@ -53,12 +53,21 @@ def prefix_root(cache_salt: str | None) -> bytes:
     return hashlib.sha256(b"llmpack-prefix-salt\0" + cache_salt.encode("utf-8")).digest()
 
 
-def chain_hash(prev: bytes | None, token_ids: tuple[int, ...]) -> bytes:
-    """sha256(previous block's digest || this block's token ids as int32): names the whole
-    prefix. About a microsecond per 16-token block (benchmarks/prefix_hash.py)."""
+def chain_hash(prev: bytes | None, token_ids: tuple[int, ...], extra: bytes = b"") -> bytes:
+    """sha256(previous block's digest || this block's token ids as int32 || extra): names the
+    whole prefix. `extra` names what the ids cannot: the pictures behind an image's placeholder
+    ids (MultimodalPrompt.block_extra). About a microsecond per 16-token block
+    (benchmarks/prefix_hash.py)."""
     h = hashlib.sha256(prev or _ROOT)
     h.update(array("i", token_ids).tobytes())
+    if extra:
+        h.update(b"\0images" + extra)
     return h.digest()
+
+
+def block_extra(seq: Sequence, k: int, block_size: int) -> bytes:
+    mm = getattr(seq.request, "mm", None)   # unit tests' sequences may have no request
+    return mm.block_extra(k, block_size) if mm is not None else b""
 
 
 class BlockManager:
@@ -127,7 +136,7 @@ class BlockManager:
         prev = prefix_root(seq.cache_salt)
         for k in range((seq.num_tokens - 1) // bs):
             tokens = tuple(seq.token_ids[k * bs:(k + 1) * bs])
-            h = chain_hash(prev, tokens)
+            h = chain_hash(prev, tokens, block_extra(seq, k, bs))
             block = self.hash_to_block.get(h)
             if block is None or block.token_ids != tokens:
                 break
@@ -151,7 +160,8 @@ class BlockManager:
         bs = self.block_size
         for k in range(len(seq.block_hashes), seq.num_computed_tokens // bs):
             tokens = tuple(seq.token_ids[k * bs:(k + 1) * bs])
-            h = chain_hash(seq.block_hashes[-1] if seq.block_hashes else prefix_root(seq.cache_salt), tokens)
+            h = chain_hash(seq.block_hashes[-1] if seq.block_hashes else prefix_root(seq.cache_salt), tokens,
+                           block_extra(seq, k, bs))
             seq.block_hashes.append(h)
             block = self.blocks[seq.block_table[k]]
             if block.hash is None and h not in self.hash_to_block:

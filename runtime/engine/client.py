@@ -10,14 +10,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, runtime_checkable
 
 from llmpack.runtime.engine.embeddings import EmbeddingError
+from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, check_image
 from llmpack.runtime.engine.outputs import RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
+from llmpack.runtime.engine.vision import MultimodalPrompt
 from llmpack.runtime.structured.grammar import GrammarError
 
 # The errors a client of the engine handles, importable from here with the protocol.
 __all__ = ["EngineClient", "OutputStream", "EmbeddingError", "EngineDeadError", "GrammarError",
-           "InvalidParameterError", "PromptTooLongError", "QueueFullError"]
+           "InvalidParameterError", "PromptTooLongError", "QueueFullError",
+           "ImageError", "MAX_IMAGE_BYTES", "MultimodalPrompt", "check_image"]   # images (runtime/engine/images.py)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,7 +51,15 @@ class EngineClient(Protocol):
     def failure(self) -> str | None:
         """Why the engine stopped, once it has (every request then fails); None while it serves."""
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+    @property
+    def vision(self) -> bool:
+        """Whether the model sees images (it was started with a vision projector, --mmproj)."""
+
+    def image_prompt(self, parts: Sequence[str | tuple[bytes, str]]) -> MultimodalPrompt:
+        """A rendered prompt given as text pieces and (image bytes, media type) in order, as a prompt
+        for add_request. Raises ImageError for an image that cannot be used (or a text-only model)."""
+
+    def add_request(self, prompt: str | list[int] | MultimodalPrompt, params: SamplingParams | None = None,
                     request_id: str | None = None, prompt_progress: bool = False,
                     cache_salt: str | None = None) -> OutputStream:
         """Submit: queue a request and return its stream. Raises PromptTooLongError,

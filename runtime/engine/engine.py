@@ -33,6 +33,7 @@ from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.detokenizer import Detokenizer
 from llmpack.runtime.engine.embeddings import Embedder
 from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner
+from llmpack.runtime.engine.multimodal import MultimodalPrompt, VisionClient, check_images_fit, load_multimodal
 from llmpack.runtime.engine.output_processor import OutputProcessor
 from llmpack.runtime.engine.parsed_grammars import ParsedGrammars
 from llmpack.runtime.engine.outputs import RequestOutput
@@ -70,7 +71,7 @@ class EngineStats:
     failed_steps_total: int = 0
 
 
-class LLMEngine:
+class LLMEngine(VisionClient):
     def __init__(self, config: EngineConfig, progress: Callable[[float], bool | None] | None = None,
                  info: ModelInfo | None = None, background: bool = True) -> None:
         """`info`: the model's header, when the caller has read it (`--gpu-layers auto` needs it).
@@ -89,8 +90,10 @@ class LLMEngine:
         self.max_model_len = num_blocks * config.block_size
         self.bm = BlockManager(num_blocks, config.block_size, self.runner.n_seq_max, self.runner,
                                config.enable_prefix_cache)
+        self._wakeup = threading.Event()
+        self.mm = load_multimodal(config, self.runner, self._wakeup.set)   # images (multimodal.py), or None
         self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.n_batch, self.runner.n_ubatch,
-                                   self.runner.is_eog, self.max_model_len)
+                                   self.runner.is_eog, self.max_model_len, self.mm)
         self.drafter = NgramDrafter(config.speculative, max(0, self.runner.n_seq_max - config.max_num_seqs))
         if config.speculative != "off":
             self.scheduler.drafter = self.drafter
@@ -102,7 +105,6 @@ class LLMEngine:
         self._pending_lock = threading.Lock()
         self.grammars = ParsedGrammars(self.runner.vocab)
         self._requests: dict[str, Request] = {}
-        self._wakeup = threading.Event()
         self._stop = False
         self.failure: str | None = None        # why the engine thread stopped, once it has
         self.embedder: Embedder | None = None  # /v1/embeddings' context, made on first use
@@ -153,7 +155,7 @@ class LLMEngine:
         parse is kept for the add_request that follows with that grammar: one parse per request."""
         self.grammars.check(gbnf)
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+    def add_request(self, prompt: str | list[int] | MultimodalPrompt, params: SamplingParams | None = None,
                     request_id: str | None = None, prompt_progress: bool = False,
                     cache_salt: str | None = None) -> RequestStream:
         """Queue a request. `prompt_progress`: the stream also gets an output with no `outputs`
@@ -164,7 +166,9 @@ class LLMEngine:
         params.validate()
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise InvalidParameterError("cache_salt", "must be a string")
-        ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        mm = prompt if isinstance(prompt, MultimodalPrompt) else None   # a prompt with images
+        ids = check_images_fit(mm, self.runner.n_ubatch) if mm is not None else \
+            self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise InvalidParameterError("prompt", "is empty")
         if len(ids) + 1 > self.max_model_len:
@@ -172,7 +176,7 @@ class LLMEngine:
         # parsed here, on the caller's thread: on the engine thread a bad grammar would be fatal
         seed = params.seed if params.seed is not None else random.getrandbits(31)
         req = Request(request_id or uuid.uuid4().hex, prompt if isinstance(prompt, str) else None, ids, params, seed,
-                      prompt_progress=prompt_progress, cache_salt=cache_salt)
+                      prompt_progress=prompt_progress, cache_salt=cache_salt, mm=mm)
         if params.grammar is not None:   # parsed here: on the engine thread a bad grammar would be fatal
             req.grammar_parses = self.grammars.take(params.grammar, params.n)
         with self._pending_lock:
@@ -226,6 +230,7 @@ class LLMEngine:
             self._thread.join(timeout=30)
         if self.embedder is not None:   # its context uses the engine's model: free it first
             self.embedder.close()
+        self.mm and self.mm.close()     # so does the projector
         self.trace.close()
         self.grammars.close()
         self.runner.close()
@@ -250,19 +255,24 @@ class LLMEngine:
         out = self.scheduler.schedule()
         if not out.chunks:
             self.output.flush()
+            self.mm and self._thread and self._wakeup.wait(0.5)   # only images being encoded: the encoder wakes us
             return []
         trace.lap("schedule")
-        plan = self.runner.build(out.chunks)
+        starts = self.mm.decode_images(out.chunks) if self.mm is not None else None   # image rows first
+        plan = self.runner.build(out.chunks, starts)
         trace.lap("build")
         self.output.flush()               # the last step's outputs: their threads wake during the decode
         trace.lap("emit")
         try:
-            self.runner.decode(plan.tokens, plan.positions, plan.seq_ids, plan.want_logits)
+            if plan.tokens:
+                self.runner.decode(plan.tokens, plan.positions, plan.seq_ids, plan.want_logits)
         except Exception as exc:  # noqa: BLE001 - a failed step fails its own sequences, not the engine
+            if starts is not None:   # this step's image rows are in llama.cpp: take them out again
+                self.mm.undo_images(out.chunks, starts)
             return self._step_failed(out, exc)
         trace.lap("llama_decode")
         self.steps += 1
-        self.tokens_computed_total += len(plan.tokens)
+        self.tokens_computed_total += sum(c.num_tokens for c in out.chunks)
         generated = self.output.generation_tokens_total
         try:
             outputs = self.output.process(out.chunks, plan)
@@ -352,7 +362,9 @@ class LLMEngine:
                 break
             self._requests[req.request_id] = req
             self.prompt_tokens_total += len(req.prompt_token_ids)
-            self.scheduler.add(self._new_sequence(req, 0, list(req.prompt_token_ids)))
+            seq = self._new_sequence(req, 0, list(req.prompt_token_ids))
+            self.mm and self.mm.on_arrival(seq, self.bm)   # start encoding the images the prefix cache lacks
+            self.scheduler.add(seq)
             with self._pending_lock:
                 self._pending -= 1
         while True:
@@ -363,6 +375,9 @@ class LLMEngine:
             req = self._requests.get(rid)
             if req is not None:
                 self._abort_request(req)
+        for req, why in self.mm.failed() if self.mm is not None else ():   # images that could not be encoded
+            if req.request_id in self._requests:
+                self._abort_request(req, error=why)
 
     def _new_sequence(self, req: Request, index: int, tokens: list[int]) -> Sequence:
         p = req.params

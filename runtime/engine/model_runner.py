@@ -181,6 +181,7 @@ class ModelRunner:
         self.vocab = lc.llama_model_get_vocab(self.model)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
+        self.n_embd = lc.llama_model_n_embd(self.model)   # the width of an image's rows (multimodal.py)
 
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = cfg.n_ctx
@@ -245,17 +246,19 @@ class ModelRunner:
         return model_meta(self.model, key)
 
     # ---- decoding -----------------------------------------------------------------------
-    def build(self, chunks: "list[ScheduledChunk]") -> BatchPlan:
+    def build(self, chunks: "list[ScheduledChunk]", text_starts: list[int] | None = None) -> BatchPlan:
         """The rows of one llama_decode for the scheduled chunks: each chunk's tokens at their
         positions in its sequence's llama.cpp id, then its draft tokens; logits are asked for the
-        chunk's last token and every draft token of a chunk that samples."""
+        chunk's last token and every draft token of a chunk that samples. `text_starts`: where
+        each chunk's text begins, when image rows before it were decoded already (multimodal.py)."""
         plan = BatchPlan([], [], [], [], [])
-        for c in chunks:
-            seq, n, d = c.seq, c.num_tokens, len(c.draft)
-            plan.tokens += seq.token_ids[c.start:c.start + n]
+        for i, c in enumerate(chunks):
+            t0 = c.start if text_starts is None else text_starts[i]
+            seq, n, d = c.seq, c.start + c.num_tokens - t0, len(c.draft)
+            plan.tokens += seq.token_ids[t0:t0 + n]
             if d:
                 plan.tokens += c.draft
-            plan.positions += range(c.start, c.start + n + d)
+            plan.positions += range(t0, t0 + n + d)
             plan.seq_ids += [seq.llama_seq] * (n + d)
             if c.samples:
                 plan.want_logits += [False] * (n - 1) + [True] * (d + 1)

@@ -16,6 +16,7 @@ from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    from llmpack.runtime.engine.vision import MultimodalPrompt
     from llmpack.runtime.engine.engine import LLMEngine
     from llmpack.runtime.engine.sequence import Sequence
 
@@ -51,6 +52,7 @@ class Request:
     prompt_progress: bool = False     # emit a progress output per prefill step (add_request's flag)
     arrival_time: float = field(default_factory=time.monotonic)
     cache_salt: str | None = None     # requests with different salts never share prefix-cache blocks
+    mm: "MultimodalPrompt | None" = None   # the prompt's images, when it has any (multimodal.py)
     grammar_parses: list = field(default_factory=list)   # llama.cpp's parse of params.grammar, one per sample to come
 
     def final_output(self, error: str | None = None) -> RequestOutput:

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.sequence import Sequence, SequenceStatus
 from llmpack.runtime.engine.speculative import NgramDrafter
+
+if TYPE_CHECKING:
+    from llmpack.runtime.engine.multimodal import Multimodal
 
 
 @dataclass(slots=True)
@@ -57,8 +60,9 @@ class SchedulerOutput:
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, step_budget: int,
                  prefill_chunk: int | None = None, is_eog: Callable[[int], bool] = lambda t: False,
-                 max_model_len: int | None = None) -> None:
+                 max_model_len: int | None = None, mm: "Multimodal | None" = None) -> None:
         self.bm = block_manager
+        self.mm = mm          # with images: where a chunk may end (multimodal.py)
         self.max_num_seqs = max_num_seqs
         self.step_budget = step_budget
         self.prefill_chunk = min(prefill_chunk or step_budget, step_budget)
@@ -105,6 +109,9 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_tokens - seq.num_computed_tokens, budget, self.prefill_chunk)
+            if self.mm is not None and not (n := self.mm.limit(seq, seq.num_computed_tokens, n)):
+                i += 1        # its next image is still being encoded, or needs a step of its own
+                continue
             decoding = seq.num_tokens - seq.num_computed_tokens == 1
             draft = self._draft(seq, budget - n) if decoding else []
             while not self.bm.allocate(seq, [], n + len(draft)):
@@ -128,6 +135,8 @@ class Scheduler:
                 break
             hits = self.bm.match_prefix(seq)
             n = min(seq.num_tokens - len(hits) * self.bm.block_size, budget, self.prefill_chunk)
+            if self.mm is not None:
+                n = self.mm.limit(seq, len(hits) * self.bm.block_size, n)
             if not self.bm.allocate(seq, hits, n):
                 self.bm.release_llama_seq(seq)
                 break
@@ -136,8 +145,9 @@ class Scheduler:
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n))
-            budget -= n
+            if n:
+                out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n))
+                budget -= n
         out.num_preempted = self.num_preemptions - preempted_before
         return out
 

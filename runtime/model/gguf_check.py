@@ -214,8 +214,10 @@ def _describe_magic(head: bytes) -> str:
     return f"; it looks like {what}" if what else ""
 
 
-def validate_gguf(path: str | os.PathLike[str], offset: int = 0, length: int | None = None) -> GGUFHeader:
+def validate_gguf(path: str | os.PathLike[str], offset: int = 0, length: int | None = None,
+                  expect: str = "model") -> GGUFHeader:
     """Check that path[offset:offset+length] is a GGUF model llama.cpp can load; return its header.
+    expect="mmproj": a vision projector (mmproj) instead (runtime/model/mmproj.py).
 
     Raises GGUFError (one line) for anything malformed: bad magic or version, impossible counts,
     lengths running past the region, unknown value or tensor types, misaligned, overlapping or
@@ -239,10 +241,10 @@ def validate_gguf(path: str | os.PathLike[str], offset: int = 0, length: int | N
     except OSError as exc:
         raise GGUFError(f"{path}: cannot read: {exc.strerror or exc}") from None
     with f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        return _parse(mm, _Cursor(mm, offset, offset + length, label), path)
+        return _parse(mm, _Cursor(mm, offset, offset + length, label), path, expect)
 
 
-def _parse(mm: mmap.mmap, cur: _Cursor, path: Path) -> GGUFHeader:
+def _parse(mm: mmap.mmap, cur: _Cursor, path: Path, expect: str = "model") -> GGUFHeader:
     magic = mm[cur.start:cur.start + 4]
     if len(magic) < 4 and b"GGUF".startswith(magic):
         raise cur.fail(f"truncated: only {len(magic)} bytes; the download may be incomplete")
@@ -288,8 +290,19 @@ def _parse(mm: mmap.mmap, cur: _Cursor, path: Path) -> GGUFHeader:
     _check_tensor_data(cur, tensors, data_offset, alignment)
 
     header = GGUFHeader(path, version, alignment, data_offset, kv, kv_types, tensors, cur.start, cur.size)
-    _check_model(cur, header)
+    (_check_mmproj if expect == "mmproj" else _check_model)(cur, header)
     return header
+
+
+def _check_mmproj(cur: _Cursor, header: GGUFHeader) -> None:
+    arch = header.kv.get("general.architecture")
+    if arch != "clip":
+        raise cur.fail(f"this is a {arch or 'GGUF'} model, not a vision projector (an mmproj file, architecture "
+                       f"'clip'); pass the mmproj*.gguf published with the model")
+    if header.kv.get("clip.has_vision_encoder") is not True:
+        raise cur.fail("this projector has no vision encoder (an audio-only mmproj?), so it cannot read images")
+    if not header.tensors:
+        raise cur.fail("no tensors: this projector file holds metadata only")
 
 
 def _read_tensor_info(cur: _Cursor, i: int) -> TensorInfo:

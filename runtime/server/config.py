@@ -23,6 +23,7 @@ class ServeConfig:
     reasoning_format: str = "auto"            # --reasoning-format (runtime/chat/reasoning.py REASONING_FORMATS)
     reasoning_budget: int | None = None       # --reasoning-budget; None = no limit
     base_model: bool | None = None            # decided at build time from the model's file name
+    mmproj: Path | None = None                # --mmproj: the vision projector GGUF (images); None: text only
     # the engine
     ctx: int | None = None                    # --ctx; None = the recipe's, capped by the model (choose_n_ctx)
     parallel: int = MAX_NUM_SEQS              # --parallel

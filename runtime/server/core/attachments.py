@@ -154,9 +154,7 @@ def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict
             elif kind == "file":
                 files.append(_file_part(part.get("file"), f"messages[{i}].content[{j}]"))
             else:
-                raise bad("messages", f"messages[{i}].content[{j}] must be a text or file part"
-                          + (" (images need a vision model, which llmpack does not serve yet)"
-                             if kind == "image_url" else ""))
+                raise bad("messages", f"messages[{i}].content[{j}] must be a text, file or image_url part")
         found.append(Rd.FileMessage(i, files, "\n\n".join(texts)))
     if not found:
         return messages, []

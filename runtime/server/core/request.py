@@ -14,6 +14,7 @@ from llmpack.runtime.chat.reasoning import ReasoningSyntax, ThinkingSwitchError,
 from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.server.core.attachments import expand_file_parts
 from llmpack.runtime.server.core.errors import bad
+from llmpack.runtime.server.core.images import image_prompt, take_image_parts
 from llmpack.runtime.server.core.params import SamplingValues, check_token_ids, is_token_ids, sampling_params
 from llmpack.runtime.server.core.plan import Constraint, OutputPlan, ToolRequest, plan_output
 from llmpack.runtime.chat import untrusted
@@ -55,7 +56,7 @@ class CompletionRequest:
 
 @dataclass
 class Prepared:
-    prompts: list[list[int]]
+    prompts: list[Any]                   # token ids, or a MultimodalPrompt (a chat with images)
     params: SamplingParams
     stream: bool
     include_usage: bool
@@ -77,7 +78,8 @@ def with_turn_stops(params: SamplingParams, model: ServedModel) -> SamplingParam
 
 
 def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
-    messages, read = expand_file_parts(req.messages, model)
+    messages, images = take_image_parts(req.messages, model, req.param)   # pictures become markers (images.py)
+    messages, read = expand_file_parts(messages, model)
     plan = plan_output(model, req.constraint, req.tools, chat=True)
     if req.params is not None:
         params = with_turn_stops(dataclasses.replace(req.params, grammar=plan.grammar or req.params.grammar), model)
@@ -90,7 +92,8 @@ def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
     opened = opens_thinking(text, syntax)
     if opened and budget == 0:   # no thinking at all: the prompt closes what its template opened
         text, opened = text + syntax.cut, False
-    return Prepared([tokenize_prompt(model, text)], params, req.stream, req.include_usage, req.param,
+    ids = tokenize_prompt(model, text) if images is None else image_prompt(model, text, images, req.param)
+    return Prepared([ids], params, req.stream, req.include_usage, req.param,
                     top_logprobs=req.logprobs, texts=[untrusted.clean(text)], plan=plan,
                     return_progress=req.prompt_progress and req.stream, reasoning=syntax, thinking_open=opened,
                     reasoning_budget=budget or None, read=read)

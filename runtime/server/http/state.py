@@ -96,7 +96,8 @@ class ServerState:
             body = {"status": "ok", "model": model.model_id, "display_name": model.display_name,
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
                     "defaults": request_defaults(model), "base_model": bool(model.meta.get("base_model")),
-                    "backend": model.backend, "speculative": speculative_health(model.engine.stats())}
+                    "backend": model.backend, "speculative": speculative_health(model.engine.stats()),
+                    "vision": bool(model.engine.vision)}
             if self.instance:
                 body["instance"] = self.instance
             return body, 200

@@ -36,7 +36,10 @@ def to_markdown(chat: dict, model_name: str) -> str:
     names = {"user": "You", "assistant": model_name, "system": "System"}
     for m in shown:
         out += [f"## {names[m['role']]}", ""]
-        for f in m.get("attachments", []):   # the name, with the text folded away
+        for f in m.get("attachments", []):   # the name, with the text folded away; a picture as itself
+            if f.get("data_url"):
+                out += [f"![{html.escape(f['name'])}]({f['data_url']})", ""]
+                continue
             out += [f"<details><summary>Attached: {html.escape(f['name'])}</summary>", "", "````text",
                     f["text"].replace("````", "` ` ` `"), "````", "", "</details>", ""]
         out += [close_fences(m["content"].rstrip()), ""]

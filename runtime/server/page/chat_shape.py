@@ -199,6 +199,8 @@ def _clean_attachments(files: Any, i: int) -> list[dict]:
         if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("text"), str):
             raise ChatError(f"messages[{i}].attachments entries need 'name' and 'text' strings")
         item = {"name": scrub(f["name"][:MAX_TITLE]), "text": scrub(f["text"])}
+        if f.get("data_url") is not None:
+            item["data_url"] = _picture(f["data_url"], i)
         item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note", "file_id") if isinstance(f.get(k), str)})
         for k in ("size", "tokens"):
             if f.get(k) is None:
@@ -208,6 +210,19 @@ def _clean_attachments(files: Any, i: int) -> list[dict]:
             item[k] = int(f[k])
         out.append(item)
     return out
+
+
+# A picture kept in a saved chat, as the page sends it (webui/attach.js scales photos down to
+# 1536 px JPEGs): a data: URL of one of the image types the model reads, up to this many bytes.
+MAX_PICTURE_URL = 4 * 1024 * 1024
+_PICTURE_URL = re.compile(r"data:image/(png|jpeg|webp|gif);base64,[A-Za-z0-9+/]*={0,2}")
+
+
+def _picture(url: Any, i: int) -> str:
+    if not isinstance(url, str) or len(url) > MAX_PICTURE_URL or not _PICTURE_URL.fullmatch(url):
+        raise ChatError(f"messages[{i}].attachments[].data_url must be a PNG, JPEG, WebP or GIF data: URL of at most "
+                        f"{MAX_PICTURE_URL >> 20} MB")
+    return url
 
 
 def clean_settings(data: Any) -> dict:

@@ -1,0 +1,181 @@
+"""Checking an image's bytes before anything decodes them: format, size and integrity.
+
+An image reaches us from a stranger (a chat page, an API call), and the decoders behind it
+(stb_image inside llama.cpp, Pillow for WebP) trust their input: a 40 kB PNG can declare
+30000 x 30000 pixels and make a decoder allocate 2.7 GB, and a JPEG cut off mid-transfer decodes
+to a grey smear without complaint. So the headers are read here, in plain Python, and anything
+outside the limits below is refused with a sentence that names the problem, before a single
+pixel is decoded. Every limit lives here once.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from llmpack.errors import LlmpackError
+
+MAX_IMAGE_BYTES = 20 * 1024 * 1024       # per image, as OpenAI's API
+MAX_IMAGE_PIXELS = 7680 * 4320           # 8K UHD: more than any phone camera, and ~100 MB as RGB
+MAX_IMAGE_SIDE = 16384
+MAX_GIF_FRAMES = 1000                    # only the first frame is used; a longer GIF is refused
+MEDIA_TYPES = {"image/png": "png", "image/jpeg": "jpeg", "image/jpg": "jpeg", "image/webp": "webp",
+               "image/gif": "gif"}
+
+
+class ImageError(LlmpackError):
+    """This image cannot be used; the message says why in words a person can act on."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInfo:
+    format: str          # png | jpeg | webp | gif
+    width: int
+    height: int
+
+
+def sniff(data: bytes) -> str | None:
+    """The format the bytes really are, by their signature (never by a name or a media type)."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if data[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def check_image(data: bytes, media_type: str | None = None) -> ImageInfo:
+    """Read the header of a PNG, JPEG, WebP or GIF and check it against the limits; raises
+    ImageError otherwise. `media_type` (from a data: URL) must agree with the bytes."""
+    if not data:
+        raise ImageError("the image is empty")
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ImageError(f"the image is {len(data) / 2**20:.1f} MiB; the limit is {MAX_IMAGE_BYTES // 2**20} MiB")
+    fmt = sniff(data)
+    if media_type is not None:
+        declared = MEDIA_TYPES.get(media_type.lower())
+        if declared is None:
+            raise ImageError(f"images must be PNG, JPEG, WebP or GIF, not {media_type}")
+        if fmt is not None and fmt != declared:
+            raise ImageError(f"the data is labelled {media_type} but is a {fmt.upper()} image")
+    if fmt is None:
+        raise ImageError("this is not a PNG, JPEG, WebP or GIF image")
+    try:
+        width, height = _READERS[fmt](data)
+    except (struct.error, IndexError, ValueError) as exc:
+        raise ImageError(f"the {fmt.upper()} image is damaged or cut off ({exc})") from None
+    if width <= 0 or height <= 0:
+        raise ImageError(f"the {fmt.upper()} image says it is {width} x {height} pixels")
+    if max(width, height) > MAX_IMAGE_SIDE or width * height > MAX_IMAGE_PIXELS:
+        raise ImageError(f"the image is {width} x {height} pixels; the limit is {MAX_IMAGE_PIXELS / 1e6:.0f} "
+                         f"megapixels and {MAX_IMAGE_SIDE} pixels a side: scale it down first")
+    return ImageInfo(fmt, width, height)
+
+
+def _png(data: bytes) -> tuple[int, int]:
+    if data[12:16] != b"IHDR":
+        raise ValueError("no IHDR header")
+    width, height = struct.unpack(">II", data[16:24])
+    pos, seen_data = 8, False
+    while pos + 8 <= len(data):                  # walk the chunks: the file must reach IEND
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if pos + 12 + length > len(data):
+            raise ValueError(f"chunk {kind.decode('latin-1')!r} runs past the end of the file")
+        seen_data |= kind == b"IDAT"
+        if kind == b"IEND":
+            if not seen_data:
+                raise ValueError("no image data")
+            return width, height
+        pos += 12 + length
+    raise ValueError("no IEND chunk")
+
+
+_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+
+
+def _jpeg(data: bytes) -> tuple[int, int]:
+    pos, size = 2, None
+    while pos + 4 <= len(data):
+        if data[pos] != 0xFF:
+            raise ValueError(f"no marker at byte {pos}")
+        marker = data[pos + 1]
+        if marker == 0xFF:                       # fill byte
+            pos += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            pos += 2
+            continue
+        (length,) = struct.unpack(">H", data[pos + 2:pos + 4])
+        if pos + 2 + length > len(data):
+            raise ValueError("a header segment runs past the end of the file")
+        if marker in _SOF:
+            height, width = struct.unpack(">HH", data[pos + 5:pos + 9])
+            size = (width, height)
+        if marker == 0xDA:                       # start of scan: the entropy-coded data follows
+            if size is None:
+                raise ValueError("no frame header before the image data")
+            if data.find(b"\xff\xd9", pos + 2 + length) < 0:
+                raise ValueError("no end-of-image marker")
+            return size
+        pos += 2 + length
+    raise ValueError("no image data")
+
+
+def _gif(data: bytes) -> tuple[int, int]:
+    width, height, flags = struct.unpack("<HHB", data[6:11])
+    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
+    frames = 0
+    while True:
+        block = data[pos]
+        if block == 0x3B:                        # trailer
+            break
+        if block == 0x21:                        # extension: label, then sub-blocks
+            pos = _skip_sub_blocks(data, pos + 2)
+        elif block == 0x2C:                      # image descriptor, local table, LZW data
+            frames += 1
+            if frames > MAX_GIF_FRAMES:
+                raise ImageError(f"the GIF has more than {MAX_GIF_FRAMES} frames; only still images and short "
+                                 f"animations are taken (the first frame is used): send a still image")
+            local = data[pos + 9]
+            pos += 10 + (3 << ((local & 7) + 1) if local & 0x80 else 0)
+            pos = _skip_sub_blocks(data, pos + 1)
+        else:
+            raise ValueError(f"unknown block 0x{block:02x} at byte {pos}")
+    if frames == 0:
+        raise ValueError("no frames")
+    return width, height
+
+
+def _skip_sub_blocks(data: bytes, pos: int) -> int:
+    while True:
+        n = data[pos]
+        pos += 1 + n
+        if n == 0:
+            return pos
+
+
+def _webp(data: bytes) -> tuple[int, int]:
+    (riff_size,) = struct.unpack("<I", data[4:8])
+    if riff_size + 8 > len(data):
+        raise ValueError("the file is shorter than its header says")
+    kind = data[12:16]
+    if kind == b"VP8X":
+        w = int.from_bytes(data[24:27], "little") + 1
+        h = int.from_bytes(data[27:30], "little") + 1
+        return w, h
+    if kind == b"VP8L":
+        if data[20] != 0x2F:
+            raise ValueError("bad VP8L signature")
+        bits = int.from_bytes(data[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if kind == b"VP8 ":
+        if data[23:26] != b"\x9d\x01\x2a":
+            raise ValueError("bad VP8 start code")
+        w, h = struct.unpack("<HH", data[26:30])
+        return w & 0x3FFF, h & 0x3FFF
+    raise ValueError(f"unknown WebP chunk {kind!r}")
+
+
+_READERS = {"png": _png, "jpeg": _jpeg, "gif": _gif, "webp": _webp}

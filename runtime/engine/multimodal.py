@@ -1,0 +1,270 @@
+"""Images inside the engine: encoding them off the engine thread, scheduling their rows, and
+decoding them into the same paged KV cache as text.
+
+How an image travels (vLLM's design, on llama.cpp):
+- The request thread tokenizes the prompt with the projector (vision.Projector.prompt): the
+  image becomes `n_tokens` placeholder ids (IMAGE_TOKEN) in token_ids, and an ImageSpan.
+- The engine thread, when it first sees the request, looks the prompt up in the prefix cache
+  (no side effects) and hands every image the cache does not cover to the encoder thread here,
+  which runs the vision tower while other streams keep decoding. An image already encoded (the
+  same picture, by its pixels' digest) comes from a small LRU of embeddings instead.
+- The scheduler asks `limit()` how many of a sequence's next tokens may go into this step: a
+  chunk never ends inside an image that must be decoded whole (Gemma 3 attends both ways
+  inside an image), never starts an image whose rows are not encoded yet, and holds at most one
+  image, at its start. So a step's image rows can be decoded first, one llama_decode per image
+  with the rows as `embd` (llama.cpp's batch takes tokens or embeddings, not both), and then all
+  text rows of the step in one llama_decode whose logits are sampled as before.
+- The prefix cache keys a block by its token ids *and* the digest of every image with rows in it
+  (MultimodalPrompt.block_extra), so the next turn of a chat with the same photo reuses its KV
+  and encodes nothing, and two different photos never share KV. A cache hit may end inside an
+  image: the rest of its rows are decoded from its embeddings (the LRU), in one decode when the
+  image is non-causal; the cached rows' K/V were computed seeing the whole image, so the
+  rest sees exactly what it saw the first time.
+- Positions are token indices. Models that need M-RoPE (Qwen2-VL family) are refused at load
+  time with that reason: their image rows share positions, which this engine's block tables
+  (one position per token) cannot express yet.
+"""
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+import traceback
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Callable
+
+import llama_cpp as lc
+import numpy as np
+
+from llmpack.runtime.engine.images import ImageError
+from llmpack.runtime.engine.model_runner import DecodeError
+from llmpack.runtime.engine.sampling_params import InvalidParameterError
+from llmpack.runtime.engine.vision import IMAGE_TOKEN, ImageSpan, MultimodalPrompt, Projector, ProjectorLoadError
+
+if TYPE_CHECKING:
+    from llmpack.runtime.engine.block_manager import BlockManager
+    from llmpack.runtime.engine.config import EngineConfig
+    from llmpack.runtime.engine.model_runner import ModelRunner
+    from llmpack.runtime.engine.request import Request
+    from llmpack.runtime.engine.scheduler import ScheduledChunk
+    from llmpack.runtime.engine.sequence import Sequence
+
+EMBD_CACHE_BYTES = 256 * 2**20     # encoded images kept for a later turn or a recompute
+
+
+class EmbeddingCache:
+    """Encoded images by digest, least recently used evicted first, up to a byte budget."""
+
+    def __init__(self, max_bytes: int = EMBD_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, digest: bytes) -> np.ndarray | None:
+        with self._lock:
+            rows = self._items.get(digest)
+            if rows is not None:
+                self._items.move_to_end(digest)
+            return rows
+
+    def put(self, digest: bytes, rows: np.ndarray) -> None:
+        with self._lock:
+            if digest in self._items or rows.nbytes > self.max_bytes:
+                return
+            self._items[digest] = rows
+            self._bytes += rows.nbytes
+            while self._bytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self._bytes -= old.nbytes
+
+
+class Multimodal:
+    """The engine's image side: one projector, one encoder thread, and the hooks the engine,
+    scheduler and block manager call. Everything but the encoder thread's loop runs on the
+    engine thread."""
+
+    def __init__(self, projector: Projector, runner: "ModelRunner", wakeup: Callable[[], None]) -> None:
+        self.projector = projector
+        self.runner = runner
+        self._wakeup = wakeup
+        self.cache = EmbeddingCache()
+        self._jobs: queue.SimpleQueue[tuple[ImageSpan, Request] | None] = queue.SimpleQueue()
+        self.failures: queue.SimpleQueue[tuple[Request, str]] = queue.SimpleQueue()   # the engine drains it
+        self.encode_seconds = 0.0          # time the encoder spent (benchmarks)
+        self._batch = None                 # llama_batch of embedding rows, made on first use
+        self._thread = threading.Thread(target=self._encoder, name="llmpack-image-encoder", daemon=True)
+        self._thread.start()
+
+    # ---- encoder thread -----------------------------------------------------------------
+    def _encoder(self) -> None:
+        import time   # lazy: only the encoder thread times itself
+
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            span, req = job
+            try:
+                rows = self.cache.get(span.digest)
+                if rows is None:
+                    t0 = time.perf_counter()
+                    rows = self.projector.encode(span)
+                    self.encode_seconds += time.perf_counter() - t0
+                    self.cache.put(span.digest, rows)
+                span.embd = rows
+            except Exception as exc:  # noqa: BLE001 - one bad image fails its request, not the engine
+                traceback.print_exc()
+                self.failures.put((req, f"the image could not be encoded: {exc}"))
+            self._wakeup()
+
+    def request_encode(self, span: ImageSpan, req: "Request") -> None:
+        if span.embd is not None or span.queued:
+            return
+        rows = self.cache.get(span.digest)
+        if rows is not None:
+            span.embd = rows
+            return
+        span.queued = True
+        self._jobs.put((span, req))
+
+    # ---- engine thread: admission -------------------------------------------------------
+    def on_arrival(self, seq: "Sequence", bm: "BlockManager") -> None:
+        """Start encoding every image of seq's prompt the prefix cache does not cover."""
+        mm: MultimodalPrompt | None = seq.request.mm
+        if mm is None:
+            return
+        cached_tokens = len(bm.match_prefix(seq)) * bm.block_size
+        for img in mm.images:
+            if img.end > cached_tokens:
+                self.request_encode(img, seq.request)
+
+    def failed(self) -> list[tuple["Request", str]]:
+        """Requests whose image the encoder could not encode since the last call, and why."""
+        out = []
+        while True:
+            try:
+                out.append(self.failures.get_nowait())
+            except queue.Empty:
+                return out
+
+    # ---- scheduler hooks ----------------------------------------------------------------
+    def limit(self, seq: "Sequence", start: int, n: int) -> int:
+        """How many of the n tokens from `start` seq may compute this step (0: wait)."""
+        mm = seq.request.mm
+        if mm is None or start >= len(mm.token_ids):
+            return n
+        img = mm.image_at(start)
+        if img is not None:                  # the chunk begins with image rows
+            if img.embd is None:
+                self.request_encode(img, seq.request)     # after a preemption, or a trimmed cache hit
+                return 0
+            if img.non_causal and n < img.end - start:
+                return 0                     # the rest of it in one decode, in a step with room for it
+            first_text = min(img.end, start + n)
+        else:
+            first_text = start
+        nxt = next((i.start for i in mm.images if i.start >= first_text), None)
+        if nxt is not None and nxt < start + n:
+            n = nxt - start                  # stop before the next image: it starts a chunk of its own
+        return n
+
+    # ---- engine thread: one step --------------------------------------------------------
+    def decode_images(self, chunks: "list[ScheduledChunk]") -> list[int]:
+        """Decode the image rows at the head of each chunk (one llama_decode each) and return,
+        per chunk, the index of its first text token."""
+        text_starts = []
+        for c in chunks:
+            mm = c.seq.request.mm
+            img = mm.image_at(c.start) if mm is not None else None
+            if img is None:
+                text_starts.append(c.start)
+                continue
+            end = min(img.end, c.start + c.num_tokens)
+            rows = img.embd[c.start - img.start:end - img.start]
+            self.decode_embd(rows, c.start, c.seq.llama_seq, img.non_causal)
+            text_starts.append(end)
+        return text_starts
+
+    def decode_embd(self, rows: np.ndarray, pos0: int, seq_id: int, non_causal: bool = False) -> None:
+        """One llama_decode over embedding rows (an image's) at positions pos0.. of one sequence; no
+        logits. `non_causal`: the rows attend to each other both ways (Gemma 3), so all are in it."""
+        r = self.runner
+        n = len(rows)
+        if not 0 < n <= r.n_batch:
+            raise ValueError(f"a batch holds 1 to {r.n_batch} rows, got {n}")
+        if self._batch is None:
+            self._batch = lc.llama_batch_init(r.n_batch, r.n_embd, 1)
+        b = self._batch
+        b.n_tokens = n
+        ctypes.memmove(b.embd, np.ascontiguousarray(rows, dtype=np.float32).ctypes.data, rows.size * 4)
+        for i in range(n):
+            b.pos[i], b.n_seq_id[i], b.logits[i] = pos0 + i, 1, False
+            b.seq_id[i][0] = seq_id
+        if non_causal:
+            lc.llama_set_causal_attn(r.ctx, False)
+        try:
+            rc = lc.llama_decode(r.ctx, b)
+        finally:
+            if non_causal:
+                lc.llama_set_causal_attn(r.ctx, True)
+        if rc != 0:
+            raise DecodeError(rc)
+
+    def undo_images(self, chunks: "list[ScheduledChunk]", text_starts: list[int]) -> None:
+        """Remove the image rows decode_images put in llama.cpp (the step failed after it)."""
+        for c, t0 in zip(chunks, text_starts):
+            if t0 > c.start:
+                self.runner.seq_rm(c.seq.llama_seq, c.start, t0)
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=30)
+        self.projector.close()
+        if self._batch is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+
+
+class VisionClient:
+    """The image half of EngineClient, mixed into LLMEngine: whether this model sees images, and
+    a chat's rendered text and pictures made into a prompt (on the caller's thread)."""
+
+    mm: Multimodal | None
+    bos_prefix: list[int]
+
+    @property
+    def vision(self) -> bool:
+        return self.mm is not None
+
+    def image_prompt(self, parts: "list[str | tuple[bytes, str]]") -> MultimodalPrompt:
+        if self.mm is None:
+            raise ImageError("this model reads text only: it was started without a vision projector (--mmproj)")
+        return self.mm.projector.prompt(parts, self.bos_prefix)
+
+
+def load_multimodal(config: "EngineConfig", runner: "ModelRunner", wakeup: Callable[[], None]) -> Multimodal | None:
+    """The engine's image side for config.mmproj_path (None without one)."""
+    if not config.mmproj_path:
+        return None
+    projector = Projector(config.mmproj_path, runner, config.n_threads, use_gpu=runner.gpu_layers > 0)
+    if projector.mrope:
+        projector.close()
+        raise ProjectorLoadError(
+            f"{config.mmproj_path} is for a model that places image rows with M-RoPE (the Qwen2-VL family); "
+            f"llmpack's engine does not support that yet. Gemma 3, LLaVA-style, SmolVLM, Pixtral and "
+            f"most other vision models work")
+    return Multimodal(projector, runner, wakeup)
+
+
+def check_images_fit(mm: MultimodalPrompt, n_batch: int) -> list[int]:
+    """Refuse, on the caller's thread, a prompt the engine could not run: an image with more rows
+    than one step holds, or a prompt that ends in an image (there is no text to sample after).
+    Returns the prompt's token ids."""
+    for i, img in enumerate(mm.images):
+        if img.n_tokens > n_batch:
+            raise InvalidParameterError(f"image {i + 1}", f"becomes {img.n_tokens} tokens, more than the {n_batch} "
+                                        f"one step of this server reads; send a smaller image")
+    if mm.token_ids and mm.token_ids[-1] == IMAGE_TOKEN:
+        raise InvalidParameterError("prompt", "ends with an image; put some text after it")
+    return list(mm.token_ids)

@@ -1,0 +1,247 @@
+"""A model's image projector (the mmproj GGUF), through llama.cpp's mtmd library.
+
+mtmd does three things for us: it decodes and preprocesses an image into a bitmap and then
+into an "image chunk" (resized, normalised, split into tiles as the projector wants), it says how
+many embedding rows the chunk becomes in the text model's sequence, and it runs the vision tower
+and projector (`encode`), leaving those rows in its output buffer. Everything after that -
+where the rows go in the KV cache, when they are decoded, what is cached - is the engine's
+(runtime/engine/multimodal.py), so images share the block tables, the prefix cache and the
+token budget with text.
+
+Threads: `prompt()` runs on request threads (decoding and preprocessing an image takes a while,
+and must not hold up the engine); `encode()` runs on the encoder thread only. mtmd_tokenize
+takes a const context, so preprocessing may overlap an encode; encodes are serialised.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+from llama_cpp import mtmd_cpp as mtmd
+
+from llmpack.errors import LlmpackError
+from llmpack.runtime.engine.images import ImageError, check_image
+
+from llmpack.runtime.engine.model_runner import _route_llama_log
+
+if TYPE_CHECKING:
+    from llmpack.runtime.engine.model_runner import ModelRunner
+
+IMAGE_TOKEN = -1      # the placeholder id of an image's rows in a sequence's token_ids (never a real token)
+_TEXT_CHUNK, _IMAGE_CHUNK = 0, 1   # mtmd_input_chunk_type
+
+
+class ProjectorLoadError(LlmpackError):
+    pass
+
+
+@dataclass(eq=False)
+class ImageSpan:
+    """One image in a prompt: `n_tokens` embedding rows starting at token index `start`.
+    `digest` names its pixels (sha256 of the decoded RGB and its size): two prompts with the same
+    picture share the prefix cache and the encoder cache whatever file format carried it."""
+    digest: bytes
+    start: int
+    n_tokens: int
+    n_pos: int                   # positions it advances (fewer than n_tokens with M-RoPE)
+    chunk: int                   # our own copy of mtmd's chunk (freed with the span)
+    non_causal: bool             # its rows must be decoded together, attending both ways (Gemma 3)
+    embd: np.ndarray | None = None   # (n_tokens, n_embd) float32 once encoded (set by the encoder thread)
+    queued: bool = False             # handed to the encoder (engine thread only)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n_tokens
+
+    def __del__(self) -> None:
+        if self.chunk:
+            mtmd.mtmd_input_chunk_free(ctypes.c_void_p(self.chunk))
+            self.chunk = 0
+
+
+@dataclass(eq=False)
+class MultimodalPrompt:
+    """A tokenized prompt with images: token_ids holds IMAGE_TOKEN at every image row."""
+    token_ids: list[int]
+    images: list[ImageSpan]
+
+    def __len__(self) -> int:   # a prompt's length, as for a list of token ids
+        return len(self.token_ids)
+
+    def image_at(self, index: int) -> ImageSpan | None:
+        """The image whose rows include token index `index`, if any."""
+        for img in self.images:
+            if img.start <= index < img.end:
+                return img
+        return None
+
+    def block_extra(self, k: int, block_size: int) -> bytes:
+        """What the prefix cache must know about block k beyond its token ids: the digest and
+        start of every image with rows in it, so that two different pictures never share KV."""
+        lo, hi = k * block_size, (k + 1) * block_size
+        return b"".join(img.digest + img.start.to_bytes(4, "little")
+                        for img in self.images if img.start < hi and img.end > lo)
+
+
+class Projector:
+    """An mmproj GGUF loaded against the text model `runner` holds (their widths must agree)."""
+
+    def __init__(self, path: str | os.PathLike, runner: "ModelRunner", n_threads: int | None = None,
+                 use_gpu: bool = False) -> None:
+        self.path = str(path)
+        if not Path(self.path).is_file():
+            raise ProjectorLoadError(f"the projector file {self.path} does not exist")
+        _route_mtmd_log()
+        params = mtmd.mtmd_context_params_default()
+        params.use_gpu = use_gpu
+        params.print_timings = False
+        params.n_threads = n_threads or max(1, os.cpu_count() or 1)
+        params.warmup = False
+        self.ctx = mtmd.mtmd_init_from_file(os.fsencode(self.path), runner.model, params)
+        if not self.ctx:
+            raise ProjectorLoadError(
+                f"llama.cpp could not load the projector {self.path}: it is not an mmproj GGUF, or it was made "
+                f"for another model (its output width must match the model's). Set LLMPACK_DEBUG=1 to see why.")
+        if not mtmd.mtmd_support_vision(self.ctx):
+            self.close()
+            raise ProjectorLoadError(f"{self.path} is a projector without a vision encoder (audio only?)")
+        self.mrope = bool(mtmd.mtmd_decode_use_mrope(self.ctx))
+        self.n_embd = runner.n_embd
+        self._encode_lock = threading.Lock()
+        self.encodes = 0                  # images encoded so far (the cache tests count them)
+
+    # ---- request threads ------------------------------------------------------------------
+    def bitmap(self, data: bytes, media_type: str | None = None) -> tuple[int, bytes]:
+        """Decode one image into an mtmd bitmap (the caller frees it) and its digest. The header
+        is checked first (images.check_image): nothing that fails it reaches a decoder."""
+        info = check_image(data, media_type)
+        if info.format == "webp":   # stb_image, llama.cpp's decoder, has no WebP
+            rgb, nx, ny = _webp_rgb(data)
+            bmp = mtmd.mtmd_bitmap_init(nx, ny, (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb))
+        else:
+            buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+            bmp = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
+        if not bmp:
+            raise ImageError(f"the {info.format.upper()} image could not be decoded (damaged or cut off)")
+        nx, ny = mtmd.mtmd_bitmap_get_nx(bmp), mtmd.mtmd_bitmap_get_ny(bmp)
+        if (nx, ny) != (info.width, info.height):
+            mtmd.mtmd_bitmap_free(bmp)
+            raise ImageError(f"the image decoded to {nx} x {ny} pixels, not the {info.width} x {info.height} "
+                             f"its header says: it is damaged")
+        n = mtmd.mtmd_bitmap_get_n_bytes(bmp)
+        pixels = ctypes.string_at(mtmd.mtmd_bitmap_get_data(bmp), n)
+        digest = hashlib.sha256(nx.to_bytes(4, "little") + ny.to_bytes(4, "little") + pixels).digest()
+        mtmd.mtmd_bitmap_set_id(bmp, digest.hex().encode())
+        return bmp, digest
+
+    def prompt(self, parts: Sequence[str | tuple[str, bool] | bytes | tuple[bytes, str]],
+               bos: list[int]) -> MultimodalPrompt:
+        """Tokenize a rendered prompt given as text pieces (a str, whose special tokens are
+        parsed, or (text, parse_special)) and images (raw bytes, or (bytes, media type)), in order.
+        `bos`: ids to put first unless the text already starts with them.
+        Raises ImageError for an image that cannot be used."""
+        bitmaps: list[int] = []
+        c_parts = []
+        keep = []
+        try:
+            for part in parts:
+                p = mtmd.mtmd_input_part()
+                if isinstance(part, str) or isinstance(part[0], str):
+                    piece, special = (part, True) if isinstance(part, str) else part
+                    raw = piece.encode("utf-8", errors="replace")
+                    text = mtmd.mtmd_input_text(raw, len(raw), False, special)
+                    keep += [raw, text]
+                    p.text = ctypes.pointer(text)
+                else:
+                    data, media_type = part if isinstance(part, tuple) else (part, None)
+                    bmp, _ = self.bitmap(data, media_type)
+                    bitmaps.append(bmp)
+                    p.bitmap = bmp
+                keep.append(p)
+                c_parts.append(ctypes.pointer(p))
+            array = (ctypes.POINTER(mtmd.mtmd_input_part) * len(c_parts))(*c_parts)
+            chunks = mtmd.mtmd_input_chunks_init()
+            try:
+                rc = mtmd.mtmd_tokenize_from_parts(self.ctx, chunks, array, len(c_parts), False)
+                if rc != 0:
+                    raise ImageError(f"llama.cpp could not prepare the image(s) for this model (error {rc})")
+                return self._collect(chunks, bos)
+            finally:
+                mtmd.mtmd_input_chunks_free(chunks)
+        finally:
+            for bmp in bitmaps:
+                mtmd.mtmd_bitmap_free(bmp)
+
+    def _collect(self, chunks, bos: list[int]) -> MultimodalPrompt:
+        ids: list[int] = []
+        images: list[ImageSpan] = []
+        for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+            kind = mtmd.mtmd_input_chunk_get_type(chunk)
+            if kind == _TEXT_CHUNK:
+                n = ctypes.c_size_t()
+                ptr = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+                ids += ptr[:n.value]
+            elif kind == _IMAGE_CHUNK:
+                if not ids and bos:
+                    ids += bos
+                n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
+                copy = mtmd.mtmd_input_chunk_copy(chunk)
+                digest = bytes.fromhex(mtmd.mtmd_input_chunk_get_id(chunk).decode())
+                images.append(ImageSpan(digest, len(ids), n_tokens, mtmd.mtmd_input_chunk_get_n_pos(chunk),
+                                        copy, bool(mtmd.mtmd_decode_use_non_causal(self.ctx, chunk))))
+                ids += [IMAGE_TOKEN] * n_tokens
+            else:
+                raise ImageError("this model's projector produced a kind of input llmpack does not handle (audio?)")
+        if bos and ids[:len(bos)] != bos:
+            ids[:0] = bos
+            for img in images:
+                img.start += len(bos)
+        return MultimodalPrompt(ids, images)
+
+    # ---- encoder thread -----------------------------------------------------------------
+    def encode(self, span: ImageSpan) -> np.ndarray:
+        """Run the vision tower and projector on one image: its (n_tokens, n_embd) rows."""
+        with self._encode_lock:
+            rc = mtmd.mtmd_encode_chunk(self.ctx, ctypes.c_void_p(span.chunk))
+            if rc != 0:
+                raise RuntimeError(f"llama.cpp could not encode the image (error {rc})")
+            ptr = mtmd.mtmd_get_output_embd(self.ctx)
+            rows = np.ctypeslib.as_array(ptr, shape=(span.n_tokens * self.n_embd,)).copy()
+            self.encodes += 1
+        return rows.reshape(span.n_tokens, self.n_embd)
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            mtmd.mtmd_free(self.ctx)
+            self.ctx = None
+
+
+def _route_mtmd_log() -> None:
+    """mtmd and its helpers log every image they read to stderr; send it where llama.cpp's own log
+    goes (model_runner: errors with LLMPACK_DEBUG=1, everything with --verbose)."""
+    callback = getattr(_route_llama_log, "callback", None)
+    if callback is not None:
+        mtmd.mtmd_log_set(callback, ctypes.c_void_p(0))
+        mtmd.mtmd_helper_log_set(callback, ctypes.c_void_p(0))
+
+
+def _webp_rgb(data: bytes) -> tuple[bytes, int, int]:
+    """A WebP's first frame as RGB bytes, through Pillow (llama.cpp's stb_image cannot read WebP)."""
+    import io   # lazy: only WebP needs Pillow
+
+    from PIL import Image   # lazy: Pillow loads ~40 modules; most images never need it
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.seek(0)
+            rgb = im.convert("RGB")
+            return rgb.tobytes(), rgb.width, rgb.height
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise ImageError(f"the WebP image could not be decoded ({exc})") from None
