@@ -35,6 +35,7 @@ class EngineConfig:
     verbose: bool = False              # llama.cpp's own log on stderr
     model_offset: int = 0              # > 0: the GGUF starts here inside model_path (a built program, read in place)
     model_length: int | None = None    # its size (None: to the end of the file)
+    rpc: tuple[str, ...] = ()          # --rpc: "HOST:PORT" of RPC workers whose devices take layers (hardware/rpc.py)
 
     def __post_init__(self) -> None:
         self.gpu_layers = parse_gpu_layers(self.gpu_layers)

@@ -28,6 +28,7 @@ from llmpack.runtime.engine.sampling_params import InvalidParameterError, Sampli
 from llmpack.runtime.engine.scheduler import Scheduler
 from llmpack.runtime.engine.sequence import Sequence
 from llmpack.runtime.hardware.placement import backend_report, plan_offload
+from llmpack.runtime.hardware.rpc import RpcWorkerLost, on_worker_lost
 from llmpack.runtime.model.model_info import ModelInfo
 
 __all__ = ["EngineConfig", "EngineStats", "LLMEngine", "EngineDeadError", "PromptTooLongError", "QueueFullError",
@@ -54,8 +55,8 @@ class LLMEngine:
         """`info`: the model's header, when the caller has read it (`--gpu-layers auto` needs it)."""
         self.config = config
         plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device, info,
-                            offset=config.model_offset, length=config.model_length)
-        self.runner = ModelRunner(config, plan.n_gpu_layers, plan.device.handle if plan.device else 0, progress)
+                            offset=config.model_offset, length=config.model_length, rpc=config.rpc)
+        self.runner = ModelRunner(config, plan.n_gpu_layers, plan.handles(), progress, plan.split())
         self.backend = backend_report(plan, self.runner)   # what /health and the start-up line say
         self.n_ctx = self.runner.n_ctx
         self.n_vocab = self.runner.n_vocab
@@ -81,6 +82,8 @@ class LLMEngine:
         self.steps = 0
         self.tokens_computed_total = 0         # prompt and generated tokens run through llama_decode
         self._thread = threading.Thread(target=self._loop, name="llmpack-engine", daemon=True)
+        # a dead RPC worker leaves llama_decode blocked for good: end every request saying which
+        self._forget_rpc = on_worker_lost(lambda why: self._die(why, RpcWorkerLost(why))) if plan.remote else None
         self._thread.start()
 
     # ---- public, thread-safe --------------------------------------------------------------
@@ -157,7 +160,11 @@ class LLMEngine:
     def shutdown(self) -> None:
         self._stop = True
         self._wakeup.set()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=30 if self.failure is None else 1)
+        if self._forget_rpc is not None:
+            self._forget_rpc()
+        if self._thread.is_alive():   # still inside llama.cpp (a lost RPC worker): freeing would crash it
+            return
         self.runner.close()
 
     # ---- engine thread --------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""llama.cpp's RPC backend: a model split across two workers on 127.0.0.1, each a real
+`llmpack rpc-worker` process with a --mem cap, against the same model run on the CPU alone.
+
+What is measured, not assumed: each worker's resident memory grows by the layers it holds
+(/proc/PID/status), the greedy tokens equal the CPU-only run's, a killed worker ends the running
+request with an error that names it within seconds, and a non-loopback bind is refused."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from llmpack.runtime.engine.request import EngineDeadError
+from llmpack.runtime.engine.sampling_params import SamplingParams
+from llmpack.runtime.hardware.placement import layers_per_device
+from llmpack.runtime.hardware.rpc import RpcError, parse_endpoints, serve_worker
+from llmpack.runtime.llm import LLM, collect
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the workers' memory")
+
+N_LAYER, LAYER_BYTES = 8, 4 * (2 * 256 * 256 + 2 * 128 * 256 + 3 * 256 * 1024)   # f32 weights of one layer
+CAPS_MIB = (1536, 512)          # worker A offers three times what B does: A takes ~3/4 of the layers
+GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_worker(port: int, mem: int) -> subprocess.Popen:
+    code = f"from llmpack.runtime.hardware.rpc import serve_worker; serve_worker(port={port}, mem_mb={mem}, threads=1)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise AssertionError(f"the worker exited: {proc.stdout.read()}")
+            time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the worker did not listen within 60 s")
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    from ggufs import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("rpc") / "mid.gguf", n_layer=N_LAYER, n_embd=256, n_head=4,
+                            n_head_kv=2, n_ff=1024, seed=3)
+
+
+@pytest.fixture(scope="module")
+def workers():
+    ports = [free_port(), free_port()]
+    procs = [start_worker(p, m) for p, m in zip(ports, CAPS_MIB)]
+    yield [(f"127.0.0.1:{p}", proc) for p, proc in zip(ports, procs)]
+    for proc in procs:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_endpoints_are_checked_before_ggml_sees_them():
+    assert parse_endpoints("127.0.0.1:50052, box.lan:6000") == ("127.0.0.1:50052", "box.lan:6000")
+    for bad, says in [("", "at least one"), ("host", "HOST:PORT"), ("h:99999", "HOST:PORT"),
+                      ("[::1]:50052", "not IPv6"), ("a:1,a:1", "twice")]:
+        with pytest.raises(RpcError, match=says):
+            parse_endpoints(bad)
+
+
+def test_layers_follow_llama_cpps_split_rule():
+    # llama.cpp: layer il goes to the first device whose cumulative share exceeds il / (n_layer + 1)
+    assert layers_per_device(-1, 8, 8, [3.0, 1.0], 2) == [7, 1]
+    assert layers_per_device(-1, 8, 8, [1.0, 1.0], 2) == [5, 3]
+    assert layers_per_device(3, 8, 8, [1.0, 1.0], 2) == [2, 0]   # the top 3: layers 6, 7 on the first, the output on the second
+    assert layers_per_device(0, 8, 8, None, 2) == [0, 0]
+
+
+def test_a_worker_nobody_runs_is_one_line_naming_it(model):
+    port = free_port()
+    with pytest.raises(RpcError, match=f"no RPC worker listens at 127.0.0.1:{port}; start one there"):
+        LLM(model, n_ctx=256, rpc=(f"127.0.0.1:{port}",))
+
+
+def test_a_worker_refuses_a_network_address_without_the_insecure_flag():
+    said: list[str] = []
+    with pytest.raises(RpcError, match="no password and no encryption.*--insecure-bind"):
+        serve_worker(host="0.0.0.0", port=free_port(), say=said.append)
+    assert said == []   # refused before lending anything
+
+
+def test_two_workers_hold_layers_and_give_the_cpu_runs_greedy_text(model, workers):
+    with LLM(model, n_ctx=256, gpu_layers=0) as cpu:
+        expected = cpu.generate("The quick brown fox", GREEDY)[0].outputs[0].token_ids
+    before = [rss(proc.pid) for _, proc in workers]
+    llm = LLM(model, n_ctx=256, rpc=tuple(ep for ep, _ in workers))
+    try:
+        report = llm.engine.backend
+        layers = [r["layers"] for r in report["remote"]]
+        assert [r["endpoint"] for r in report["remote"]] == [ep for ep, _ in workers]
+        assert [r["memory_free"] >> 20 for r in report["remote"]] == list(CAPS_MIB)   # the --mem caps, as ggml saw them
+        assert sum(layers) == N_LAYER and layers[0] > layers[1] > 0, layers
+        assert report["gpu_layers"] == N_LAYER and "RPC workers" in report["summary"]
+        grown = [rss(proc.pid) - b for (_, proc), b in zip(workers, before)]
+        for n, delta in zip(layers, grown):   # each worker really holds its layers' weights
+            assert delta >= 0.8 * n * LAYER_BYTES, (layers, grown)
+        got = llm.generate("The quick brown fox", GREEDY)[0].outputs[0].token_ids
+        assert got == expected
+    finally:
+        llm.close()
+
+
+def test_a_killed_worker_ends_the_stream_with_an_error_naming_it(model, workers):
+    """Last in this module: it leaves the engine (and the module's worker B) dead, as a user's would be."""
+    llm = LLM(model, n_ctx=2048, rpc=tuple(ep for ep, _ in workers))
+    stream = llm.engine.add_request("Once upon a time", SamplingParams(max_tokens=1500, temperature=0.0,
+                                                                       ignore_eos=True))
+    it = iter(stream)
+    for _ in range(3):
+        assert next(it).outputs   # tokens are flowing through both workers
+    victim, proc = workers[1]
+    proc.send_signal(signal.SIGKILL)
+    started = time.monotonic()
+    final = collect(stream)
+    assert time.monotonic() - started < 10
+    assert final.error and f"lost the RPC worker at {victim}" in final.error, final.error
+    with pytest.raises(EngineDeadError, match="lost the RPC worker"):
+        llm.engine.add_request("again", GREEDY)
+    llm.close()   # returns at once: the blocked engine is left alone, not freed under llama.cpp
+    assert os.getpid()   # the process is alive: ggml did not abort it
