@@ -25,6 +25,7 @@ MODEL, HARDWARE, STRUCTURED = "llmpack.runtime.model", "llmpack.runtime.hardware
 ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "llmpack.runtime.llm",
                              "llmpack.runtime.server")
 RUNTIME = {MODEL, HARDWARE, STRUCTURED, ENGINE, CHAT, LLM, SERVER}
+SCALE = "llmpack.runtime.scale"
 ALLOWED: dict[str, set[str]] = {
     "llmpack": {LLM, ENGINE},                     # the package exports LLM / SamplingParams, lazily
     "llmpack.errors": set(),
@@ -39,11 +40,12 @@ ALLOWED: dict[str, set[str]] = {
     CHAT: BASE | {MODEL, ENGINE},
     LLM: BASE | {MODEL, ENGINE, CHAT},
     SERVER: BASE | RUNTIME,
+    SCALE: BASE | RUNTIME,                        # Ray Serve replicas of the server's app (optional extra)
     "llmpack.webui": BASE,
     "llmpack.recipes": set(),
     "llmpack.builder": BASE | RUNTIME | {"llmpack.webui", "llmpack.demo_models", "llmpack.cli"},
-    "llmpack.bench": BASE | RUNTIME | {"llmpack.builder", "llmpack.demo_models"},
-    "llmpack.cli": BASE | RUNTIME | {"llmpack.builder", "llmpack.bench", "llmpack.demo_models"},
+    "llmpack.bench": BASE | RUNTIME | {SCALE, "llmpack.builder", "llmpack.demo_models"},
+    "llmpack.cli": BASE | RUNTIME | {SCALE, "llmpack.builder", "llmpack.bench", "llmpack.demo_models"},
     "llmpack.__main__": {"llmpack.cli"},
 }
 
