@@ -329,3 +329,14 @@ def serve_worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, mem_mb: int 
         worker.join(0.5)
     del keep, array
     raise RpcError(f"the RPC worker at {host}:{port} stopped (ggml could not listen there or create its backend)")
+
+
+def cmd_rpc_worker(args) -> int:
+    """`llmpack rpc-worker` and a built file's `--rpc-worker` (flags: llmpack/cli.py add_worker_args)."""
+    cache = None
+    if args.cache:
+        from llmpack.paths import cache_dir   # lazy: only with --cache
+
+        cache = str(cache_dir() / "rpc")
+        os.makedirs(cache, exist_ok=True)
+    return serve_worker(args.host, args.port, args.mem, args.threads, args.device, args.insecure_bind, cache)

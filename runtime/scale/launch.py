@@ -119,11 +119,19 @@ def stop() -> None:
         ray.shutdown()
 
 
-def serve_forever(url: str, say: Callable[[str], None] = print) -> int:
-    say(f"llmpack: OpenAI-compatible API at {url}/v1 (Ray Serve; Ctrl+C to stop)")
-    say(f"LLMPACK_LISTENING {url}")
-    sys.stdout.flush()
+def serve_ray(model: ModelFile, config: Any, settings: RaySettings, say: Callable[[str], None] = print) -> int:
+    """`llmpack serve --ray`: start, say where, serve until Ctrl+C, then stop Serve and Ray."""
+    how = (f"{settings.replicas} replica(s)" if settings.replicas is not None
+           else f"{settings.min_replicas} to {settings.max_replicas} replicas (autoscaling)")
+    say(f"llmpack: starting {how} of {model.path.name} on Ray ({settings.address or 'a local Ray'}), "
+        f"{settings.threads} thread(s) each, {settings.router} routing; this loads the model once per replica")
+    url = start(model, config, settings, max_ongoing=config.parallel, api_key=config.api_key, cors=config.cors)
     try:
+        say(f"llmpack: OpenAI-compatible API at {url}/v1 (Ray Serve; Ctrl+C to stop)")
+        say(f"LLMPACK_LISTENING {url}")
+        if settings.host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
+            say("llmpack: WARNING: Ray Serve's proxy listens on the network WITHOUT an API key; add --api-key KEY")
+        sys.stdout.flush()
         while True:
             time.sleep(1)
     except KeyboardInterrupt:
