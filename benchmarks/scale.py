@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from llmpack.bench.client import Endpoint
 from llmpack.bench.runner import RunStats, run
@@ -47,7 +48,7 @@ def ray_run(model: str, replicas: int, router: str, workload, streams: int, port
 
     config = ServeConfig(ctx=N_CTX, parallel=streams, threads=1, open_browser=False)
     settings = launch.RaySettings(replicas=replicas, threads=1, port=port, router=router)
-    url = launch.start(ModelFile(model), config, settings, max_ongoing=streams)
+    url = launch.start(ModelFile(Path(model)), config, settings, max_ongoing=streams)
     try:
         ep = Endpoint(url)
         ep.resolve_model()

@@ -9,9 +9,11 @@ one-machine Ray is started for this process and stopped with it.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -89,7 +91,8 @@ def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing:
     ingress = serve.deployment(Ingress, name="ingress", max_ongoing_requests=INGRESS_MAX_ONGOING,
                                ray_actor_options={"num_cpus": 0, "resources": {HEAD_RESOURCE: 0.001}})
     options = {"host": settings.host, "port": settings.port, "api_key": api_key, "cors": cors}
-    size = model.path.stat().st_size
+    config = dataclasses.replace(config, threads=settings.threads)   # what Ray reserves is what llama.cpp uses
+    size = Path(model.path).stat().st_size
     return ingress.bind(replica.bind(model, size, config, options), settings.port)
 
 
