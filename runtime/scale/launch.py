@@ -13,8 +13,8 @@ import dataclasses
 import os
 import sys
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from llmpack.errors import LlmpackError
