@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -48,7 +49,7 @@ class LlmpackReplica:
                                "on every node of the Ray cluster (or on storage they share)")
         self.state = ServerState(config.display_name)
         self.app = create_app(self.state, ServerOptions(**options))
-        self.model = build_model(model, config, warn=lambda line: None)
+        self.model = build_model(model, config, warn=lambda line: print(line, file=sys.stderr, flush=True))   # Ray's log
         self.state.set_ready(self.model)
         # which replica and node answered, on every response: for operators (and the tests)
         self.tag = [("X-Llmpack-Replica", serve.get_replica_context().replica_id.unique_id),
