@@ -21,8 +21,8 @@ libraries go in, how the result is run for its self-test, and what its own input
 Build: :mod:`llmpack.builder.stub_bundle` *stages* the runtime packages into a temporary
 ``src/llmpack/...`` tree (the repo's folders are mapped onto ``llmpack.*`` by setuptools, which
 PyInstaller's module finder cannot follow) and writes the spec; PyInstaller runs in a
-subprocess with its log going to a file while a progress bar (llmpack.progress) shows its
-latest step; the result is smoke-tested (``--llmpack-selftest``: imports llama.cpp, finds the
+subprocess (:mod:`llmpack.builder.stub_run`: its log in a file, its latest step on a progress
+bar); the result is smoke-tested (``--llmpack-selftest``: imports llama.cpp, finds the
 web UI and recipes) and moved into place atomically.
 """
 from __future__ import annotations
@@ -37,18 +37,17 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from llmpack import __version__
 from llmpack.builder.stub_bundle import (BuildEnv, StubError, StubTarget, llama_lib_dir, runtime_sources, shared_libs,
                                          write_spec)
+from llmpack.builder.stub_run import run_with_status, tail
 from llmpack.builder.stub_wheel import installed_stub, write_stub_wheel
 from llmpack.paths import stubs_dir
-from llmpack.progress import Bar, human_bytes
+from llmpack.progress import human_bytes
 
 STUB_NAME = "llmpack-stub"
 INFO_SUFFIX = ".json"
@@ -248,10 +247,10 @@ def build_stub(key: str, final: Path, target: StubTarget | None = None, *, quiet
         cmd = [*build.python_cmd, "-m", "PyInstaller", "--noconfirm", "--log-level", "INFO",
                "--distpath", host(dist), "--workpath", host(work / "build"), host(spec)]
         env = {**build.env, "PYTHONDONTWRITEBYTECODE": "1"}
-        rc = _run_with_status(cmd, log_path, env, work, quiet=quiet,
+        rc = run_with_status(cmd, log_path, env, work, quiet=quiet,
                               label=f"building the {target.name} runtime stub (once per llmpack version; a few minutes)")
         if rc != 0:
-            raise StubError(f"PyInstaller failed (exit {rc}); last lines of its log:\n{_tail(log_path)}"
+            raise StubError(f"PyInstaller failed (exit {rc}); last lines of its log:\n{tail(log_path)}"
                             f"\nfull log: {_keep_log(log_path, key)}")
         built = dist / exe_name(target)
         if not built.is_file():
@@ -286,57 +285,6 @@ def _keep_log(log_path: Path, key: str) -> Path:
     except OSError:
         return log_path
     return kept
-
-
-def _tail(path: Path, n: int = 25) -> str:
-    try:
-        lines = path.read_text("utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(lines[-n:])
-
-
-def _run_with_status(cmd: list[str], log_path: Path, env: dict, cwd: Path, *, quiet: bool, label: str) -> int:
-    """Run PyInstaller with its log in a file; meanwhile a progress bar shows its latest step.
-    Its output goes through a pipe, not straight into the file: Windows Python under Wine cannot
-    start with a file as its standard output ("init_sys_streams: Invalid handle")."""
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=cwd)
-        copier = threading.Thread(target=_copy_stream, args=(proc.stdout, log), daemon=True)
-        copier.start()
-        bar = Bar(f"{label}; log: {log_path}", enabled=not quiet)
-        try:
-            while proc.poll() is None:
-                time.sleep(0.2)
-                bar.set_note(_last_step(log_path))
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            bar.close()
-        copier.join(timeout=10)   # wineserver may hold the pipe open for a few seconds more
-    return proc.returncode
-
-
-def _copy_stream(src: Any, dst: Any) -> None:
-    for chunk in iter(lambda: src.read1(1 << 16), b""):
-        dst.write(chunk)
-        dst.flush()
-
-
-def _last_step(log_path: Path) -> str:
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return ""
-    for line in reversed(lines):
-        if " INFO: " in line:
-            return line.split(" INFO: ", 1)[1].strip()
-    return lines[-1].strip() if lines else ""
 
 
 def _selftest(built: Path, build: BuildEnv, log_path: Path, key: str) -> None:

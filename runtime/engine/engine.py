@@ -16,8 +16,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.detokenizer import Detokenizer
+from llmpack.runtime.engine.embeddings import Embedder
 from llmpack.runtime.engine.grammar_sampler import check_with_llama
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner
@@ -75,6 +78,8 @@ class LLMEngine:
         self._wakeup = threading.Event()
         self._stop = False
         self.failure: str | None = None        # why the engine thread stopped, once it has
+        self.embedder: Embedder | None = None  # /v1/embeddings' context, made on first use
+        self._embedder_lock = threading.Lock()
         self._piece_cache: dict[int, bytes] = {}
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -89,6 +94,21 @@ class LLMEngine:
     # ---- public, thread-safe --------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         return self.runner.tokenize(text, add_special, parse_special)
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        return self.runner.token_bytes(token, special)
+
+    def check_grammar(self, gbnf: str) -> None:
+        """Raise GrammarError when llama.cpp cannot parse `gbnf` (the server checks before queueing)."""
+        check_with_llama(gbnf, self.runner.vocab)
+
+    def embed(self, inputs: list[list[int]]) -> list[np.ndarray]:
+        """Embeddings from a second context on the same weights, opened on first use
+        (engine/embeddings.py); callers take turns inside the Embedder."""
+        with self._embedder_lock:
+            if self.embedder is None:
+                self.embedder = Embedder(self.runner.model, min(self.n_ctx, 2048), self.runner.cfg.n_threads)
+        return list(self.embedder.embed(inputs))
 
     def tokenize_prompt(self, text: str) -> list[int]:
         """Tokenize a rendered prompt that may already start with the BOS text (chat templates
@@ -165,6 +185,8 @@ class LLMEngine:
             self._forget_rpc()
         if self._thread.is_alive():   # still inside llama.cpp (a lost RPC worker): freeing would crash it
             return
+        if self.embedder is not None:   # its context uses the engine's model: free it first
+            self.embedder.close()
         self.runner.close()
 
     # ---- engine thread --------------------------------------------------------------------

@@ -1,0 +1,73 @@
+"""`EngineClient`: everything the server (and the offline API) may call on the engine.
+
+The server depends on this protocol and on nothing else of the engine, as vLLM's API server
+depends on its `EngineClient`: `LLMEngine` implements it in-process, tests/fake_engine.py
+implements it with no model (the protocol tests), and a remote engine (a Ray Serve replica)
+can implement it over a connection. Every method may be called from any thread.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, runtime_checkable
+
+from llmpack.runtime.engine.embeddings import EmbeddingError
+from llmpack.runtime.engine.outputs import RequestOutput
+from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
+from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
+from llmpack.runtime.structured.grammar import GrammarError
+
+# The errors a client of the engine handles, importable from here with the protocol.
+__all__ = ["EngineClient", "OutputStream", "EmbeddingError", "EngineDeadError", "GrammarError",
+           "InvalidParameterError", "PromptTooLongError", "QueueFullError"]
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from llmpack.runtime.engine.engine import EngineStats
+
+
+class OutputStream(Protocol):
+    """One submitted request's RequestOutput deltas; the last has finished=True. A stream never
+    waits in silence on a dead engine: it ends with the engine's failure as its error."""
+
+    request_id: str
+
+    def __iter__(self) -> Iterator[RequestOutput]: ...
+
+    def abort(self) -> None: ...
+
+
+@runtime_checkable
+class EngineClient(Protocol):
+    n_ctx: int                   # the context llama.cpp gave us, in tokens
+    n_vocab: int
+    max_model_len: int           # the longest sequence (prompt + reply) the engine accepts
+    bos_prefix: list[int]        # what the tokenizer puts in front of any text (usually [BOS])
+    backend: dict | None         # where the model runs, for /health and the start-up line
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine stopped, once it has (every request then fails); None while it serves."""
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None, prompt_progress: bool = False) -> OutputStream:
+        """Submit: queue a request and return its stream. Raises PromptTooLongError,
+        QueueFullError, EngineDeadError, InvalidParameterError or GrammarError before queueing."""
+
+    def abort(self, request_id: str) -> None: ...
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+
+    def tokenize_prompt(self, text: str) -> list[int]:
+        """A rendered prompt's ids, with the model's BOS added only where the text lacks it."""
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes: ...
+
+    def check_grammar(self, gbnf: str) -> None:
+        """Raise GrammarError when llama.cpp cannot parse the GBNF (checked before any request uses it)."""
+
+    def embed(self, inputs: Sequence[list[int]]) -> list["np.ndarray"]:
+        """L2-normalised embeddings of tokenized inputs (EmbeddingError when one cannot be embedded)."""
+
+    def stats(self) -> "EngineStats": ...
+
+    def shutdown(self) -> None: ...
