@@ -88,7 +88,8 @@ class LLMEngine:
         self.tokens_computed_total = 0         # prompt and generated tokens run through llama_decode
         self._thread = threading.Thread(target=self._loop, name="llmpack-engine", daemon=True)
         # a dead RPC worker leaves llama_decode blocked for good: end every request saying which
-        self._forget_rpc = on_worker_lost(lambda why: self._die(why, RpcWorkerLost(why))) if plan.remote else None
+        self._forget_rpc = (on_worker_lost(lambda why: self._die(why, RpcWorkerLost(why))) if plan.remote
+                            else lambda: None)
         self._thread.start()
 
     # ---- public, thread-safe --------------------------------------------------------------
@@ -181,8 +182,7 @@ class LLMEngine:
         self._stop = True
         self._wakeup.set()
         self._thread.join(timeout=30 if self.failure is None else 1)
-        if self._forget_rpc is not None:
-            self._forget_rpc()
+        self._forget_rpc()
         if self._thread.is_alive():   # still inside llama.cpp (a lost RPC worker): freeing would crash it
             return
         if self.embedder is not None:   # its context uses the engine's model: free it first
