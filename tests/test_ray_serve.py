@@ -224,3 +224,21 @@ def test_replicas_auto_scales_from_one_to_two_under_load(cluster, model, url):
 def running_replicas() -> int:
     status = serve.status().applications[launch.APP_NAME].deployments["replica"]
     return status.replica_states.get("RUNNING", 0)
+
+
+def test_the_router_prefers_the_longest_held_prefix_and_forgets_the_oldest():
+    from types import SimpleNamespace
+
+    from llmpack.runtime.scale.router import best_match, kv_used, remember
+
+    index: dict = {}
+    remember(index, "a", ["k1", "k2"])
+    remember(index, "b", ["k1", "k2", "k3"])
+    assert best_match(["k1", "k2", "k3", "k4"], index, ["a", "b"]) == ("b", 3)
+    assert best_match(["k1", "x"], index, ["a", "b"])[1] == 1
+    assert best_match(["x"], index, ["a", "b"]) == (None, 0)
+    assert best_match(["k1"], index, ["c"]) == (None, 0)           # only live candidates count
+    remember(index, "a", ["k9", "k8"], cap=3)                      # a now holds k2, k9, k8: k1 forgotten
+    assert best_match(["k1", "k2"], index, ["a"]) == (None, 0)
+    assert kv_used(SimpleNamespace(routing_stats={"kv_blocks_used": 32, "kv_blocks_total": 128})) == 0.25
+    assert kv_used(SimpleNamespace(routing_stats={})) == 0.0
