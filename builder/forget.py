@@ -3,7 +3,7 @@
 A launch may leave three things outside the program itself: the unpacked copy of its model
 (only a compressed build unpacks one now, builder/extract.py; llmpack before issue 20 unpacked
 every model, and that copy goes too) with its markers, in the per-user cache; and the chats and
-page settings saved for its model (runtime/server/chats.py, kept by the model key) in the
+page settings saved for its model (runtime/server/page/chats.py, kept by the model key) in the
 per-user data folder. `--forget` lists them with their size, asks
 "Remove ... (N MB)? [y/N]" on the console, and removes them. `--yes` skips the question; with
 no console to ask on (no tty), it refuses and says to add --yes, so a script never deletes
@@ -34,9 +34,9 @@ def forget(manifest: Manifest, *, yes: bool, ask: Callable[[str], str] = input,
            stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     """Remove this program's model copy and saved chats/settings (see the module docstring); 0 when
     done or nothing was there, 1 when the answer was no."""
-    from llmpack.runtime.server import instance   # lazy: the server package (Flask, waitress) only for --forget
-    from llmpack.runtime.server.chats import ChatStore   # lazy: as above
-    from llmpack.runtime.server.launch import runtime_dir   # lazy: as above
+    from llmpack.runtime.server.lifecycle import instance   # lazy: the server package (Flask, waitress) only for --forget
+    from llmpack.runtime.server.page.chats import ChatStore   # lazy: as above
+    from llmpack.runtime.server.lifecycle.browser import runtime_dir   # lazy: as above
 
     stdin, out = stdin or sys.stdin, out or sys.stdout
     key = manifest.model.sha256[:10]   # the model key saved chats are kept by (serving._model_key)

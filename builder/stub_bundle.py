@@ -41,6 +41,12 @@ RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
     "llmpack.runtime.model": ("*.py",),
     "llmpack.runtime.structured": ("*.py",),
     "llmpack.runtime.server": ("*.py",),
+    "llmpack.runtime.server.core": ("*.py",),
+    "llmpack.runtime.server.http": ("*.py",),
+    "llmpack.runtime.server.lifecycle": ("*.py",),
+    "llmpack.runtime.server.openai": ("*.py",),
+    "llmpack.runtime.server.page": ("*.py",),
+    "llmpack.runtime.server.documents": ("*.py",),
     "llmpack.webui": ("*.py", "*.html", "*.css", "*.js", "*.svg", "vendor/*"),
     "llmpack.recipes": ("*.py", "*.toml"),
 }

@@ -2,7 +2,7 @@
 
 Double-click (no arguments): read the manifest at the end of this very file; if this model is
 already being served by an earlier launch, open the browser on that one and exit
-(runtime/server/instance.py); else start the server (the chat page opens in the browser), check
+(runtime/server/lifecycle/instance.py); else start the server (the chat page opens in the browser), check
 the model once (or unpack a compressed one) while the page shows progress, load it from this
 file's own bytes, serve until Ctrl+C. Flags are those of `llmpack run` (without the model path)
 plus ``--info``, ``--extract-to DIR``, ``--forget [--yes]`` (builder/forget.py) and
@@ -178,16 +178,17 @@ def run(argv: list[str]) -> int:
         return 0
 
     # lazy: the server (flask, waitress, llama.cpp) loads only to serve, not for --info or --extract-to
-    from llmpack.runtime.server import instance
-    from llmpack.runtime.server.launch import open_redirect, runtime_dir, serve
-    from llmpack.runtime.server.serving import Stopping
+    from llmpack.runtime.server.lifecycle import instance
+    from llmpack.runtime.server.lifecycle.browser import open_redirect, runtime_dir
+    from llmpack.runtime.server.lifecycle.prepare import Stopping
+    from llmpack.runtime.server.lifecycle.serve import serve
 
     config = built_config(args, manifest)
     try:
         running = instance.find_running(runtime_dir(), config.instance_key) if config.instance_key else None
     except OSError:   # no private runtime folder: no lock either, so start
         running = None
-    if running is not None:   # a second double-click: show the copy that runs (runtime/server/instance.py)
+    if running is not None:   # a second double-click: show the copy that runs (runtime/server/lifecycle/instance.py)
         if config.open_browser and running.redirect is not None:
             open_redirect(running.redirect)
         print(f"llmpack is already running this chat at {running.url}"
@@ -235,12 +236,12 @@ def selftest() -> int:
     try:
         # lazy: the self-test imports everything a launch needs, only when the builder asks
         import llama_cpp
-        import pypdf       # PDF attachments (runtime/server/documents.py imports it on first use)
+        import pypdf       # PDF attachments (runtime/server/documents/extract.py imports it on first use)
         import zstandard   # models built with --compress
 
         from llmpack.runtime.engine import engine  # noqa: F401
         from llmpack.runtime.chat.recipes import load_recipes
-        from llmpack.runtime.server import launch  # noqa: F401
+        from llmpack.runtime.server.lifecycle import serve  # noqa: F401
         from llmpack.runtime.server.app import webui_dir
         from llmpack.runtime.hardware.backends import load_backends
 

@@ -80,7 +80,7 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
 def cmd_run(args: argparse.Namespace) -> int:
     # lazy: the server (flask, waitress, llama.cpp) loads only for `llmpack run`
     from llmpack.runtime.model.gguf_check import validate_gguf
-    from llmpack.runtime.server.launch import serve
+    from llmpack.runtime.server.lifecycle.serve import serve
 
     path = Path(args.model)
     validate_gguf(path)   # a clear error before anything listens

@@ -4,29 +4,38 @@
     llm = LLM("model.gguf")
     for out in llm.generate(["The sky is"], SamplingParams(n=3, temperature=0.8, max_tokens=100)):
         print(out.prompt, [c.text for c in out.outputs])
-    llm.chat([{"role": "user", "content": "Hi!"}], SamplingParams(max_tokens=64))
+    llm.chat([{"role": "user", "content": "Hi!"}])                      # the recipe's defaults
+    params = llm.get_default_sampling_params(); params.temperature = 0  # ... with one changed
+    llm.chat([{"role": "user", "content": "Hi!"}], params)
 
-All prompts are submitted at once, so they are batched together by the engine.
+`chat` takes the server's own path (server/core: the chat template, the default system prompt,
+the recipe's sampling defaults, stop strings and stop token ids), so a model answers the same
+offline and over HTTP. All prompts are submitted at once, so the engine batches them together.
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-from llmpack.runtime.chat.recipes import chat_format_for_model
-from llmpack.runtime.engine.engine import EngineConfig, LLMEngine, RequestStream
+from llmpack.errors import LlmpackError
+from llmpack.runtime.chat.recipes import ChatFormat, chat_format_for_model
+from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
-from llmpack.runtime.engine.sampling_params import CHAT_MAX_TOKENS, SamplingParams
+from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.model.gguf_check import validate_gguf
 from llmpack.runtime.model.model_info import read_model_info
+from llmpack.runtime.server.core.errors import ApiError
+from llmpack.runtime.server.core.generation import Generation
+from llmpack.runtime.server.core.params import SamplingValues, sampling_params
+from llmpack.runtime.server.core.request import ChatRequest, prepare_chat
+from llmpack.runtime.server.core.served_model import ServedModel, describe_model
 
 
-def collect(stream: RequestStream) -> RequestOutput:
-    """Drain a stream and merge its deltas into one RequestOutput with whole texts."""
+def merge(outputs: Iterable[RequestOutput]) -> RequestOutput:
+    """One request's RequestOutput deltas merged into one RequestOutput with whole texts."""
     merged: dict[int, CompletionOutput] = {}
     final: RequestOutput | None = None
-    for out in stream:
+    for out in outputs:
         for d in out.outputs:
             c = merged.setdefault(d.index, CompletionOutput(index=d.index))
             c.text += d.text
@@ -41,15 +50,40 @@ def collect(stream: RequestStream) -> RequestOutput:
     return final
 
 
+def collect(stream: Iterable[RequestOutput]) -> RequestOutput:
+    """Drain a stream and merge its deltas (see merge)."""
+    return merge(stream)
+
+
 class LLM:
     def __init__(self, model: str | Path, *, n_ctx: int = 4096, max_num_seqs: int = 32,
-                 gpu_layers: int | str = "auto", recipe: str | None = None, **engine_kwargs) -> None:
+                 gpu_layers: int | str = "auto", recipe: str | None = None, system: str | None = None,
+                 **engine_kwargs: Any) -> None:
+        """`recipe`: a recipe name or .toml path (else the GGUF's template, else a matched family);
+        `system`: a default system prompt (else the recipe's), as `llmpack run --system`."""
         validate_gguf(model)
         self.model_path = Path(model)
-        self.recipe = recipe
+        info = read_model_info(self.model_path)
         self.engine = LLMEngine(EngineConfig(model_path=str(model), n_ctx=n_ctx, max_num_seqs=max_num_seqs,
-                                             gpu_layers=gpu_layers, **engine_kwargs))
-        self._chat_format = None
+                                             gpu_layers=gpu_layers, **engine_kwargs), info=info)
+        self._chat_error: LlmpackError | None = None
+        chat: ChatFormat | None = None
+        try:
+            chat = chat_format_for_model(info, recipe)
+        except LlmpackError as exc:   # a base model with no template: generate() works, chat() says why not
+            if recipe:
+                self.engine.shutdown()
+                raise
+            self._chat_error = exc
+        self.served: ServedModel = describe_model(self.engine, chat, model_id=self.model_path.stem,
+                                                  display_name=info.name or self.model_path.stem, system=system)
+
+    @property
+    def chat_format(self) -> ChatFormat:
+        """How messages become a prompt: recipe > embedded template > matched recipe."""
+        if self.served.chat is None:
+            raise self._chat_error or LlmpackError("this model has no chat template; pass recipe=NAME")
+        return self.served.chat
 
     def generate(self, prompts: str | Sequence[str] | Sequence[list[int]],
                  params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[RequestOutput]:
@@ -60,21 +94,27 @@ class LLM:
         streams = [self.engine.add_request(p, sp) for p, sp in zip(prompts, params)]
         return [collect(s) for s in streams]
 
-    @property
-    def chat_format(self):
-        """How messages become a prompt: recipe > embedded template > matched recipe."""
-        if self._chat_format is None:
-            self._chat_format = chat_format_for_model(read_model_info(self.model_path), self.recipe)
-        return self._chat_format
+    def get_default_sampling_params(self) -> SamplingParams:
+        """What a chat request that sets nothing is served with: the recipe's sampling values and
+        the turn's stop strings and ids (vLLM's name for the same)."""
+        return sampling_params(SamplingValues(), self.served, chat=True)
 
-    def chat(self, messages: list[dict] | list[list[dict]], params: SamplingParams | None = None) -> list[RequestOutput]:
-        conversations: Iterable[list[dict]] = [messages] if messages and isinstance(messages[0], dict) else messages  # type: ignore[assignment]
-        fmt = self.chat_format
-        params = params or SamplingParams(max_tokens=CHAT_MAX_TOKENS)
-        if fmt.stop:   # a copy: the caller's params stay as they were
-            params = dataclasses.replace(params, stop=list(dict.fromkeys([*params.stop, *fmt.stop])))
-        prompts = [self.engine.tokenize_prompt(fmt.render(conv)) for conv in conversations]
-        return self.generate(prompts, params)
+    def chat(self, messages: list[dict] | list[list[dict]], params: SamplingParams | None = None, *,
+             chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
+        """Reply to one conversation or several. `params` None: the recipe's defaults (see
+        get_default_sampling_params); given: used as they are, plus the turn's stop strings and ids."""
+        conversations: list[list[dict]] = [messages] if messages and isinstance(messages[0], dict) else messages  # type: ignore[list-item,assignment]
+        self.chat_format   # no template: say so before anything is queued
+        try:
+            preps = [prepare_chat(self.served, ChatRequest(conv, params=params, template_kwargs=chat_template_kwargs))
+                     for conv in conversations]
+            gens = [Generation(self.served, prep, f"chat-{i}") for i, prep in enumerate(preps)]
+        except ApiError as exc:
+            raise ValueError(exc.message) from None
+        try:
+            return [merge(out for _, out in gen.outputs()) for gen in gens]
+        except ApiError as exc:
+            raise LlmpackError(exc.message) from None
 
     def close(self) -> None:
         self.engine.shutdown()
@@ -82,5 +122,5 @@ class LLM:
     def __enter__(self) -> "LLM":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import requests
 
-from llmpack.runtime.server.state import MESSAGES
+from llmpack.runtime.server.http.state import MESSAGES
 
 UNPACKING = MESSAGES["extracting"]   # the console line of the extraction phase (compressed builds)
 CHECKING = MESSAGES["checking"]      # ... of the one-time check of a model read in place
@@ -23,7 +23,7 @@ CHECKING = MESSAGES["checking"]      # ... of the one-time check of a model read
 PHASE_LINES = {phase: f"llmpack: {MESSAGES[phase]}..." for phase in ("extracting", "checking", "loading")}
 # --verbose: the model file is read into memory, llama.cpp loads it next (serving.build_model)
 FILE_READ = "llmpack: read the model file into memory"
-READY = "llmpack: model ready"       # the console line once /health is 200 (server/launch.py)
+READY = "llmpack: model ready"       # the console line once /health is 200 (server/lifecycle/server.py)
 LOAD_FAILED = "llmpack: error: could not load the model"
 CHAT = [{"role": "user", "content": "hello there"}]
 

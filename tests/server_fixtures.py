@@ -21,7 +21,7 @@ from gguf import GGUFReader, GGUFValueType
 
 from ggufs import CHATML_TEMPLATE, EOS_ID, tiny_vocab, write_tiny_model
 from llmpack.cli import build_parser, serve_config
-from llmpack.runtime.server.launch import Server
+from llmpack.runtime.server.lifecycle.server import Server
 
 __all__ = ["LiveServer", "live_server", "held_in_phase", "chat_server", "wait_until", "wait_idle", "write_scripted_model",
            "SCRIPTED_REPLY", "sse_events", "stream_post", "post_on_socket",

@@ -26,9 +26,9 @@ def embed(srv: LiveServer, inputs, **kw) -> np.ndarray:
 
 
 def test_embeddings_shape_batching_and_formats(chat_server: LiveServer):
-    assert chat_server.state.model.embedder is None      # nothing is spent on embeddings before the first request
+    assert chat_server.state.model.engine.embedder is None      # nothing is spent on embeddings before the first request
     vecs = embed(chat_server, TEXTS)
-    assert vecs.shape == (4, chat_server.state.model.embedder.n_embd)
+    assert vecs.shape == (4, chat_server.state.model.engine.embedder.n_embd)
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
     assert np.allclose(vecs[0], vecs[3], atol=1e-5)                  # same text, same vector
     assert not np.allclose(vecs[0], vecs[1], atol=1e-3)
@@ -41,7 +41,7 @@ def test_embeddings_shape_batching_and_formats(chat_server: LiveServer):
     ids = requests.post(chat_server.url + "/tokenize", json={"content": TEXTS[2], "add_special": True},
                         timeout=30).json()["tokens"]
     assert np.allclose(embed(chat_server, [ids])[0], vecs[2], atol=1e-5)   # token ids work as input
-    assert chat_server.state.model.embedder.pooling == "mean"             # a chat model has no pooling of its own
+    assert chat_server.state.model.engine.embedder.pooling == "mean"             # a chat model has no pooling of its own
 
 
 def test_embeddings_are_counted_and_bad_input_is_400(chat_server: LiveServer):
@@ -101,7 +101,7 @@ def test_tokenize_and_detokenize(chat_server: LiveServer):
 def test_demo_model_embeddings_rank_similar_texts(demo_server: LiveServer):
     a, b, c = embed(demo_server, ["I love my cat.", "I adore my kitten.", "Quarterly tax filing deadlines."])
     assert a @ b > a @ c
-    assert demo_server.state.model.embedder.pooling == "mean"
+    assert demo_server.state.model.engine.embedder.pooling == "mean"
 
 
 def test_a_model_that_declares_its_pooling_gets_it(tiny_model_factory):
@@ -112,5 +112,5 @@ def test_a_model_that_declares_its_pooling_gets_it(tiny_model_factory):
     path = tiny_model_factory(chat_template=CHATML_TEMPLATE, extra_kv={"llama.pooling_type": (2, GGUFValueType.UINT32)})
     with live_server(path) as srv:
         a, b = embed(srv, ["hello world", "the cat"])
-        assert srv.state.model.embedder.pooling == "cls"
+        assert srv.state.model.engine.embedder.pooling == "cls"
         assert np.allclose(a, b, atol=1e-5)      # same first token, same CLS state

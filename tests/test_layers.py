@@ -1,7 +1,11 @@
 """The house rules of the code, read from the source with `ast` (imports inside functions too):
 
 - dependencies point one way: server -> llm/chat -> engine -> model/hardware/structured, and the
-  builder -> runtime, never back (`ALLOWED` below is the whole map);
+  builder -> runtime, never back (`ALLOWED` below is the whole map); inside the server, lifecycle ->
+  the route table (server/app.py) -> the protocol rooms and page/ -> http/ -> core/ -> documents/;
+- a protocol room imports core/ and http/, never another protocol room, and page/ never imports one;
+- the server reaches the engine only through its client protocol (engine/client.py) and the
+  engine's data types; only lifecycle/prepare.py constructs an engine;
 - no import cycles between modules;
 - an import inside a function is there on purpose (it delays a heavy or platform-only import)
   and says so with a `# lazy: ...` comment; one that only hid a cycle is a defect.
@@ -24,7 +28,12 @@ BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpa
 MODEL, HARDWARE, STRUCTURED = "llmpack.runtime.model", "llmpack.runtime.hardware", "llmpack.runtime.structured"
 ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "llmpack.runtime.llm",
                              "llmpack.runtime.server")
-RUNTIME = {MODEL, HARDWARE, STRUCTURED, ENGINE, CHAT, LLM, SERVER}
+S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("core", "documents", "http", "page",
+                                                                           "lifecycle"))
+# The rooms that each speak one wire format over the core (issue 26 adds responses, anthropic, ollama).
+PROTOCOLS = {f"{SERVER}.openai"}
+SERVER_ROOMS = {S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE, *PROTOCOLS}
+RUNTIME = {MODEL, HARDWARE, STRUCTURED, ENGINE, CHAT, LLM, SERVER, *SERVER_ROOMS}
 SCALE = "llmpack.runtime.scale"
 ALLOWED: dict[str, set[str]] = {
     "llmpack": {LLM, ENGINE},                     # the package exports LLM / SamplingParams, lazily
@@ -38,8 +47,14 @@ ALLOWED: dict[str, set[str]] = {
     STRUCTURED: BASE,
     ENGINE: BASE | {MODEL, HARDWARE, STRUCTURED},
     CHAT: BASE | {MODEL, ENGINE},
-    LLM: BASE | {MODEL, ENGINE, CHAT},
-    SERVER: BASE | RUNTIME,
+    LLM: BASE | {MODEL, ENGINE, CHAT, S_CORE},     # LLM.chat takes the server's generation core
+    S_DOCS: BASE,
+    S_CORE: BASE | {MODEL, ENGINE, CHAT, STRUCTURED, S_DOCS},
+    S_HTTP: BASE | {ENGINE, S_CORE},
+    **{room: BASE | {ENGINE, STRUCTURED, S_CORE, S_HTTP} for room in PROTOCOLS},
+    S_PAGE: BASE | {S_CORE, S_HTTP, S_DOCS},
+    SERVER: BASE | {ENGINE, S_CORE, S_HTTP, S_PAGE, *PROTOCOLS},     # the route table and ServeConfig
+    S_LIFE: BASE | {MODEL, HARDWARE, ENGINE, CHAT, SERVER, S_CORE, S_HTTP, S_PAGE},
     SCALE: BASE | RUNTIME,                        # Ray Serve replicas of the server's app (optional extra)
     "llmpack.webui": BASE,
     "llmpack.recipes": set(),
@@ -179,7 +194,27 @@ def test_imports_inside_functions_say_why():
                         "break a cycle by moving the shared piece down):\n" + "\n".join(silent))
 
 
-@pytest.mark.parametrize("room", ["model", "hardware", "structured", "engine", "chat", "server"])
+# What the server may import from the engine room: its client protocol and the data it carries.
+ENGINE_CONTRACT = {f"{ENGINE}.{m}" for m in ("client", "outputs", "request", "sampling_params", "config")}
+
+
+def test_the_server_reaches_the_engine_only_through_its_client():
+    """vLLM's seam: the server depends on `EngineClient`; only lifecycle/prepare.py makes an engine."""
+    reaches = [i for i in INTERNAL if unit_of(i.module) in {SERVER, *SERVER_ROOMS} and unit_of(i.target) == ENGINE
+               and i.target not in ENGINE_CONTRACT
+               and not (i.module == f"{S_LIFE}.prepare" and i.target == f"{ENGINE}.engine")]
+    assert not reaches, "the server past the engine's client protocol:\n" + "\n".join(map(repr, reaches))
+
+
+def test_protocol_rooms_import_only_core_and_http():
+    """Each wire format is a thin room over the core: no protocol imports another, page/ none."""
+    crossing = [i for i in INTERNAL if unit_of(i.target) in PROTOCOLS and unit_of(i.module) != unit_of(i.target)
+                and i.module != SERVER + ".app"]
+    assert not crossing, "imports of a protocol room from outside the route table:\n" + "\n".join(map(repr, crossing))
+
+
+@pytest.mark.parametrize("room", ["model", "hardware", "structured", "engine", "chat", "server",
+                                  *(r.removeprefix("llmpack.runtime.").replace(".", "/") for r in sorted(SERVER_ROOMS))])
 def test_each_room_says_what_it_owns(room):
     doc = ast.get_docstring(ast.parse((ROOT / "runtime" / room / "__init__.py").read_text()))
     assert doc and "import" in doc, f"runtime/{room}/__init__.py: say what the room owns and may import"

@@ -15,7 +15,7 @@ import requests
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import LiveServer
 
-from llmpack.runtime.server import serving
+from llmpack.runtime.server.lifecycle import prepare as serving
 
 pytestmark = pytest.mark.demo
 

@@ -21,7 +21,7 @@ from llmpack.builder.build import build_executable
 from llmpack.builder.stub_entry import build_parser, built_config
 from llmpack.runtime.model.model_info import read_model_info
 from llmpack.runtime.model.naming import human_name
-from llmpack.runtime.server.launch import Server
+from llmpack.runtime.server.lifecycle.server import Server
 
 CLEAN = "Qwen2.5 Coder 0.5B Instruct"
 

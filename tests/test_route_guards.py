@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from llmpack.runtime.server.app import ServerOptions, create_app, webui_dir
-from llmpack.runtime.server.security import PAGE_CSP, public_reason
-from llmpack.runtime.server.state import ServerState
+from llmpack.runtime.server.app import create_app, webui_dir
+from llmpack.runtime.server.http.options import ServerOptions
+from llmpack.runtime.server.http.security import PAGE_CSP, public_reason
+from llmpack.runtime.server.http.state import ServerState
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import live_server
 

@@ -25,9 +25,11 @@ from server_fixtures import (LiveServer, finished_metric, held_in_phase, live_se
 
 from ggufs import CHATML_TEMPLATE
 from llmpack.errors import LlmpackError
-from llmpack.runtime.server import protocol, security
-from llmpack.runtime.server.launch import ServerError, bind_socket
-from llmpack.runtime.server.serving import Stopping
+from llmpack.runtime.server.core.prompt import tokenize_prompt
+from llmpack.runtime.server.openai import protocol
+from llmpack.runtime.server.http import security
+from llmpack.runtime.server.lifecycle.sockets import ServerError, bind_socket
+from llmpack.runtime.server.lifecycle.prepare import Stopping
 
 HELLO = [{"role": "user", "content": "hello there"}]
 REPO = Path(__file__).resolve().parents[1]
@@ -80,7 +82,7 @@ def test_wrong_method_is_405(srv: LiveServer):
 
 
 def test_body_too_large_is_413(srv: LiveServer):
-    from llmpack.runtime.server.attachments import ATTACH_BODY
+    from llmpack.runtime.server.core.attachments import ATTACH_BODY
 
     body = json.dumps({"prompt": "x" * (9 * 1024 * 1024)}).encode()
     status, _, data = raw(srv.port, "POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -115,7 +117,7 @@ def test_prompt_too_long_is_400_with_numbers(srv: LiveServer):
                                              messages=[{"role": "user", "content": "hello " * (n_ctx + 100)}])
     err = info.value.body
     assert err["code"] == "context_length_exceeded" and err["param"] == "messages"
-    n_tokens = len(protocol.tokenize_prompt(srv.state.model, srv.state.model.chat.render(
+    n_tokens = len(tokenize_prompt(srv.state.model, srv.state.model.chat.render(
         [{"role": "user", "content": "hello " * (n_ctx + 100)}])))
     assert str(n_tokens) in err["message"] and str(srv.engine.max_model_len) in err["message"]
     with pytest.raises(openai.BadRequestError):

@@ -14,7 +14,7 @@ import pytest
 from llmpack.builder import extract, hashing
 from llmpack.builder.packfile import PackError
 from llmpack.cli import build_parser, serve_config
-from llmpack.runtime.server import launch
+from llmpack.runtime.server.lifecycle import server as launch
 
 
 def test_a_server_that_fails_after_binding_closes_its_socket(tiny_model: Path, monkeypatch: pytest.MonkeyPatch):

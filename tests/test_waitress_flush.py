@@ -9,7 +9,7 @@ import warnings
 
 import waitress
 
-from llmpack.runtime.server.launch import waitress_settings
+from llmpack.runtime.server.lifecycle.sockets import waitress_settings
 
 
 def test_each_small_write_reaches_the_client_before_the_next_is_made():

@@ -38,7 +38,7 @@ function showView(name) {
 function showLoading(info) {
   showView("loading");
   const phase = info && info.phase;
-  // the server's words for the phase (runtime/server/state.py MESSAGES), said once
+  // the server's words for the phase (runtime/server/http/state.py MESSAGES), said once
   const said = info && typeof info.message === "string" && info.message;
   ui.phase.textContent = (info && info.phaseText) || (said ? said.replace(/[.…]*$/, "…") : "Starting…");
   ui.loading.setAttribute("data-phase", phase || "starting");

@@ -36,9 +36,10 @@ class LlmpackReplica:
 
     def __init__(self, model: ModelFile, size: int, config: Any, options: dict) -> None:
         # lazy: the server's modules load in the replica's process, not in the driver's
-        from llmpack.runtime.server.app import ServerOptions, create_app
-        from llmpack.runtime.server.serving import build_model
-        from llmpack.runtime.server.state import ServerState
+        from llmpack.runtime.server.app import create_app
+        from llmpack.runtime.server.http.options import ServerOptions
+        from llmpack.runtime.server.http.state import ServerState
+        from llmpack.runtime.server.lifecycle.prepare import build_model
         import ray
         from ray import serve
 

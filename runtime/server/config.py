@@ -35,4 +35,4 @@ class ServeConfig:
     api_key: str | None = None
     cors: bool = False
     verbose: bool = False                     # --verbose: technical detail on the console (why no GPU)
-    instance_key: str | None = None           # a built file's model key: a lock file while serving (server/instance.py)
+    instance_key: str | None = None           # a built file's model key: a lock file while serving (server/lifecycle/instance.py)

@@ -21,12 +21,12 @@ import hmac
 import ipaddress
 import os
 import socket
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from flask import Flask, Response, request
 
-if TYPE_CHECKING:  # pragma: no cover
-    from llmpack.runtime.server.app import ServerOptions
+from llmpack.runtime.server.http.errors import error_response as error
+from llmpack.runtime.server.http.options import ServerOptions
 
 F = TypeVar("F", bound=Callable)
 
@@ -119,8 +119,8 @@ def key_ok(authorization: str | None, key: str) -> bool:
     return hmac.compare_digest(given.strip().encode("utf-8", "replace"), key.encode("utf-8", "replace"))
 
 
-def install(app: Flask, options: ServerOptions, error) -> None:
-    """Register the guards; `error(status, message, type, code)` builds an OpenAI error response."""
+def install(app: Flask, options: ServerOptions) -> None:
+    """Register the guards on `app`."""
     names = allowed_names(options)
 
     @app.before_request

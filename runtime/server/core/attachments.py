@@ -1,11 +1,8 @@
-"""Documents attached to a chat, over HTTP.
-
-    POST /v1/extract                 the file's bytes as the body, its name in `X-Filename`
-                                     (percent-encoded): its text, its token count, and token
-                                     counts per page (PDF) or per part, so the chat page can show
-                                     how much of the context it takes and offer the first N pages
-    /v1/chat/completions             OpenAI's `file` content parts in user messages:
-                                     {"type": "file", "file": {"filename", "file_data": "data:...;base64,..."}}
+"""Documents attached to a request: the page's POST /v1/extract (page/extract_routes.py) asks
+`describe` for a file's text and token counts per page (PDF) or per part, so it can show how much
+of the context the file takes and offer the first N pages; a chat request's `file` content parts
+(OpenAI's {"type": "file", "file": {"filename", "file_data": "data:...;base64,..."}}) become the
+user message's text in `expand_file_parts`.
 
 Both run `documents.extract` on a small pool of worker threads (never the engine thread, at
 most two files at a time), give up after `documents.TIME_LIMIT_S`, and refuse what cannot be
@@ -24,16 +21,11 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
-from urllib.parse import unquote
 
-from flask import Blueprint, jsonify, request
+from llmpack.runtime.server.core.errors import ApiError, bad
+from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.server.documents import extract as D
 
-from llmpack.runtime.server import documents as D
-from llmpack.runtime.server.api_error import ApiError, bad
-from llmpack.runtime.server.request_context import app_context, ready_model
-from llmpack.runtime.server.state import ServedModel
-
-bp = Blueprint("attachments", __name__)
 ATTACH_BODY = D.MAX_FILE_BYTES * 4 // 3 + 4 * 1024 * 1024   # a base64 file in a JSON body, plus the chat
 SEGMENT_CHARS = 4000      # non-PDF text is offered for cutting in parts of about this size
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="llmpack-extract")
@@ -121,24 +113,6 @@ def describe(doc: D.Document, model: ServedModel) -> dict:
             # chars in UTF-16 units: what JavaScript's String.slice counts, to cut at a page
             "segments": [{"chars": len(p.encode("utf-16-le")) // 2, "tokens": n} for p, n in zip(parts, counts)],
             "budget": budget(model.n_ctx), "n_ctx": model.n_ctx}
-
-
-def _ready() -> ServedModel:
-    return ready_model(app_context().state)
-
-
-@bp.post("/v1/extract")
-def extract_route():
-    model = _ready()
-    name = unquote(request.headers.get("X-Filename") or request.args.get("filename") or "attachment")
-    size = request.content_length
-    if size is not None and size > D.MAX_FILE_BYTES:
-        raise ApiError(413, f"{name} is {size / 2**20:.0f} MB; files can be at most {D.MAX_FILE_BYTES >> 20} MB: "
-                            "attach a shorter part of it", param="file", code="unreadable_file")
-    request.max_content_length = D.MAX_FILE_BYTES
-    data = request.get_data(cache=False)
-    doc = extract(name, data, (request.mimetype or "") if request.mimetype != "application/octet-stream" else "")
-    return jsonify(describe(doc, model))
 
 
 # ---------------------------------------------------------------- file parts in chat requests

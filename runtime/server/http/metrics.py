@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from llmpack.runtime.server.state import ServerState
+from llmpack.runtime.server.http.state import ServerState
 
 LABEL = ["model_name"]
 # vLLM's buckets

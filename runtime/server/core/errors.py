@@ -1,12 +1,14 @@
-"""The one error type the HTTP layer answers with, in OpenAI's shape. Its own module, below
-`protocol` and `structured`, because both raise it while `protocol` also calls `structured`."""
+"""The one error type the core and the HTTP layer raise: a status, a message, and the request
+field at fault. The core knows no wire format, so `body()` is only the default shape (OpenAI's
+`{"error": {message, type, param, code}}`, also used by /health and the page's routes); each
+protocol room renders the same fields in its own shape."""
 from __future__ import annotations
 
 _ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error"}
 
 
 class ApiError(Exception):
-    """An error answered in OpenAI's shape: {"error": {message, type, param, code}}."""
+    """An error answered with `status`; `param` names the request field at fault."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
                  type: str | None = None, headers: dict | None = None) -> None:

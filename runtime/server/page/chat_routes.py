@@ -27,8 +27,8 @@ import json
 
 from flask import Blueprint, Response, jsonify, request
 
-from llmpack.runtime.server.api_error import ApiError
-from llmpack.runtime.server.chats import (
+from llmpack.runtime.server.core.errors import ApiError
+from llmpack.runtime.server.page.chats import (
     ChatError,
     ChatStore,
     clean_chat,
@@ -39,8 +39,8 @@ from llmpack.runtime.server.chats import (
     to_markdown,
     valid_id,
 )
-from llmpack.runtime.server.request_context import app_context, json_body, ready_model
-from llmpack.runtime.server.security import public
+from llmpack.runtime.server.http.context import app_context, json_body, ready_model
+from llmpack.runtime.server.http.security import public
 
 bp = Blueprint("chats", __name__, url_prefix="/api")
 TOKEN_HEADER = "X-Llmpack-Token"

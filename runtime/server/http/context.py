@@ -1,22 +1,39 @@
-"""What every route module needs from a request before it does its own work: the app's context,
-the model once it is ready (503 while loading, 500 if loading failed), the JSON body, and the
-check of the request's model name. Shared by openai_routes, chat_routes, embeddings_routes and
-attachments, so none of them imports another's helpers."""
+"""What every route module needs from a request before it does its own work: the app's context
+(`AppContext`), the model once it is ready (503 while loading, 500 if loading failed), the JSON
+body, and the check of the request's model name. Shared by every room that defines routes, so
+none of them imports another's helpers."""
 from __future__ import annotations
 
 import json
 import sys
 import threading
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from flask import current_app, request
 
-from llmpack.runtime.server.api_error import ApiError, bad
-from llmpack.runtime.server.state import ServedModel, ServerState
+from llmpack.runtime.server.core.errors import ApiError, bad
+from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.server.http.metrics import Metrics
+from llmpack.runtime.server.http.options import ServerOptions
+from llmpack.runtime.server.http.state import ServerState
+
+if TYPE_CHECKING:
+    from llmpack.runtime.server.page.chats import ChatStore
 
 
-def app_context() -> Any:
-    """What create_app() keeps for the routes: state, options, metrics, chats (an `AppContext`)."""
+@dataclass
+class AppContext:
+    """What create_app() keeps for the routes of one app."""
+
+    state: ServerState
+    options: ServerOptions
+    metrics: Metrics
+    chats: "ChatStore"                 # the page's saved chats (opens its file on first use)
+    other_names: "_NameLog" = field(default_factory=lambda: _NameLog())
+
+
+def app_context() -> AppContext:
     return current_app.extensions["llmpack"]
 
 
@@ -60,8 +77,7 @@ def check_model_name(body: Any, model: ServedModel) -> None:
     if not isinstance(name, str):
         raise bad("model", "'model' must be a string")
     if name.lower() not in model.aliases:
-        names = app_context().__dict__.setdefault("other_names", _NameLog())
-        names.note(name, model.model_id)
+        app_context().other_names.note(name, model.model_id)
 
 
 class _NameLog:

@@ -1,6 +1,7 @@
 """From a GGUF path and the `ServeConfig` to a `ServedModel`: the chat format (recipe, embedded
-template or a matched family), the engine, and what the routes echo (id, aliases, fingerprint,
-stop ids). The server launcher calls `build_model` on a background thread while the page shows
+template or a matched family), the engine, and what the routes echo (id, aliases, fingerprint).
+The recipe's defaults (sampling, stops, system prompt) are decided by core's `describe_model`, as
+for the offline LLM. The server calls `build_model` on a background thread while the page shows
 the loading progress."""
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from llmpack import __version__
 from llmpack.errors import LlmpackError
@@ -21,7 +22,7 @@ from llmpack.runtime.model.model_info import read_model_info
 from llmpack.runtime.model.naming import human_name
 from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.server.config import ServeConfig
-from llmpack.runtime.server.state import ServedModel
+from llmpack.runtime.server.core.served_model import ServedModel, describe_model
 
 # progress(phase, fraction) returns False once the server is stopping: the work gives up
 Progress = Callable[[str, float], "bool | None"]
@@ -73,7 +74,7 @@ def read_into_memory(path: Path, report: Callable[[float], "bool | None"], offse
     return True
 
 
-def _model_key(path: Path, name: str | None, sha256: str | None = None) -> str:
+def model_key(path: Path, name: str | None, sha256: str | None = None) -> str:
     """The model file's sha256 prefix for built executables, else a hash of its name and size:
     the same on every launch, whatever the llmpack version or port (saved chats are kept by it)."""
     if sha256:   # a built program's model, loaded in place or unpacked
@@ -83,21 +84,6 @@ def _model_key(path: Path, name: str | None, sha256: str | None = None) -> str:
         return stem[:10]
     size = path.stat().st_size if path.exists() else 0
     return hashlib.sha256(f"{name}|{path.name}|{size}".encode()).hexdigest()[:10]
-
-
-def _special_stop_ids(engine: Any, texts: list[str]) -> list[int]:
-    """Stop strings that are single special tokens (<end_of_turn>, <|im_end|>) also stop by id:
-    their text may never appear in the output."""
-    ids = []
-    for text in texts:
-        try:
-            special = engine.tokenize(text, add_special=False, parse_special=True)
-            plain = engine.tokenize(text, add_special=False, parse_special=False)
-        except Exception:  # noqa: BLE001
-            continue
-        if len(special) == 1 and plain != special and special[0] not in ids:
-            ids.append(special[0])
-    return ids
 
 
 def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progress | None = None,
@@ -133,13 +119,9 @@ def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progr
     try:
         model_id = config.display_name or stem   # what API clients name it
         name = config.display_name or human_name(info.naming, stem)   # not general.name's "... AWQ"
-        key = _model_key(path, info.name, src.sha256)
-        stop = list(chat.stop) if chat else []
-        return ServedModel(
-            engine=engine, model_id=model_id, display_name=name, n_ctx=engine.n_ctx, chat=chat,
-            system_prompt=config.system if config.system is not None else (chat.system if chat else None),
-            sampling=dict(chat.sampling) if chat else {}, stop=stop,
-            stop_token_ids=_special_stop_ids(engine, [*stop, *(chat.eot_tokens if chat else ())]),
+        key = model_key(path, info.name, src.sha256)
+        return describe_model(
+            engine, chat, model_id=model_id, display_name=name, system=config.system,
             fingerprint=f"fp_llmpack-{__version__}-{key}", model_key=key, backend=engine.backend,
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,

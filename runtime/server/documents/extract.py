@@ -8,7 +8,7 @@ PDFs, encrypted PDFs, zip bombs and binary junk are refused with one line that s
 
 Every extraction is bounded: `MAX_FILE_BYTES` in, `MAX_TEXT_CHARS` out, `MAX_PAGES` pages, and a
 `deadline` checked between pages and XML elements (pypdf's own limit stops any one stream at
-75 MB decompressed). The caller runs it off the engine thread (see server/attachments.py).
+75 MB decompressed). The caller runs it off the engine thread (see server/core/attachments.py).
 
 How a document joins the user's message is `format_message`, documented in the README: each
 file under a heading with its name, then the user's own text, so any chat template works and

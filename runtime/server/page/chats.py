@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 import platformdirs
 
-from llmpack.runtime.server.protocol import scrub   # lone surrogates -> U+FFFD, as requests get
+from llmpack.runtime.server.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (

@@ -1,0 +1,20 @@
+"""How this server was started, as the routes and guards need it (made by lifecycle/server.py
+from the ServeConfig)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_BODY = 8 * 1024 * 1024       # a request body's limit, except routes that carry files
+
+
+@dataclass
+class ServerOptions:
+    host: str = "127.0.0.1"
+    port: int = 0                      # the bound port (set once it is known)
+    api_key: str | None = None
+    cors: bool = False
+    max_body: int = MAX_BODY
+    webui_dir: Path | None = None      # default: the installed llmpack.webui package
+    extra_hosts: tuple[str, ...] = ()  # more Host names to accept
+    chat_token: str | None = None      # this launch's secret for saved chats (page/chat_routes); None: off
