@@ -3,6 +3,7 @@ counting tokens for usage and prompt progress, and aborting them when the client
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
 
 from llmpack.errors import LlmpackError
@@ -43,6 +44,18 @@ def submit_error(exc: Exception, param: str) -> Exception:
     return exc
 
 
+@dataclass(slots=True)
+class PromptStream:
+    """One prompt's engine stream and what it has told so far."""
+
+    stream: OutputStream
+    prompt_tokens: int
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    processed_tokens: int = 0      # prompt tokens read so far (prefix-cache hits included)
+    finished: bool = False
+
+
 class Generation:
     """Submits every prompt of `prep` at once (the engine batches them) and reads them back.
     `active` (the server's in-flight set) aborts them when `disconnected()` turns true."""
@@ -51,65 +64,64 @@ class Generation:
                  disconnected: Callable[[], bool] | None = None, timer: Timer | None = None) -> None:
         self.model, self.prep, self.active, self.timer = model, prep, active, timer
         self.n = prep.params.n
-        self.streams: list[OutputStream] = []
-        self.finished: list[bool] = []
-        self.counts: list[tuple[int, int, int]] = []   # (prompt, cached, generated) per stream
-        self.processed: list[int] = []                  # prompt tokens read so far, per stream
-        self.reasons: dict[int, str] = {}
+        self.prompts: list[PromptStream] = []
+        self.reasons: dict[int, str] = {}       # choice index -> finish reason
         self.started = time.monotonic()
         try:
             for i, ids in enumerate(prep.prompts):
-                self.streams.append(model.engine.add_request(ids, prep.params, request_id=f"{request_id}-{i}",
-                                                             prompt_progress=prep.return_progress))
-                self.finished.append(False)
-                self.counts.append((len(ids), 0, 0))
-                self.processed.append(0)
+                stream = model.engine.add_request(ids, prep.params, request_id=f"{request_id}-{i}",
+                                                  prompt_progress=prep.return_progress)
+                self.prompts.append(PromptStream(stream, len(ids)))
         except Exception as exc:
             self._abort()
             if timer is not None:
                 timer.done = True
             raise submit_error(exc, prep.prompt_param) from None
-        self.key = active.add(self.streams, disconnected) if active is not None else None
+        self.key = active.add([p.stream for p in self.prompts], disconnected) if active is not None else None
 
     @property
     def num_choices(self) -> int:
-        return len(self.streams) * self.n
+        return len(self.prompts) * self.n
+
+    @property
+    def processed(self) -> int:
+        return sum(p.processed_tokens for p in self.prompts)
 
     def outputs(self) -> Iterator[tuple[int, RequestOutput]]:
         """(index of the first choice of this prompt, RequestOutput delta)."""
-        for i, stream in enumerate(self.streams):
-            seen = 0
-            for out in stream:
+        for i, p in enumerate(self.prompts):
+            for out in p.stream:
                 if out.error:
                     raise ApiError(500, f"Generation failed: {out.error}")
                 if self.timer is not None:
-                    self.timer.tokens(out.num_generated_tokens - seen)
-                seen = out.num_generated_tokens
-                self.counts[i] = (out.num_prompt_tokens or self.counts[i][0], out.num_cached_tokens, seen)
-                self.processed[i] = max(self.processed[i], out.num_processed_prompt_tokens)
+                    self.timer.tokens(out.num_generated_tokens - p.generated_tokens)
+                p.generated_tokens = out.num_generated_tokens
+                p.prompt_tokens = out.num_prompt_tokens or p.prompt_tokens
+                p.cached_tokens = out.num_cached_tokens
+                p.processed_tokens = max(p.processed_tokens, out.num_processed_prompt_tokens)
                 for c in out.outputs:
                     if c.finish_reason:
                         self.reasons[i * self.n + c.index] = c.finish_reason
-                if out.finished:
-                    self.finished[i] = True
+                p.finished = p.finished or out.finished
                 yield i * self.n, out
 
     def prompt_progress(self) -> dict:
         """llama-server's `prompt_progress`: prompt tokens in all (`total`), reused from the prefix
         cache (`cache`), ready so far, cache included (`processed`), and milliseconds since the
         request came (`time_ms`)."""
-        return {"total": sum(c[0] for c in self.counts), "cache": sum(c[1] for c in self.counts),
-                "processed": sum(self.processed), "time_ms": round((time.monotonic() - self.started) * 1000)}
+        return {"total": sum(p.prompt_tokens for p in self.prompts), "cache": sum(p.cached_tokens for p in self.prompts),
+                "processed": self.processed, "time_ms": round((time.monotonic() - self.started) * 1000)}
 
     def usage(self) -> tuple[int, int, int]:
         """(prompt tokens, generated tokens, prompt tokens read from the prefix cache)."""
-        return (sum(c[0] for c in self.counts), sum(c[2] for c in self.counts), sum(c[1] for c in self.counts))
+        return (sum(p.prompt_tokens for p in self.prompts), sum(p.generated_tokens for p in self.prompts),
+                sum(p.cached_tokens for p in self.prompts))
 
     def _abort(self) -> None:
-        for stream, done in zip(self.streams, self.finished + [False] * len(self.streams)):
-            if not done:
+        for p in self.prompts:
+            if not p.finished:
                 try:
-                    stream.abort()
+                    p.stream.abort()
                 except Exception:  # noqa: BLE001 - aborting twice or after shutdown is harmless
                     pass
 
@@ -118,4 +130,4 @@ class Generation:
         if self.active is not None and self.key is not None:
             self.active.remove(self.key)
         if self.timer is not None:
-            self.timer.finish(self.reasons.get(0) if all(self.finished) else "abort")
+            self.timer.finish(self.reasons.get(0) if all(p.finished for p in self.prompts) else "abort")

@@ -85,7 +85,7 @@ def stream_steps(gen: "Generation", chat: bool) -> Iterator[Step]:
     progress_sent = 0   # the last `processed` reported; each step that read more of the prompt reports
     for base, out in gen.outputs():
         progress = None
-        if gen.prep.return_progress and sum(gen.processed) > progress_sent:
+        if gen.prep.return_progress and gen.processed > progress_sent:
             progress = gen.prompt_progress()
             progress_sent = progress["processed"]
         events = []
