@@ -6,6 +6,7 @@ What is measured, not assumed: each worker's resident memory grows by the layers
 request with an error that names it within seconds, and a non-loopback bind is refused."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,12 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
+from apps import App
 
-from llmpack.runtime.engine.request import EngineDeadError
 from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.hardware.placement import layers_per_device
 from llmpack.runtime.hardware.rpc import RpcError, parse_endpoints, serve_worker
-from llmpack.runtime.llm import LLM, collect
+from llmpack.runtime.llm import LLM
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the workers' memory")
 
@@ -35,9 +37,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_worker(port: int, mem: int) -> subprocess.Popen:
-    code = f"from llmpack.runtime.hardware.rpc import serve_worker; serve_worker(port={port}, mem_mb={mem}, threads=1)"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_worker(port: int, mem: int, cmd: list[str] | None = None) -> subprocess.Popen:
+    """`llmpack rpc-worker` (or `cmd`, a built file's --rpc-worker), once its port accepts connections."""
+    cmd = cmd or [sys.executable, "-m", "llmpack", "rpc-worker"]
+    proc = subprocess.Popen([*cmd, "--port", str(port), "--mem", str(mem), "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -103,6 +107,10 @@ def test_a_worker_refuses_a_network_address_without_the_insecure_flag():
     with pytest.raises(RpcError, match="no password and no encryption.*--insecure-bind"):
         serve_worker(host="0.0.0.0", port=free_port(), say=said.append)
     assert said == []   # refused before lending anything
+    out = subprocess.run([sys.executable, "-m", "llmpack", "rpc-worker", "--host", "0.0.0.0", "--port", str(free_port())],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("llmpack: error: --host 0.0.0.0 would let anyone") and "--insecure-bind" in out.stderr
 
 
 def test_two_workers_hold_layers_and_give_the_cpu_runs_greedy_text(model, workers):
@@ -126,21 +134,56 @@ def test_two_workers_hold_layers_and_give_the_cpu_runs_greedy_text(model, worker
         llm.close()
 
 
-def test_a_killed_worker_ends_the_stream_with_an_error_naming_it(model, workers):
-    """Last in this module: it leaves the engine (and the module's worker B) dead, as a user's would be."""
-    llm = LLM(model, n_ctx=2048, rpc=tuple(ep for ep, _ in workers))
-    stream = llm.engine.add_request("Once upon a time", SamplingParams(max_tokens=1500, temperature=0.0,
-                                                                       ignore_eos=True))
-    it = iter(stream)
-    for _ in range(3):
-        assert next(it).outputs   # tokens are flowing through both workers
-    victim, proc = workers[1]
-    proc.send_signal(signal.SIGKILL)
-    started = time.monotonic()
-    final = collect(stream)
-    assert time.monotonic() - started < 10
-    assert final.error and f"lost the RPC worker at {victim}" in final.error, final.error
-    with pytest.raises(EngineDeadError, match="lost the RPC worker"):
-        llm.engine.add_request("again", GREEDY)
-    llm.close()   # returns at once: the blocked engine is left alone, not freed under llama.cpp
-    assert os.getpid()   # the process is alive: ggml did not abort it
+def test_a_killed_worker_ends_the_stream_with_an_error_naming_it(model, tmp_path):
+    """`llmpack run --rpc` for real: /health names the workers and their layers; killing one
+    mid-stream ends the stream with an error naming it within seconds, and the server stays up."""
+    ports = [free_port(), free_port()]
+    procs = [start_worker(p, m) for p, m in zip(ports, CAPS_MIB)]
+    endpoints = [f"127.0.0.1:{p}" for p in ports]
+    app = App([sys.executable, "-m", "llmpack", "run", str(model), "--no-browser", "--port", "0", "--ctx", "2048",
+               "--rpc", ",".join(endpoints)], {**os.environ, "LLMPACK_DATA_DIR": str(tmp_path)}, tmp_path)
+    try:
+        url = app.wait_listening()
+        backend = app.wait_healthy()["backend"]
+        assert [(r["endpoint"], r["layers"] > 0) for r in backend["remote"]] == [(e, True) for e in endpoints]
+        assert "RPC workers" in app.wait_line("llmpack: Running")
+        body = {"prompt": "Once upon a time", "max_tokens": 1800, "temperature": 0, "ignore_eos": True, "stream": True}
+        with requests.post(url + "/v1/completions", json=body, stream=True, timeout=60) as r:
+            events = (line for line in r.iter_lines() if line.startswith(b"data:"))
+            for _ in range(3):
+                assert b'"text"' in next(events)   # tokens flow through both workers
+            procs[1].send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            rest = list(events)
+        assert time.monotonic() - killed < 10
+        assert rest[-1] == b"data: [DONE]"
+        error = json.loads(rest[-2][5:])["error"]["message"]
+        assert f"lost the RPC worker at {endpoints[1]}" in error, error
+        health = requests.get(url + "/health", timeout=30)   # the server still answers, and says why
+        assert f"lost the RPC worker at {endpoints[1]}" in health.text
+    finally:
+        app.stop()
+        for proc in procs:
+            proc.kill()
+
+
+@pytest.mark.stub
+def test_a_built_file_is_a_worker_too(model, tmp_path):
+    from apps import llmpack_cli
+
+    from llmpack.builder.stub import get_stub
+
+    exe = tmp_path / "chat"
+    llmpack_cli("build", str(model), "-o", str(exe), "--stub", str(get_stub()))
+    port = free_port()
+    proc = start_worker(port, 256, [str(exe), "--rpc-worker"])
+    try:
+        with LLM(model, n_ctx=256, gpu_layers=0) as cpu:
+            expected = cpu.generate("The quick brown fox", GREEDY)[0].outputs[0].token_ids
+        with LLM(model, n_ctx=256, gpu_layers="all", rpc=(f"127.0.0.1:{port}",)) as llm:
+            assert llm.engine.backend["remote"][0]["layers"] == N_LAYER
+            assert llm.generate("The quick brown fox", GREEDY)[0].outputs[0].token_ids == expected
+    finally:
+        proc.kill()
+        out = proc.communicate(timeout=30)[0]
+    assert f"lending this computer's processor, offering 256 MiB at 127.0.0.1:{port}" in out

@@ -28,6 +28,8 @@ class ServeConfig:
     device: str | None = None                 # --device
     flash_attn: str = FLASH_ATTN              # --flash-attn
     max_waiting: int = MAX_WAITING            # --max-waiting
+    threads: int | None = None                # --threads: llama.cpp threads (None: every core)
+    rpc: tuple[str, ...] = ()                 # --rpc HOST:PORT,...: RPC workers that take layers (docs/SCALING.md)
     # the server
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT                  # the next free one is taken if busy; 0 = any

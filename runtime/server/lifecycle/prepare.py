@@ -110,7 +110,7 @@ def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progr
     n_ctx = choose_n_ctx(config.ctx, chat.context if chat else None, info.context_length)
     cfg = EngineConfig(str(path), n_ctx=n_ctx, max_num_seqs=config.parallel, gpu_layers=config.gpu_layers,
                        max_waiting=config.max_waiting, flash_attn=config.flash_attn, device=config.device,
-                       model_offset=src.offset, model_length=src.length)
+                       model_offset=src.offset, model_length=src.length, n_threads=config.threads, rpc=config.rpc)
     stage(0, METADATA_DONE)(1.0)
     if read_into_memory(path, stage(METADATA_DONE, READ_DONE), src.offset, src.length) and config.verbose:
         (warn or print)(f"llmpack: read the model file into memory ({human_bytes(src.length or path.stat().st_size)}); "
