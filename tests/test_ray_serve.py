@@ -191,34 +191,36 @@ def test_losing_a_node_ends_its_streams_with_an_error_and_the_rest_keep_answerin
         assert r.status_code == 200 and r.headers["X-Llmpack-Node"] == c.head_node.node_id, r.text
 
 
-def test_replicas_auto_scales_from_one_to_two_under_load(cluster, model, url):
-    """Last: the app again, with --replicas auto (min 1, max 2), on a fresh second node."""
+def test_replicas_auto_scales_from_one_to_two_under_load(cluster, model, url, tmp_path):
+    """Last: `llmpack serve --ray ADDRESS --replicas auto` (min 1, max 2) joins the cluster, which
+    has a fresh second node, and replaces the app; load brings up the second replica."""
     c, _ = cluster
     c.add_node(num_cpus=1)
     serve.delete(launch.APP_NAME)
-    port = int(url.rsplit(":", 1)[1])   # Serve's proxy keeps the port it started with
-    settings = launch.RaySettings(replicas=None, min_replicas=1, max_replicas=2, threads=1, port=port)
-    assert launch.start(ModelFile(model), config(), settings, max_ongoing=SLOTS) == url
-    assert running_replicas() == 1
+    port = url.rsplit(":", 1)[1]   # Serve's proxy keeps the port it started with
+    app = App([sys.executable, "-m", "llmpack", "serve", "--ray", c.address, str(model), "--replicas", "auto",
+               "--min-replicas", "1", "--max-replicas", "2", "--threads", "1", "--parallel", str(SLOTS),
+               "--ctx", str(CTX), "--port", port], {**os.environ, "LLMPACK_DATA_DIR": str(tmp_path)}, tmp_path)
     stop = threading.Event()
-
-    def load(i: int) -> None:
-        body = {"prompt": f"Story {i}:", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
-        while not stop.is_set():
-            requests.post(url + "/v1/completions", json=body, timeout=WAIT_S)
-
-    clients = [threading.Thread(target=load, args=(i,), daemon=True) for i in range(2 * SLOTS)]
-    for t in clients:
-        t.start()
     try:
+        assert app.wait_listening(timeout=180) == url
+        assert running_replicas() == 1
+
+        def load(i: int) -> None:
+            body = {"prompt": f"Story {i}:", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+            while not stop.is_set():
+                requests.post(url + "/v1/completions", json=body, timeout=WAIT_S)
+
+        clients = [threading.Thread(target=load, args=(i,), daemon=True) for i in range(2 * SLOTS)]
+        for t in clients:
+            t.start()
         deadline = time.monotonic() + WAIT_S
         while running_replicas() < 2:
             assert time.monotonic() < deadline, "no second replica within a minute of load"
             time.sleep(0.5)
     finally:
         stop.set()
-        for t in clients:
-            t.join(WAIT_S)
+        app.stop(timeout=60)
 
 
 def running_replicas() -> int:

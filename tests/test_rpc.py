@@ -41,7 +41,7 @@ def start_worker(port: int, mem: int, cmd: list[str] | None = None) -> subproces
     """`llmpack rpc-worker` (or `cmd`, a built file's --rpc-worker), once its port accepts connections."""
     cmd = cmd or [sys.executable, "-m", "llmpack", "rpc-worker"]
     proc = subprocess.Popen([*cmd, "--port", str(port), "--mem", str(mem), "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -184,6 +184,6 @@ def test_a_built_file_is_a_worker_too(model, tmp_path):
             assert llm.engine.backend["remote"][0]["layers"] == N_LAYER
             assert llm.generate("The quick brown fox", GREEDY)[0].outputs[0].token_ids == expected
     finally:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)   # a built file is PyInstaller's parent and the worker, its child
         out = proc.communicate(timeout=30)[0]
     assert f"lending this computer's processor, offering 256 MiB at 127.0.0.1:{port}" in out

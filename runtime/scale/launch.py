@@ -23,6 +23,7 @@ from llmpack.runtime.model.source import ModelFile
 APP_NAME = "llmpack"
 DEFAULT_PORT = 8000            # Ray Serve's
 INGRESS_MAX_ONGOING = 4096     # the ingress only forwards; the replicas' limit is what counts
+ROUTING_STATS_S = 2.0          # how often each replica reports its engine's load to the router
 CONSTRUCTOR_TRIES = 3          # a replica that cannot load the model fails the start after this many tries
 HEAD_RESOURCE = "node:__internal_head__"   # Ray's marker resource of the head node
 # --replicas auto: Ray Serve's autoscaler on ongoing requests per replica. A replica is "full" at
@@ -74,13 +75,15 @@ def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing:
     if settings.replicas is None:
         scaling = {"autoscaling_config": {"min_replicas": settings.min_replicas,
                                           "max_replicas": settings.max_replicas,
+                                          "initial_replicas": settings.min_replicas,
                                           "target_ongoing_requests": max(1, max_ongoing // 2), **AUTOSCALE}}
     else:
         scaling = {"num_replicas": settings.replicas}
     router = {}
     if settings.router == "prefix":
         router = {"request_router_config": RequestRouterConfig(
-            request_router_class="llmpack.runtime.scale.router:PrefixAffinityRouter")}
+            request_router_class="llmpack.runtime.scale.router:PrefixAffinityRouter",
+            request_routing_stats_period_s=ROUTING_STATS_S)}
     replica = serve.deployment(LlmpackReplica, name="replica", max_ongoing_requests=max_ongoing,
                                ray_actor_options={"num_cpus": settings.threads},
                                health_check_period_s=5, health_check_timeout_s=30,

@@ -90,7 +90,8 @@ class PrefixAffinityRouter(RequestRouter):
         return [[by_id[chosen]], [r for r in candidate_replicas if r.replica_id != chosen]]
 
     async def _loads(self, replicas: list[RunningReplica]) -> dict[ReplicaID, int | None]:
-        """Each replica's ongoing requests: Ray's cache, probing those it has no entry for."""
+        """Each replica's ongoing requests: Ray's cache, probing those it has no entry for, and for a
+        replica whose probe did not answer in time, what its engine reported last (record_routing_stats)."""
         loads: dict[ReplicaID, int | None] = {}
         missing = []
         for r in replicas:
@@ -101,6 +102,10 @@ class PrefixAffinityRouter(RequestRouter):
         if missing:
             for r, q in await self._probe_queue_lens(missing, 0):
                 loads[r.replica_id] = q
+        for r in replicas:   # a probe can miss its short deadline on a busy node: the engine's last report
+            stats = r.routing_stats or {}
+            if loads[r.replica_id] is None and "num_running" in stats:
+                loads[r.replica_id] = stats["num_running"] + stats.get("num_waiting", 0)
         return loads
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
