@@ -21,7 +21,7 @@ try:
     import ray  # noqa: F401
     from ray import serve  # noqa: F401
 except ImportError:
-    skip_or_fail("ray[serve] is not installed (pip install 'llmpack[ray]')")
+    skip_or_fail("ray[serve] is not installed (pip install 'llmpack[ray]')", module=True)
 
 from apps import App
 from ggufs import CHATML_TEMPLATE, write_tiny_model

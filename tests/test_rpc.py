@@ -20,7 +20,7 @@ import requests
 from apps import App
 
 from llmpack.runtime.engine.sampling_params import SamplingParams
-from llmpack.runtime.hardware.placement import layers_per_device
+from llmpack.runtime.hardware.placement import layers_per_device, startup_line
 from llmpack.runtime.hardware.rpc import RpcError, parse_endpoints, serve_worker
 from llmpack.runtime.llm import LLM
 
@@ -125,6 +125,8 @@ def test_two_workers_hold_layers_and_give_the_cpu_runs_greedy_text(model, worker
         assert [r["memory_free"] >> 20 for r in report["remote"]] == list(CAPS_MIB)   # the --mem caps, as ggml saw them
         assert sum(layers) == N_LAYER and layers[0] > layers[1] > 0, layers
         assert report["gpu_layers"] == N_LAYER and "RPC workers" in report["summary"]
+        detail = startup_line(report, verbose=True).splitlines()[1]
+        assert detail.startswith(f"llmpack: RPC RPC0 at {workers[0][0]} (1536 MiB offered): {layers[0]}, "), detail
         grown = [rss(proc.pid) - b for (_, proc), b in zip(workers, before)]
         for n, delta in zip(layers, grown):   # each worker really holds its layers' weights
             assert delta >= 0.8 * n * LAYER_BYTES, (layers, grown)

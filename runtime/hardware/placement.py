@@ -179,7 +179,11 @@ def startup_line(report: dict, verbose: bool = False) -> str:
     otherwise."""
     line = f"llmpack: {report.get('summary') or 'Running on your processor.'}"
     cpu = f"CPU backend {report['cpu_variant']}" if report.get("cpu_variant") else "CPU backend built in"
-    if report.get("gpu_layers"):
+    if report.get("remote"):
+        workers = ", ".join(f"{r['id']} at {r['endpoint']} ({r['memory_free'] >> 20} MiB offered): {r['layers']}"
+                            for r in report["remote"])
+        detail = f"llmpack: RPC {workers} of {report['n_layers']} layers; {cpu}"
+    elif report.get("gpu_layers"):
         dev = next((d for d in report["devices"] if d["id"] == report["gpu_device"]), {"name": "?"})
         detail = (f"llmpack: GPU {report['gpu_device']} ({dev['name']}): "
                   f"{report['gpu_layers']}/{report['n_layers']} layers; {cpu}")
