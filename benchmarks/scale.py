@@ -4,8 +4,9 @@
    a local Ray of 2 CPUs, 16 concurrent streams of the random workload (`llmpack bench`'s client).
    Target >= 1.7x the tokens/s: the replicas really decode in parallel.
 2. routing: the same 2 replicas with prefix-affinity routing (runtime/scale/router.py) against
-   Ray's power-of-two choices, 16 chats sharing a long system prompt: TTFT p50 of each. Each
-   router gets fresh replicas (empty prefix caches). Target: affinity lower.
+   Ray's power-of-two choices, 16 chats sharing a long system prompt, arriving at once after one
+   earlier chat with that prompt: TTFT p50 of each. Each router gets fresh replicas. Target:
+   affinity lower.
 3. rpc: the engine's tokens/s with every layer on two local `llmpack rpc-worker`s against the
    same model in one process (reported, not a target: RPC is for models that do not fit).
 
@@ -39,8 +40,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ray_run(model: str, replicas: int, router: str, workload, streams: int, port: int) -> RunStats:
-    """Deploy, warm every replica, measure, delete: each configuration starts from empty caches."""
+def ray_run(model: str, replicas: int, router: str, workload, streams: int, port: int, warm=None) -> RunStats:
+    """Deploy, warm every replica, measure, delete: each configuration starts from empty caches.
+    `warm`: requests sent one by one before the measurement (a service that has been running)."""
     from ray import serve
 
     from llmpack.runtime.scale import launch
@@ -53,6 +55,8 @@ def ray_run(model: str, replicas: int, router: str, workload, streams: int, port
         ep = Endpoint(url)
         ep.resolve_model()
         run(ep, make("random", 2 * replicas, input_len=8, output_len=4, seed=99), 2 * replicas)   # warm-up
+        if warm is not None:
+            run(ep, warm, 1)
         return run(ep, workload, streams)
     finally:
         serve.delete(launch.APP_NAME)
@@ -67,8 +71,12 @@ def part_replicas(model: str, args) -> None:
 
 
 def part_routing(model: str, args) -> None:
-    work = make("chat", args.streams, system_len=args.system_len, output_len=args.tokens)
-    res = {name: ray_run(model, 2, name, work, args.streams, args.port) for name in ("pow2", "prefix")}
+    # the shared system prompt has been read once already (one earlier chat), as in a running service;
+    # then 16 chats arrive at once: who sends them where the prompt is cached decides their TTFT
+    chats = make("chat", args.streams + 1, system_len=args.system_len, output_len=args.tokens)
+    earlier, work = type(chats)("chat", "one earlier chat", chats.requests[:1]), \
+        type(chats)(chats.name, chats.description, chats.requests[1:])
+    res = {name: ray_run(model, 2, name, work, args.streams, args.port, warm=earlier) for name in ("pow2", "prefix")}
     p50 = {k: v.ttft_s.p50 if v.ttft_s else float("nan") for k, v in res.items()}
     print(f"routing: {args.streams} chats sharing a ~{args.system_len}-word system prompt, 2 replicas: TTFT p50 "
           f"power-of-two {p50['pow2']:.2f} s, prefix affinity {p50['prefix']:.2f} s, ratio "
