@@ -77,28 +77,25 @@ def kv_waste(model: str, prompt_tokens: tuple[int, int], output_tokens: tuple[in
     and return the median waste (allocated block slots not holding a token) after each step
     in which all 32 are running. With 16-token blocks, expect about 7.5 / (mean length).
     The engine is stepped from this thread so every sample sees a settled step."""
-    engine = LLMEngine(EngineConfig(model_path=model, n_ctx=32768, max_num_seqs=32, gpu_layers=0))
-    engine._stop = True                       # take over the loop: step synchronously
-    engine._wakeup.set()
-    engine._thread.join()
-    engine.failure = None                     # it stopped on purpose: keep accepting requests
+    engine = LLMEngine(EngineConfig(model_path=model, n_ctx=32768, max_num_seqs=32, gpu_layers=0),
+                       background=False)      # stepped from this thread
     rng = random.Random(0)
     vocab = engine.tokenize(" the quick brown fox jumps over a lazy dog while rain falls on old roofs", False)
     for _ in range(32):
         prompt = [rng.choice(vocab) for _ in range(rng.randint(*prompt_tokens))]
         engine.add_request(prompt, SamplingParams(temperature=0, ignore_eos=True,
                                                   max_tokens=rng.randint(*output_tokens)))
-    engine._drain_inbox()
     samples: list[float] = []
     bs = engine.bm.block_size
+    engine.step()
     while engine.scheduler.has_work():
-        engine._step()
+        engine.step()
         running = engine.scheduler.running
         if len(running) == 32:
             blocks = {b for s in running for b in s.block_table}
             held = sum(s.num_computed_tokens for s in running)
             samples.append(1 - held / (len(blocks) * bs))
-    engine.runner.close()
+    engine.shutdown()
     return statistics.median(samples) if samples else float("nan")
 
 

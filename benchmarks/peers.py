@@ -12,7 +12,7 @@ change in the machine's load hits both alike. The client is `llmpack bench`'s.
 | 16 chats sharing a ~280-token system prompt, 32-token replies | >= 1.5 x tok/s |
 | a 2,000-token prompt | TTFT reported |
 
-    ./dev bench peers [--build-only] [--json results.json] [--server-args "..."]
+    ./dev bench peers [--build-only] [--json results.json] [--server-args "..."] [--trace steps.jsonl]
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from servers import build_llama_server, find_llama_server, start_llama_server, s
 
 from llmpack.bench import workloads  # noqa: E402
 from llmpack.bench.client import Endpoint  # noqa: E402
+from llmpack.bench.report import trace_since  # noqa: E402
 from llmpack.bench.runner import RunStats, run  # noqa: E402
 from llmpack.demo_models import demo_model_path  # noqa: E402
 
@@ -60,6 +61,8 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="also write every figure to this file")
     ap.add_argument("--server-args", default="", help="extra flags for `llmpack run`")
     ap.add_argument("--only", default=None, help="comma-separated plan labels' first words to run, e.g. 1,16")
+    ap.add_argument("--trace", default=None, metavar="FILE",
+                    help="run llmpack with --trace-steps FILE and print each workload's step-trace summary")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop both servers on the way out
     binary = find_llama_server() or build_llama_server()
@@ -72,7 +75,8 @@ def main() -> int:
           f"llmpack run --ctx {CTX} --parallel {PARALLEL} {args.server_args}".rstrip(), flush=True)
     servers = {}
     try:
-        servers["llmpack"] = start_llmpack(model, ctx=CTX, parallel=PARALLEL, extra=shlex.split(args.server_args))
+        extra = shlex.split(args.server_args) + (["--trace-steps", args.trace] if args.trace else [])
+        servers["llmpack"] = start_llmpack(model, ctx=CTX, parallel=PARALLEL, extra=extra)
         servers["llama-server"] = start_llama_server(binary, model, ctx=CTX, parallel=PARALLEL)
         eps = {k: Endpoint(url, timeout=900) for k, (_, url) in servers.items()}
         for ep in eps.values():
@@ -82,9 +86,12 @@ def main() -> int:
         for i, (label, name, conc, n, out_len, target, ttft_rule) in enumerate(PLAN):
             if args.only and label.split()[0].rstrip(",") not in args.only.split(","):
                 continue
+            start = Path(args.trace).stat().st_size if args.trace else 0
             got = {k: measure(ep, name, conc, n, out_len, seed=100 * i + j) for j, (k, ep) in enumerate(eps.items())}
             rows.append((label, target, ttft_rule, got))
             print_row(label, target, ttft_rule, got)
+            if args.trace:
+                print("    llmpack's steps: " + "\n    ".join(trace_since(Path(args.trace), start).lines()), flush=True)
     finally:
         for proc, _ in servers.values():
             proc.terminate()

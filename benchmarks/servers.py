@@ -83,12 +83,12 @@ def free_port() -> int:
 
 
 def start_llama_server(binary: Path, model: Path, *, ctx: int, parallel: int, threads: int | None = None,
-                       flash_attn: str = "auto") -> tuple[subprocess.Popen, str]:
+                       flash_attn: str = "auto", extra: list[str] = ()) -> tuple[subprocess.Popen, str]:
     """`llama-server -c ctx -np parallel -kvu -t threads` on a free port; waits for /health."""
     port = free_port()
     cmd = [str(binary), "-m", str(model), "-c", str(ctx), "-np", str(parallel), "-kvu",
            "-t", str(threads or os.cpu_count() or 2), "-fa", flash_attn,
-           "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+           "--host", "127.0.0.1", "--port", str(port), "--no-webui", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     wait_healthy(proc, url, "llama-server")

@@ -4,7 +4,9 @@ A launch may leave three things outside the program itself: the unpacked copy of
 (only a compressed build unpacks one now, builder/extract.py; llmpack before issue 20 unpacked
 every model, and that copy goes too) with its markers, in the per-user cache; and the chats and
 page settings saved for its model (runtime/server/page/chats.py, kept by the model key) in the
-per-user data folder. `--forget` lists them with their size, asks
+per-user data folder, and the long documents its chats searched (runtime/server/documents/index.py,
+in the same folder; a document another model's chats also use stays for them). `--forget` lists
+them with their size, asks
 "Remove ... (N MB)? [y/N]" on the console, and removes them. `--yes` skips the question; with
 no console to ask on (no tty), it refuses and says to add --yes, so a script never deletes
 chats by accident. While a copy of the program is serving, it refuses: that copy is using them.
@@ -36,6 +38,7 @@ def forget(manifest: Manifest, *, yes: bool, ask: Callable[[str], str] = input,
     done or nothing was there, 1 when the answer was no."""
     from llmpack.runtime.server.lifecycle import instance   # lazy: the server package (Flask, waitress) only for --forget
     from llmpack.runtime.server.page.chats import ChatStore   # lazy: as above
+    from llmpack.runtime.server.documents.index import DocumentIndex   # lazy: as above
     from llmpack.runtime.server.lifecycle.browser import runtime_dir   # lazy: as above
 
     stdin, out = stdin or sys.stdin, out or sys.stdout
@@ -50,7 +53,9 @@ def forget(manifest: Manifest, *, yes: bool, ask: Callable[[str], str] = input,
     files = model_files(manifest)
     store = ChatStore()
     n_chats, chat_bytes, settings = store.usage(key)
-    total = sum(f.stat().st_size for f in files) + chat_bytes
+    index = DocumentIndex()
+    n_docs, doc_bytes = index.usage(key)
+    total = sum(f.stat().st_size for f in files) + chat_bytes + doc_bytes
     what = []
     copies = [f for f in files if f.suffix == ".gguf"]   # a compressed build's, or one an older llmpack unpacked
     if copies:
@@ -60,6 +65,9 @@ def forget(manifest: Manifest, *, yes: bool, ask: Callable[[str], str] = input,
     if n_chats or settings:
         what.append(f"{n_chats} saved chat{'s' if n_chats != 1 else ''}"
                     f"{' and the page settings' if settings else ''} of this model in {store.path}")
+    if n_docs:
+        what.append(f"the index of {n_docs} long document{'s' if n_docs != 1 else ''} its chats searched, "
+                    f"in {index.path}")
     if not what:
         print("Nothing to remove: this program has left no model copy and no saved chats on this computer.",
               file=out, flush=True)
@@ -82,6 +90,8 @@ def forget(manifest: Manifest, *, yes: bool, ask: Callable[[str], str] = input,
         _remove_stale_tmps(files[0].parent, manifest.model.sha256)
     if n_chats or settings:
         store.forget(key)
+    if n_docs:
+        index.forget(key)
     print(f"Removed {' and '.join(what)} ({human_bytes(total)}).", file=out, flush=True)
     return 0
 

@@ -42,8 +42,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from llmpack import __version__
-from llmpack.builder.stub_bundle import (BuildEnv, StubError, StubTarget, llama_lib_dir, runtime_sources, shared_libs,
-                                         write_spec)
+from llmpack.builder.stub_bundle import (BuildEnv, StubError, StubTarget, check_security_floors, llama_lib_dir,
+                                         runtime_sources, shared_libs, write_spec)
 from llmpack.builder.stub_run import run_with_status, tail
 from llmpack.builder.stub_wheel import installed_stub, write_stub_wheel
 from llmpack.paths import stubs_dir
@@ -143,6 +143,7 @@ class NativeTarget:
                 f"pyinstaller {_pyinstaller_version()}")
 
     def prepare(self, quiet: bool) -> BuildEnv:
+        check_security_floors()   # this Python's packages are what the stub bundles
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")}
         return BuildEnv(python_cmd=(sys.executable,), lib_dir=llama_lib_dir(), env=env)
 

@@ -10,7 +10,9 @@ code rather than text inside a template.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
+import re
 import os
 import shutil
 import subprocess
@@ -125,6 +127,43 @@ exe = EXE(
 
 class StubError(LlmpackError):
     """The runtime stub cannot be built or used."""
+
+
+# The oldest versions of run-time dependencies without known flaws that reach llmpack:
+# jinja2 3.1.6 (sandbox escapes through str.format and |attr: CVE-2024-56326, CVE-2025-27516),
+# waitress 3.0.2 (request smuggling with channel_request_lookahead, which llmpack sets:
+# CVE-2024-49768; CVE-2024-49769), pypdf 7.1 (the current line: output caps on every filter,
+# fixed loops on damaged files). pyproject.toml's floors and every target's pins say the same
+# (tests/test_dependency_floors.py); a native stub refuses to freeze anything older.
+SECURITY_FLOORS = {"jinja2": "3.1.6", "waitress": "3.0.2", "pypdf": "7.1"}
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """The release numbers of a version string ("3.1.6rc1" -> (3, 1, 6)), for comparing."""
+    m = re.match(r"\d+(?:\.\d+)*", version.strip())
+    return tuple(int(n) for n in m.group().split(".")) if m else ()
+
+
+def below_floors(installed: Callable[[str], str] = importlib.metadata.version) -> list[str]:
+    """'name X.Y (needs >= Z)' for each dependency older than its SECURITY_FLOORS entry."""
+    out = []
+    for name, floor in SECURITY_FLOORS.items():
+        try:
+            have = installed(name)
+        except importlib.metadata.PackageNotFoundError:
+            out.append(f"{name} (not installed; needs >= {floor})")
+            continue
+        if version_tuple(have) < version_tuple(floor):
+            out.append(f"{name} {have} (needs >= {floor})")
+    return out
+
+
+def check_security_floors() -> None:
+    """StubError when this Python would freeze a dependency with known flaws into a stub."""
+    old = below_floors()
+    if old:
+        raise StubError(f"refusing to build a stub with {', '.join(old)}: known security flaws; "
+                        "run pip install -U -e . (or ./dev setup) and try again")
 
 
 @dataclass(frozen=True)

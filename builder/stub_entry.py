@@ -254,6 +254,7 @@ def selftest() -> int:
         from llmpack.runtime.chat.recipes import load_recipes
         from llmpack.runtime.server.lifecycle import serve  # noqa: F401
         from llmpack.runtime.server.app import webui_dir
+        from llmpack.runtime.server.documents.index import fts5_available
         from llmpack.runtime.hardware.backends import load_backends
 
         backends = load_backends()   # from the bundle folder: fails here if a backend is missing
@@ -262,8 +263,10 @@ def selftest() -> int:
         out.update(llmpack=__version__, llama_cpp=llama_cpp.__version__, zstd_backend=zstandard.backend, pypdf=pypdf.__version__,
                    system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
                    recipes=sorted(load_recipes()), webui=sorted(p.name for p in web.iterdir()),
-                   frozen=_frozen(), cpu_variant=backends.cpu_variant, gpu_notes=backends.notes)
-        out["ok"] = (web / "index.html").is_file() and (web / "vendor" / "markdown-it.js").is_file() and bool(out["recipes"])
+                   frozen=_frozen(), cpu_variant=backends.cpu_variant, gpu_notes=backends.notes,
+                   sqlite_fts5=fts5_available())   # long documents are searched with FTS5 (documents/index.py)
+        out["ok"] = (web / "index.html").is_file() and (web / "vendor" / "markdown-it.js").is_file() \
+            and bool(out["recipes"]) and out["sqlite_fts5"]
     except Exception as exc:  # noqa: BLE001 - reported to the builder
         out["error"] = f"{type(exc).__name__}: {exc}"
     print(json.dumps(out))
@@ -293,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--llmpack-extract-worker"]:   # documents.sandbox.WORKER_FLAG: a document reader child
+        from llmpack.runtime.server.documents.sandbox import worker_main   # lazy: only in that child
+
+        worker_main(int(sys.argv[2]))
+        sys.exit(0)
     if os.name == "nt":
         import multiprocessing   # lazy: Windows only
 

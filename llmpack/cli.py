@@ -3,6 +3,7 @@ declares arguments (so `llmpack run` and a built executable accept exactly the s
 from __future__ import annotations
 
 import argparse
+import os
 import importlib
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any, Callable, Sequence
 
 from llmpack import __version__
 from llmpack.errors import LlmpackError
+from llmpack.runtime.chat.reasoning import REASONING_FORMATS   # names only, no dependencies
 from llmpack.runtime.engine import config as engine_defaults
 from llmpack.runtime.server.config import DEFAULT_HOST, DEFAULT_PORT, ServeConfig   # plain dataclasses, no server
 
@@ -27,6 +29,16 @@ def _flag_type(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(str(exc)) from None
     convert.__name__ = name
     return convert
+
+
+def _writable_file(text: str) -> str:
+    """A file we can append to, checked now: a wrong path is one clear line, not a failed load later."""
+    try:
+        with open(text, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise LlmpackError(f"cannot write to {text}: {exc.strerror}; give a file in a folder that exists") from None
+    return text
 
 
 def _whole_number(least: int, flag: str) -> Callable[[str], int]:
@@ -74,12 +86,20 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}, next free one if busy; 0 = any free port)")
     p.add_argument("--no-browser", action="store_true", help="do not open the chat page in a browser")
-    p.add_argument("--api-key", default=None, help="require this key as `Authorization: Bearer KEY` on /v1 routes")
+    p.add_argument("--api-key", default=None, help="require this key as `Authorization: Bearer KEY` on /v1 routes "
+                   "(other users can read a command line: prefer --api-key-file or LLMPACK_API_KEY)")
+    p.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help="read the API key from the first line of FILE (keep it readable by you only)")
     p.add_argument("--cors", action="store_true", help="allow cross-origin browser requests (off by default)")
     p.add_argument("--max-waiting", type=_whole_number(1, "--max-waiting"), default=engine_defaults.MAX_WAITING,
                    help="queued requests beyond which new ones get 503")
     p.add_argument("--flash-attn", choices=["auto", "on", "off"], default=engine_defaults.FLASH_ATTN,
                    help="llama.cpp flash attention (default auto: on wherever the backend supports it)")
+    p.add_argument("--speculative", choices=list(engine_defaults.SPECULATIVE_MODES), default=engine_defaults.SPECULATIVE,
+                   help="n-gram speculative decoding: auto (default: where it measures faster), ngram (always), off")
+    p.add_argument("--trace-steps", type=_flag_type(_writable_file, "file"), default=None, metavar="FILE",
+                   help="append one JSON line per engine step to FILE (what it held, where its time went); "
+                        "sum it up with `python -m llmpack.runtime.engine.trace_summary FILE`")
     p.add_argument("--device", default=None, help="GPU to offload to: an id such as Vulkan1 (listed in /health), "
                    "cpu for none, or auto (default: the discrete GPU with the most free memory)")
     p.add_argument("--verbose", action="store_true",
@@ -89,6 +109,11 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rpc", type=_flag_type(_endpoints, "HOST:PORT list"), default=(), metavar="HOST:PORT,...",
                    help="put the model's layers on llmpack RPC workers (`llmpack rpc-worker` or `chat.exe "
                         "--rpc-worker` on each machine); reach other PCs through an SSH tunnel: docs/SCALING.md")
+    p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="auto",
+                   help="how a reasoning model's thinking is told from its answer: auto (from the chat template; "
+                        "default), none (leave it in the answer), think (<think> tags) or harmony (gpt-oss)")
+    p.add_argument("--reasoning-budget", type=_whole_number(-1, "--reasoning-budget"), default=-1,
+                   help="end a reasoning model's thinking after N tokens (0: no thinking; -1: no limit, the default)")
 
 
 def add_worker_args(p: argparse.ArgumentParser, *, own_address: bool = True) -> None:
@@ -117,9 +142,31 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
     set_ = {k: v for k, v in {"parallel": args.parallel, "gpu_layers": args.gpu_layers}.items() if v is not None}
     return ServeConfig(recipe=args.recipe, recipe_data=recipe_data, display_name=display_name, system=args.system,
                        base_model=base_model, ctx=args.ctx, device=args.device, flash_attn=args.flash_attn,
-                       max_waiting=args.max_waiting, host=args.host, port=args.port, open_browser=not args.no_browser,
-                       api_key=args.api_key or None, cors=args.cors, verbose=args.verbose,
+                       max_waiting=args.max_waiting, speculative=args.speculative, trace_steps=args.trace_steps,
+                       host=args.host, port=args.port, open_browser=not args.no_browser,
+                       api_key=api_key(args), cors=args.cors, verbose=args.verbose,
+                       reasoning_format=args.reasoning_format,
+                       reasoning_budget=None if args.reasoning_budget < 0 else args.reasoning_budget,
                        threads=args.threads, rpc=tuple(args.rpc or ()), **set_)
+
+
+def api_key(args: argparse.Namespace) -> str | None:
+    """The server's API key: --api-key, else the first line of --api-key-file, else
+    $LLMPACK_API_KEY, else none. A key on the command line is visible to every user of the
+    computer (/proc/*/cmdline, Task Manager); a file or the environment is not."""
+    if getattr(args, "api_key", None):
+        return args.api_key
+    path = getattr(args, "api_key_file", None)
+    if path:
+        try:
+            key = Path(path).read_text("utf-8").splitlines()[0].strip() if Path(path).stat().st_size else ""
+        except (OSError, UnicodeDecodeError, IndexError) as exc:
+            raise LlmpackError(f"cannot read the API key from {path} ({getattr(exc, 'strerror', None) or exc}); "
+                               "put the key on its first line") from None
+        if not key:
+            raise LlmpackError(f"{path} holds no API key; put the key on its first line")
+        return key
+    return os.environ.get("LLMPACK_API_KEY", "").strip() or None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -203,6 +250,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--long-len", type=int, default=2000, help="words in the long workload's prompt")
     p.add_argument("--seed", type=int, default=0, help="prompts are random words from this seed")
     p.add_argument("--timeout", type=float, default=600, help="seconds one request may take")
+    p.add_argument("--trace", default=None, metavar="FILE",
+                   help="the server's step trace (`llmpack run --trace-steps FILE`, same machine): "
+                        "after each run, sum up the steps it added")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

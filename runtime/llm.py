@@ -14,6 +14,8 @@ offline and over HTTP. All prompts are submitted at once, so the engine batches 
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -22,6 +24,8 @@ from llmpack.runtime.chat.recipes import ChatFormat, chat_format_for_model
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.engine.sampling_params import SamplingParams
+from llmpack.runtime.engine.vllm_args import engine_kwargs as vllm_engine_kwargs
+from llmpack.runtime.model.context import DEFAULT_N_CTX
 from llmpack.runtime.model.gguf_check import validate_gguf
 from llmpack.runtime.model.model_info import read_model_info
 from llmpack.runtime.server.core.errors import ApiError
@@ -56,16 +60,21 @@ def collect(stream: Iterable[RequestOutput]) -> RequestOutput:
 
 
 class LLM:
-    def __init__(self, model: str | Path, *, n_ctx: int = 4096, max_num_seqs: int = 32,
+    def __init__(self, model: str | Path, *, n_ctx: int | None = None, max_num_seqs: int = 32,
                  gpu_layers: int | str = "auto", recipe: str | None = None, system: str | None = None,
                  **engine_kwargs: Any) -> None:
         """`recipe`: a recipe name or .toml path (else the GGUF's template, else a matched family);
-        `system`: a default system prompt (else the recipe's), as `llmpack run --system`."""
+        `system`: a default system prompt (else the recipe's), as `llmpack run --system`.
+        vLLM's engine arguments work as in vLLM (`max_model_len=4096`, `gpu_memory_utilization`,
+        `seed`, ...) or are refused by name (runtime/engine/vllm_args.py)."""
+        kwargs, self.seed = vllm_engine_kwargs({"max_num_seqs": max_num_seqs, **engine_kwargs,
+                                                **({"n_ctx": n_ctx} if n_ctx is not None else {})})
+        kwargs.setdefault("n_ctx", DEFAULT_N_CTX)
+        self._seeds = itertools.count(self.seed) if self.seed is not None else None
         validate_gguf(model)
         self.model_path = Path(model)
         info = read_model_info(self.model_path)
-        self.engine = LLMEngine(EngineConfig(model_path=str(model), n_ctx=n_ctx, max_num_seqs=max_num_seqs,
-                                             gpu_layers=gpu_layers, **engine_kwargs), info=info)
+        self.engine = LLMEngine(EngineConfig(model_path=str(model), gpu_layers=gpu_layers, **kwargs), info=info)
         self._chat_error: LlmpackError | None = None
         chat: ChatFormat | None = None
         try:
@@ -91,8 +100,14 @@ class LLM:
             prompts = [prompts]  # type: ignore[list-item]
         if params is None or isinstance(params, SamplingParams):
             params = [params or SamplingParams()] * len(prompts)
-        streams = [self.engine.add_request(p, sp) for p, sp in zip(prompts, params)]
+        streams = [self.engine.add_request(p, self._seeded(sp)) for p, sp in zip(prompts, params)]
         return [collect(s) for s in streams]
+
+    def _seeded(self, params: SamplingParams | None) -> SamplingParams | None:
+        """vLLM's `seed`: requests that set none get the next of seed, seed+1, ... (reproducible runs)."""
+        if self._seeds is None or params is None or params.seed is not None:
+            return params
+        return dataclasses.replace(params, seed=next(self._seeds) % 2**32)
 
     def get_default_sampling_params(self) -> SamplingParams:
         """What a chat request that sets nothing is served with: the recipe's sampling values and
@@ -106,7 +121,7 @@ class LLM:
         conversations: list[list[dict]] = [messages] if messages and isinstance(messages[0], dict) else messages  # type: ignore[list-item,assignment]
         self.chat_format   # no template: say so before anything is queued
         try:
-            preps = [prepare_chat(self.served, ChatRequest(conv, params=params, template_kwargs=chat_template_kwargs))
+            preps = [prepare_chat(self.served, self._chat_request(conv, params, chat_template_kwargs))
                      for conv in conversations]
             gens = [Generation(self.served, prep, f"chat-{i}") for i, prep in enumerate(preps)]
         except ApiError as exc:
@@ -115,6 +130,13 @@ class LLM:
             return [merge(out for _, out in gen.outputs()) for gen in gens]
         except ApiError as exc:
             raise LlmpackError(exc.message) from None
+
+    def _chat_request(self, conv: list[dict], params: SamplingParams | None,
+                      template_kwargs: dict[str, Any] | None) -> ChatRequest:
+        if params is not None:
+            return ChatRequest(conv, params=self._seeded(params), template_kwargs=template_kwargs)
+        seed = next(self._seeds) % 2**32 if self._seeds is not None else None
+        return ChatRequest(conv, SamplingValues(seed=seed), template_kwargs=template_kwargs)
 
     def close(self) -> None:
         self.engine.shutdown()

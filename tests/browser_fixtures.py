@@ -20,7 +20,7 @@ from server_fixtures import LockStep, chat_headers
 
 __all__ = ["ARTIFACTS", "CHROMIUM_ARGS", "chromium_path", "browser", "page", "chat_data", "new_page", "open_app",
            "set_settings", "last_reply", "assert_inert", "put_chat", "get_chats", "get_chat", "get_settings",
-           "shown_in_order"]
+           "shown_in_order", "unnamed_controls"]
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -150,3 +150,24 @@ def assert_inert(page) -> None:
     })""")
     assert found == {"img": 0, "script": 0, "handlers": 0, "jsLinks": 0, "xss": None}, found
     assert page.problems == []
+
+
+UNNAMED = """() => {
+    const named = (el) => {
+        if (el.getAttribute('aria-label') || el.getAttribute('title')) return true;
+        const by = el.getAttribute('aria-labelledby');
+        if (by && by.split(/\\s+/).some((id) => (document.getElementById(id) || {}).textContent)) return true;
+        if (el.labels && [...el.labels].some((l) => l.textContent.trim())) return true;
+        return ['BUTTON', 'SUMMARY'].includes(el.tagName) && el.textContent.trim() !== '';
+    };
+    return [...document.querySelectorAll('button, input, select, textarea, summary, meter')]
+        .filter((el) => !el.hidden && !el.closest('dialog:not([open])') && !named(el))
+        .map((el) => el.outerHTML.slice(0, 120));
+}"""
+
+
+def unnamed_controls(page) -> list[str]:
+    """The page's controls (buttons, fields, selects, folds, meters) that have no name a screen
+    reader can say: no label, aria-label(ledby), title or text. Hidden ones and those of a closed
+    dialog are left out (they are named when shown)."""
+    return page.evaluate(UNNAMED)

@@ -83,6 +83,31 @@ def scripted_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_scripted_model(tmp_path_factory.mktemp("scripted") / "scripted.gguf")
 
 
+@pytest.fixture(scope="session")
+def qwen3_thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A tiny GGUF with Qwen3's chat template that thinks before it answers (tests/thinking_model.py),
+    served once per session for the reasoning tests of every API and of the page."""
+    from llmpack.runtime.chat.recipes import load_recipes
+    from server_fixtures import live_server
+    from thinking_model import write_thinking_model
+
+    path = write_thinking_model(tmp_path_factory.mktemp("qwen3") / "qwen3-thinker.gguf",
+                                load_recipes()["qwen3"].chat_template)
+    with live_server(path, "--ctx", "512") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def tool_caller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A tiny model that answers with text and then a Hermes tool call (test_tool_calls.CALL_REPLY),
+    served once per session for the tool tests of the Responses and Anthropic APIs."""
+    from server_fixtures import live_server, write_scripted_model
+    from test_tool_calls import CALL_REPLY
+
+    with live_server(write_scripted_model(tmp_path_factory.mktemp("caller") / "caller.gguf", reply=CALL_REPLY)) as srv:
+        yield srv
+
+
 @pytest.fixture
 def chat_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Saved chats go to a temporary data folder (LLMPACK_DATA_DIR), never the user's; the folder

@@ -60,6 +60,14 @@ def bomb_pdf(unpacked: int = 200 * 1024 * 1024) -> bytes:
     return make_pdf(["Nothing to see here."], extra_stream=data)
 
 
+def slow_pdf(operations: int = 8_000_000) -> bytes:
+    """A small PDF whose first page draws one character `operations` times: pypdf takes minutes
+    on that one page, and nothing inside pypdf can stop it (a page that never ends)."""
+    z = zlib.compressobj(9)
+    data = z.compress(b"BT /F1 12 Tf ") + b"".join(z.compress(b"(x) Tj " * 100_000) for _ in range(operations // 100_000))
+    return make_pdf(["Start."], extra_stream=data + z.compress(b" ET") + z.flush())
+
+
 def encrypted_pdf(text: str = "A secret.") -> bytes:
     """make_pdf(...) encrypted with a user password (pypdf writes it; RC4 needs no extra library)."""
     from pypdf import PdfReader, PdfWriter
@@ -83,19 +91,33 @@ _DOCX_RELS = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
               'officeDocument" Target="word/document.xml"/></Relationships>')
 
 
-def make_docx(paragraphs: list[str]) -> bytes:
-    """A minimal valid .docx (Word opens it) with one paragraph per entry; tabs become <w:tab/>."""
-    def para(text: str) -> str:
+def make_docx(paragraphs: list[str | tuple[str, str]], *, styles: str | None = None) -> bytes:
+    """A minimal valid .docx (Word opens it) with one paragraph per entry; tabs become <w:tab/>.
+    An entry (style id, text) gets that paragraph style ("Heading1"); `styles` is the XML of
+    word/styles.xml, for style ids that only it says are headings."""
+    def para(entry: str | tuple[str, str]) -> str:
+        style, text = entry if isinstance(entry, tuple) else ("", entry)
         runs = "<w:tab/>".join(f'<w:t xml:space="preserve">{_esc(part)}</w:t>' for part in text.split("\t"))
-        return f"<w:p><w:r>{runs}</w:r></w:p>"
-    body = "".join(map(para, paragraphs))
-    doc = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:document xmlns:w="http://schemas.'
-           f'openxmlformats.org/wordprocessingml/2006/main"><w:body>{body}</w:body></w:document>')
+        ppr = f'<w:pPr><w:pStyle w:val="{style}"/></w:pPr>' if style else ""
+        return f"<w:p>{ppr}<w:r>{runs}</w:r></w:p>"
+    return docx_from_body("".join(map(para, paragraphs)), styles=styles)
+
+
+W_NS = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+
+
+def docx_from_body(body: str, prolog: str = "", styles: str | None = None) -> bytes:
+    """A .docx whose document.xml is `prolog` (e.g. a DOCTYPE) then a w:document around `body`
+    (and `styles` as its word/styles.xml)."""
+    doc = (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n{prolog}<w:document {W_NS}>'
+           f"<w:body>{body}</w:body></w:document>")
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("[Content_Types].xml", _DOCX_TYPES)
         z.writestr("_rels/.rels", _DOCX_RELS)
         z.writestr("word/document.xml", doc)
+        if styles is not None:
+            z.writestr("word/styles.xml", styles)
     return out.getvalue()
 
 

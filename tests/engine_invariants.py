@@ -1,6 +1,7 @@
 """The engine's bookkeeping checked against llama.cpp's real memory (engine tests only).
 
-Call only while the engine is idle: it reads the engine thread's structures from outside."""
+Call only between steps: while the engine is idle, or from the thread that steps it
+(background=False), where `checked_steps` runs it after every step."""
 from __future__ import annotations
 
 from llmpack.runtime.engine.engine import LLMEngine
@@ -10,27 +11,49 @@ def check_consistency(engine: LLMEngine) -> None:
     """Assert that the block manager's view and llama.cpp's memory agree."""
     bm, bs, runner = engine.bm, engine.config.block_size, engine.runner
     running = {s.llama_seq: s for s in engine.scheduler.running}
+    assert len(running) == len(engine.scheduler.running), "two running sequences share a llama.cpp id"
     refs = {b.block_id: 0 for b in bm.blocks}
     for s in running.values():
+        assert len(s.block_table) * bs >= s.num_computed_tokens, "computed tokens outside the block table"
         for bid in s.block_table:
             refs[bid] += 1
+    queued = list(bm.free_queue)
+    assert len(queued) == len(set(queued)) == len(bm.free_queue), "the free queue holds a block twice"
+    seen_cached = False
+    for b in queued:   # blocks that cache nothing first, then cached ones
+        assert b.queued and b.ref_count == 0
+        assert not (seen_cached and b.hash is None), f"block {b.block_id} caches nothing but sits behind cached ones"
+        seen_cached = seen_cached or b.hash is not None
     for b in bm.blocks:
         assert b.ref_count == refs[b.block_id], f"block {b.block_id}: ref {b.ref_count} != {refs[b.block_id]}"
-        if b.ref_count == 0:
-            in_free, in_cache = b.block_id in bm.free_block_ids, b.block_id in bm.cached_free
-            assert in_free != in_cache, f"block {b.block_id} is unreferenced but free={in_free} cached={in_cache}"
-            assert in_free or b.hash is not None
-    assert len(bm.free_block_ids) + len(bm.cached_free) + sum(1 for v in refs.values() if v) == bm.num_blocks
-    free_ids = list(bm.free_llama_seqs)
-    assert len(free_ids) == len(set(free_ids)), "a llama.cpp sequence id is free twice"
-    assert not set(free_ids) & (set(running) | set(bm.zombies)), "a free sequence id is still in use"
-    assert len(free_ids) + len(running) + len(bm.zombies) == len(bm.held_by), "a sequence id went missing"
+        assert (b.ref_count == 0) == b.queued, f"block {b.block_id}: ref {b.ref_count}, free={b.queued}"
+        if b.hash is not None:
+            assert bm.hash_to_block.get(b.hash) is b and b.holders, f"cached block {b.block_id} is lost"
+            assert b.ref_count or len(b.holders) == 1, f"unreferenced block {b.block_id} held by {b.holders}"
+        else:
+            assert b.ref_count or not b.holders, f"free block {b.block_id} still held by {b.holders}"
+    idle = list(bm.idle_ids)
+    assert len(idle) == len(set(idle)), "a llama.cpp sequence id is free twice"
+    assert not set(idle) & (set(running) | set(bm.parked_ids)), "a free sequence id is still in use"
+    assert len(idle) + len(running) + len(bm.parked_ids) == len(bm.held_by), "a sequence id went missing"
     for sid, held in bm.held_by.items():
         pos_max = runner.seq_pos_max(sid)
         if sid in running:
             assert pos_max == running[sid].num_computed_tokens - 1, (sid, pos_max, running[sid].num_computed_tokens)
         elif held:
-            assert sid in bm.zombies
+            assert sid in bm.parked_ids
+            assert all(bm.blocks[b].ref_count == 0 or len(bm.blocks[b].holders) > 1 for b in held)
             assert pos_max == max(bm.blocks[b].index for b in held) * bs + bs - 1, (sid, pos_max)
         else:
             assert pos_max == -1, f"llama.cpp sequence {sid} holds cells the block manager doesn't know"
+
+
+def run_checked(engine: LLMEngine, limit: int = 10_000) -> int:
+    """Step an engine made with background=False until it is idle, checking the invariants after
+    every step. Returns the number of steps."""
+    for n in range(limit):
+        if not engine.scheduler.has_work() and not engine._pending:
+            return n
+        engine.step()
+        check_consistency(engine)
+    raise AssertionError("the engine never became idle")

@@ -33,6 +33,7 @@ class Submitted:
     prompt_ids: list[int]
     params: SamplingParams
     prompt_text: str
+    cache_salt: str | None = None     # the engine's add_request takes it (prefix-cache isolation)
 
 
 class FakeStream:
@@ -96,7 +97,8 @@ class FakeEngine:
 
     # ---- requests
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None, prompt_progress: bool = False) -> FakeStream:
+                    request_id: str | None = None, prompt_progress: bool = False,
+                    cache_salt: str | None = None) -> FakeStream:
         params = params or SamplingParams()
         ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if len(ids) + 1 > self.max_model_len:
@@ -106,7 +108,7 @@ class FakeEngine:
         rid = request_id or f"fake-{len(self.requests)}"
         text = self.detokenize(ids)
         with self._lock:
-            self.requests.append(Submitted(rid, ids, params, text))
+            self.requests.append(Submitted(rid, ids, params, text, cache_salt))
         return FakeStream(self, rid, self._outputs(rid, ids, params, self.reply(text)))
 
     def _outputs(self, rid: str, ids: list[int], params: SamplingParams, reply: str) -> list[RequestOutput]:

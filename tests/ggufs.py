@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import string
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
@@ -23,7 +23,7 @@ CHATML_TEMPLATE = (
 )
 
 # SentencePiece token types (llama.cpp's llama_token_type)
-NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, BYTE = 1, 2, 3, 4, 6
 UNK_ID, BOS_ID, EOS_ID, IM_START_ID, IM_END_ID = 0, 1, 2, 3, 4
 
 _WORDS = """the of and to in is you that it he was for on are as with his they at be this have from
@@ -39,8 +39,9 @@ _DTYPES = {
 }
 
 
-def tiny_vocab() -> list[tuple[str, float, int]]:
-    """(piece, score, token type) for every token, in id order."""
+def tiny_vocab(added: Sequence[str] = ()) -> list[tuple[str, float, int]]:
+    """(piece, score, token type) for every token, in id order. `added` tokens (such as Qwen3's
+    `<think>`) come last, typed user-defined: llama.cpp reads each as one token and prints it."""
     vocab = [("<unk>", 0.0, UNKNOWN), ("<s>", 0.0, CONTROL), ("</s>", 0.0, CONTROL),
              ("<|im_start|>", 0.0, CONTROL), ("<|im_end|>", 0.0, CONTROL)]
     vocab += [(f"<0x{b:02X}>", 0.0, BYTE) for b in range(256)]
@@ -53,24 +54,27 @@ def tiny_vocab() -> list[tuple[str, float, int]]:
                 pieces[w[:end]] = None
     # longer pieces score higher, so merges prefer them
     vocab += [(p, -1000.0 + 10 * len(p) - i * 1e-3, NORMAL) for i, p in enumerate(pieces)]
-    return vocab
+    return vocab + [(p, 0.0, USER_DEFINED) for p in added]
 
 
 def write_tiny_model(
     path: str | Path, *, arch: str = "llama", n_layer: int = 2, n_embd: int = 64, n_head: int = 4,
     n_head_kv: int = 2, n_ff: int = 128, n_ctx_train: int = 2048, dtype: str = "f32",
     chat_template: str | None = None, seed: int = 0, extra_kv: dict[str, Any] | None = None,
-    name: str = "tiny-test-model",
+    name: str = "tiny-test-model", added_tokens: Sequence[str] = (),
+    weights: Callable[[str, np.ndarray], np.ndarray] | None = None,
 ) -> Path:
     """Write a random-weight llama model. Only arch="llama" runs in llama.cpp; other names are for
     testing architecture checks. extra_kv adds or overrides metadata (a value of None deletes the
-    key; a (value, GGUFValueType) tuple forces the type, else it is inferred)."""
+    key; a (value, GGUFValueType) tuple forces the type, else it is inferred). `added_tokens` go
+    at the end of the vocabulary (tiny_vocab); `weights(name, random_data)` may return other
+    data for a tensor, to craft what the model writes (tests/thinking_model.py)."""
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}")
     qtype, ftype = _DTYPES[dtype]
     path = Path(path)
     rng = np.random.default_rng(seed)
-    vocab = tiny_vocab()
+    vocab = tiny_vocab(added_tokens)
     head_dim = n_embd // n_head
 
     w = GGUFWriter(path, arch)
@@ -109,13 +113,16 @@ def write_tiny_model(
 
     def weight(name: str, rows: int, cols: int, scale: float = 0.08) -> None:
         data = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+        if weights is not None:
+            data = np.asarray(weights(name, data), dtype=np.float32)
         if qtype == GGMLQuantizationType.Q8_0:
             w.add_tensor(name, quantize(data, qtype), raw_dtype=qtype)
         else:
             w.add_tensor(name, data.astype(np.float16) if qtype == GGMLQuantizationType.F16 else data)
 
     def norm(name: str) -> None:
-        w.add_tensor(name, (1.0 + 0.05 * rng.standard_normal(n_embd)).astype(np.float32))
+        data = (1.0 + 0.05 * rng.standard_normal(n_embd)).astype(np.float32)
+        w.add_tensor(name, data if weights is None else np.asarray(weights(name, data), dtype=np.float32))
 
     n_kv = head_dim * n_head_kv
     weight("token_embd.weight", len(vocab), n_embd, scale=0.5)

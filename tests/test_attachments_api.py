@@ -108,5 +108,7 @@ def test_file_part_errors_are_400_before_any_generation(chat_server: LiveServer)
     assert "images need a vision model" in refused([{"type": "image_url", "image_url": {"url": "data:,"}}])
     n_ctx = chat_server.engine.n_ctx
     long_text = ("many words in a row " * (n_ctx // 2)).encode()
-    message = refused([file_part("long.txt", long_text, "text/plain")], "attachments_too_long")
-    assert message.startswith("the attached files (long.txt) take ") and f"{n_ctx:,}-token context" in message
+    whole = file_part("long.txt", long_text, "text/plain")
+    whole["file"]["read"] = "whole"      # the default, "auto", searches it instead (test_long_documents.py)
+    message = refused([whole], "attachments_too_long")
+    assert message.startswith("the files to be read whole (long.txt) take ") and "this model leaves " in message

@@ -2,6 +2,8 @@
 (The engine tests check the same bookkeeping against the real llama.cpp memory.)"""
 from __future__ import annotations
 
+import pytest
+
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.detokenizer import Detokenizer
 from llmpack.runtime.engine.sampling_params import SamplingParams
@@ -29,9 +31,9 @@ class RecordingKV:
         seq.num_computed_tokens += n
 
 
-def make_seq(tokens: list[int]) -> Sequence:
+def make_seq(tokens: list[int], salt: str | None = None) -> Sequence:
     return Sequence(request=None, index=0, token_ids=list(tokens), num_prompt_tokens=len(tokens),
-                    sampler=None, detok=Detokenizer([]))
+                    sampler=None, detok=Detokenizer([]), cache_salt=salt)
 
 
 def admit(bm: BlockManager, kv: RecordingKV, seq: Sequence) -> None:
@@ -72,8 +74,8 @@ def test_prefix_cache_reuses_full_blocks_and_shares_cells():
     bm = BlockManager(num_blocks=16, block_size=4, num_llama_seqs=4, kv=kv)
     first = make_seq([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
     admit(bm, kv, first)
-    bm.free(first)                             # blocks 0 and 1 stay cached under a zombie id
-    assert bm.num_used_blocks == 0 and len(bm.cached_free) == 2
+    bm.free(first)                             # blocks 0 and 1 stay cached under a parked id
+    assert bm.num_used_blocks == 0 and bm.num_cached_blocks == 2 and bm.parked_ids
     second = make_seq([1, 2, 3, 4, 5, 6, 7, 8, 99])
     assert bm.assign_llama_seq(second)
     hits = bm.match_prefix(second)
@@ -83,7 +85,7 @@ def test_prefix_cache_reuses_full_blocks_and_shares_cells():
     assert second.num_computed_tokens == 8 and second.num_cached_tokens == 8
     assert (bm.prefix_queries, bm.prefix_hits) == (9, 8)
     assert kv.pos[second.llama_seq] == set(range(8))   # shared through seq_cp
-    assert bm.blocks[hits[0]].ref_count == 1 and hits[0] not in bm.cached_free
+    assert bm.blocks[hits[0]].ref_count == 1 and bm.blocks[hits[0]] not in bm.free_queue
 
 
 def test_hash_chain_depends_on_the_whole_prefix():
@@ -143,25 +145,25 @@ def test_fork_shares_full_blocks_and_gives_the_child_its_own_partial_block():
     assert bm.num_used_blocks == 0
 
 
-def test_reclaiming_a_zombie_id_frees_its_cells():
+def test_reclaiming_a_parked_id_frees_its_cells():
     kv = RecordingKV()
     bm = BlockManager(num_blocks=16, block_size=4, num_llama_seqs=1, kv=kv)
     a = make_seq([1] * 8 + [0])
     admit(bm, kv, a)
     bm.free(a)
-    assert bm.zombies                          # the only id holds the cached prefix
+    assert bm.parked_ids                       # the only id holds the cached prefix
     b = make_seq([5] * 5)
-    admit(bm, kv, b)                           # needs the id: the zombie is reclaimed
+    admit(bm, kv, b)                           # needs the id: the parked one is reclaimed
     assert kv.pos[b.llama_seq] == set(range(5))
-    assert not bm.cached_free
-    assert list(bm.free_llama_seqs) == []      # reclaimed once, handed out once
+    assert bm.match_prefix(make_seq([1] * 8 + [0])) == []     # a's cached blocks went with the id
+    assert list(bm.idle_ids) == []             # reclaimed once, handed out once
 
 
 def test_sequence_ids_are_never_handed_out_twice():
     kv = RecordingKV()
     bm = BlockManager(num_blocks=64, block_size=4, num_llama_seqs=4, kv=kv)
     live = []
-    for round_ in range(6):                    # cycles of zombies with several cached blocks each
+    for round_ in range(6):                    # cycles of parked ids with several cached blocks each
         for i in range(4):
             seq = make_seq([round_ * 10 + i] * 12 + [0])
             admit(bm, kv, seq)
@@ -171,8 +173,56 @@ def test_sequence_ids_are_never_handed_out_twice():
         for seq in live:
             bm.free(seq)
         live.clear()
-        free = list(bm.free_llama_seqs)
-        assert len(free) == len(set(free)) and len(free) + len(bm.zombies) == 4
+        free = list(bm.idle_ids)
+        assert len(free) == len(set(free)) and len(free) + len(bm.parked_ids) == 4
+
+
+def test_free_queue_takes_uncached_blocks_first_then_cached_ones_least_recently_freed_first():
+    from llmpack.runtime.engine.free_block_queue import Block, FreeBlockQueue
+
+    blocks = [Block(i) for i in range(5)]
+    q = FreeBlockQueue(blocks)
+    taken = [q.popleft() for _ in range(5)]
+    assert [b.block_id for b in taken] == [0, 1, 2, 3, 4] and len(q) == 0
+    q.append(blocks[3])            # cached, freed first
+    q.append(blocks[1])            # cached, freed later
+    q.appendleft(blocks[4])        # caches nothing: reused before any cached block
+    q.append(blocks[0])
+    q.remove(blocks[1])            # a prefix hit takes it out of the middle
+    assert [b.block_id for b in q] == [4, 3, 0] and blocks[1] not in q
+    assert [q.popleft().block_id for _ in range(3)] == [4, 3, 0]
+    with pytest.raises(IndexError):
+        q.popleft()
+
+
+def test_taking_a_cached_block_evicts_it_once_and_frees_the_parked_id():
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=3, block_size=4, num_llama_seqs=2, kv=kv)
+    old = make_seq([1] * 8 + [0])
+    admit(bm, kv, old)
+    sid = old.llama_seq
+    bm.free(old)                               # [1]*4 and [1]*4 cached, the partial block freed
+    assert sid in bm.parked_ids and bm.num_cached_blocks == 2
+    big = make_seq([2] * 12)                   # 3 blocks: the free one, then both cached ones
+    admit(bm, kv, big)
+    assert bm.match_prefix(make_seq([1] * 8 + [0])) == [] and bm.num_cached_blocks == 3   # big's own now
+    assert sid not in bm.parked_ids and kv.seq_pos_max(sid) == -1
+    assert sid in bm.idle_ids and len(set(big.block_table)) == 3
+
+
+def test_cache_salt_separates_prefix_cache_entries():
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=16, block_size=4, num_llama_seqs=4, kv=kv)
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    alice = make_seq(tokens, salt="alice")
+    admit(bm, kv, alice)
+    assert len(bm.match_prefix(make_seq(tokens, salt="alice"))) == 2
+    assert bm.match_prefix(make_seq(tokens, salt="bob")) == []
+    assert bm.match_prefix(make_seq(tokens)) == []            # no salt is its own namespace too
+    plain = make_seq(tokens)
+    admit(bm, kv, plain)
+    assert len(bm.match_prefix(make_seq(tokens))) == 2
+    assert bm.match_prefix(make_seq(tokens, salt="")) == []    # an empty salt is still a salt
 
 
 def test_detokenizer_holds_back_a_stop_string_split_across_pieces():

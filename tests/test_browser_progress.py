@@ -51,7 +51,7 @@ def test_a_long_paste_shows_reading_progress_then_the_reply(scripted_model: Path
             content = last_reply(page).locator(".content")
             reading = content.locator(".reading")
             reading.wait_for()
-            budget = srv.engine.scheduler.token_budget
+            budget = srv.engine.scheduler.prefill_chunk
             text = reading.inner_text()
             match = re.fullmatch(r"Reading your message… ([\d,]+) / ([\d,]+) tokens", text)
             assert match, text

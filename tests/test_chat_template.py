@@ -191,3 +191,25 @@ def test_malicious_template_embedded_in_a_gguf_is_refused(template: str, tmp_pat
         resolve_chat(None, arch="llama", name="evil-model", embedded_template=embedded,
                      bos_token="<s>", eos_token="</s>").render(USER)
     assert not marker.exists()
+
+
+FORMAT_CALLS = {
+    "format-call": "{{ '{0.__class__}'.format(1) }}",
+    "dunder-inside-a-string": "{{ ('{0.' ~ '__init__' ~ '}') }}",
+    "format-map": "{% set d = {} %}{{ '{x}'.format_map(d) }}",
+    "format-by-key": "{{ 'a{}'['format'](1) }}",
+    "format-by-attr-filter": "{{ ('a{}'|attr('format'))(1) }}",
+}
+
+
+@pytest.mark.parametrize("template", FORMAT_CALLS.values(), ids=FORMAT_CALLS.keys())
+def test_str_format_and_dunder_strings_are_refused_before_rendering(template: str) -> None:
+    """jinja2 before 3.1.6 let str.format reach internals past the sandbox (CVE-2024-56326,
+    CVE-2025-27516); the static scan refuses the template whatever jinja2 is installed."""
+    with pytest.raises(ChatTemplateError, match="tried to access Python internals"):
+        compile_template(template)
+
+
+def test_printf_format_filter_and_format_keys_still_render() -> None:
+    template = "{{ '%s=%d'|format('n', 3) }} {{ tools[0].format }} {{ 'a_b' }}"
+    assert render_chat(template, USER, tools=[{"format": "date"}]) == "n=3 date a_b"

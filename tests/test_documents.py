@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import io
 import time
+import tracemalloc
 import zipfile
 
 import pytest
 
-from doc_files import PNG_1PX, bomb_pdf, encrypted_pdf, make_docx, make_pdf
+from doc_files import PNG_1PX, bomb_pdf, docx_from_body, encrypted_pdf, make_docx, make_pdf
 from llmpack.errors import LlmpackError
 from llmpack.runtime.server.documents import extract as D
 
@@ -124,3 +125,42 @@ def test_the_prompt_shape():
     assert D.format_message([("a.txt", "Alpha\n"), ("b.pdf", "Beta")], "  What is this?  ") == \
         "## File: a.txt\n\nAlpha\n\n## File: b.pdf\n\nBeta\n\n---\n\nWhat is this?"
     assert D.format_message([("a.txt", "Alpha")], "") == "## File: a.txt\n\nAlpha"
+
+
+def test_a_docx_that_declares_entities_is_refused_before_any_is_expanded():
+    """A 3 KB DOCX with one entity used a million times once took 640 MB; Word never writes a DTD."""
+    laughs = docx_from_body("<w:p><w:r><w:t>" + "&a;" * 1_000_000 + "</w:t></w:r></w:p>",
+                            prolog='<!DOCTYPE w:document [<!ENTITY a "' + "x" * 290 + '">]>')
+    assert len(laughs) < 8000
+    tracemalloc.start()
+    try:
+        message = refusal("laughs.docx", laughs)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "declares XML entities (a DOCTYPE), which Word never writes" in message
+    assert peak < 32 << 20, peak
+    assert "DOCTYPE" in refusal("dtd.docx", docx_from_body("<w:p/>", prolog="<!DOCTYPE w:document>"))
+
+
+def test_docx_text_is_counted_as_it_arrives():
+    """60 runs of a million characters in one paragraph are refused while they are read, not once
+    the paragraph ends (by then they took 60 MB and more)."""
+    huge = docx_from_body("<w:p>" + ("<w:r><w:t>" + "y" * 1_000_000 + "</w:t></w:r>") * 60 + "</w:p>")
+    tracemalloc.start()
+    try:
+        message = refusal("huge.docx", huge)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "holds more than 4,000,000 characters" in message and peak < 40 << 20, peak
+
+
+def test_the_docx_deadline_is_checked_at_every_event(monkeypatch):
+    """Not every 4,096 elements: one element can hold megabytes of text."""
+    checks = []
+    real = D._check_time
+    monkeypatch.setattr(D, "_check_time", lambda name, deadline: (checks.append(1), real(name, deadline)))
+    D.extract("runs.docx", docx_from_body("<w:p><w:r><w:t>a</w:t></w:r></w:p>" * 1000))
+    assert len(checks) >= 4000     # the start and end of p, r and t
+    assert "took longer than" in refusal("late.docx", docx_from_body("<w:p/>"), deadline=time.monotonic() - 1)

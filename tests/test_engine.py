@@ -1,6 +1,6 @@
 """The engine against real llama.cpp: continuous batching, paged KV, prefix cache,
-preemption, n>1, stops and aborts. After every test the block manager and llama.cpp's
-memory must agree (see the `consistent` fixture)."""
+preemption, n>1, stops and aborts. After every step (`on_step`, on the engine thread) and every
+test (the `consistent` fixture) the block manager and llama.cpp's memory must agree."""
 from __future__ import annotations
 
 import pytest
@@ -64,6 +64,7 @@ def run_together(engine: LLMEngine, prompts, params: SamplingParams) -> list[str
 @pytest.fixture(scope="module")
 def engine(demo_model):
     eng = LLMEngine(EngineConfig(model_path=str(demo_model), n_ctx=4096, max_num_seqs=32, gpu_layers=0))
+    eng.on_step = check_consistency      # after every step, on the engine thread
     yield eng
     eng.shutdown()
 
@@ -72,6 +73,7 @@ def engine(demo_model):
 def small_engine(demo_model):
     """A deliberately tiny KV pool: 256 cells = 16 blocks of 16 tokens."""
     eng = LLMEngine(EngineConfig(model_path=str(demo_model), n_ctx=256, max_num_seqs=16, gpu_layers=0))
+    eng.on_step = check_consistency
     yield eng
     eng.shutdown()
 
@@ -131,7 +133,7 @@ def test_prompt_progress_outputs_follow_each_prefill_step(engine):
     of the prompt, the processed count growing to the whole prompt by the first token; without
     the flag the stream is only text, as before."""
     prompt = engine.tokenize(" ".join(f"Line {i}: the paste goes on." for i in range(160)))
-    budget = engine.scheduler.token_budget
+    budget = engine.scheduler.prefill_chunk
     assert len(prompt) > 2 * budget
     outs = list(engine.add_request(prompt, greedy(4), prompt_progress=True))
     reading = [o for o in outs if not o.outputs and not o.finished]
@@ -236,6 +238,7 @@ def test_multibyte_characters_split_across_byte_tokens_stream_whole(tiny_model):
     from llmpack.runtime.engine.detokenizer import Detokenizer
 
     eng = LLMEngine(EngineConfig(model_path=str(tiny_model), n_ctx=256, max_num_seqs=4, gpu_layers=0))
+    eng.on_step = check_consistency
     try:
         text = "日本語 and é"
         ids = eng.tokenize(text, add_special=False)

@@ -10,6 +10,7 @@ import queue
 import threading
 
 import pytest
+from engine_invariants import check_consistency
 
 from llmpack.runtime.engine.engine import EngineConfig, EngineDeadError, LLMEngine
 from llmpack.runtime.llm import collect
@@ -22,6 +23,7 @@ WORDS = "the of and to in is you that it he was for on are as with his they at b
 @pytest.fixture()
 def engine(tiny_model):
     eng = LLMEngine(EngineConfig(model_path=str(tiny_model), n_ctx=512, max_num_seqs=4, gpu_layers=0))
+    eng.on_step = check_consistency
     yield eng
     eng.shutdown()
 

@@ -36,7 +36,15 @@ ROUTES = [
     ("PUT", "/api/chats/{id}", CHAT),
     ("POST", "/api/chats/import", {"format": "llmpack-chat", "version": 1, "model": "m", **CHAT}),
     ("PUT", "/api/settings", {"system_prompt": "be brief", "temperature": 0.5, "top_k": 40, "max_tokens": None}),
+    ("POST", "/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+                               "instructions": "be brief", "max_output_tokens": 2, "store": False}),
+    ("POST", "/v1/messages", {"model": "m", "max_tokens": 2, "system": "be brief",
+                              "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}),
+    ("POST", "/api/chat", {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False,
+                           "options": {"num_predict": 2, "temperature": 0.5}}),
+    ("POST", "/api/generate", {"model": "m", "prompt": "hi", "options": {"num_predict": 2}}),
 ]
+LENGTHS = ("max_tokens", "max_completion_tokens", "max_output_tokens")   # each API's name for the reply's length
 EXTRA_KEYS = ["stream", "n", "stop", "temperature", "top_p", "top_k", "min_p", "seed", "logprobs", "top_logprobs",
               "stream_options", "tools", "tool_choice", "response_format", "json_schema", "grammar", "prompt",
               "messages", "input", "content", "tokens", "add_special", "parse_special", "encoding_format",
@@ -115,12 +123,18 @@ def _short(body: Any, base: dict) -> Any:
     """A generation request that would be accepted with a long (or no) length limit gets a short
     one, or its large limit negated (still a hostile number, now one that is refused): generating
     to the end of the context thousands of times is slow and tests nothing more."""
-    if not isinstance(body, dict) or not ("messages" in base or "prompt" in base):
+    if not isinstance(body, dict) or not ("messages" in base or "prompt" in base or "max_output_tokens" in base):
         return body
     body = dict(body)
-    if not any(k in body for k in ("max_tokens", "max_completion_tokens")):
-        body["max_tokens"] = 2
-    for key in ("max_tokens", "max_completion_tokens"):
+    if "options" in base:   # Ollama's: options.num_predict
+        if isinstance(body.get("options"), dict):
+            value = body["options"].get("num_predict")
+            if not isinstance(value, int) or isinstance(value, bool) or value > 4 or value < 0:
+                body["options"] = {**body["options"], "num_predict": 2}
+        return body
+    if not any(k in body for k in LENGTHS):
+        body["max_output_tokens" if "max_output_tokens" in base else "max_tokens"] = 2
+    for key in LENGTHS:
         value = body.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 4:
             body[key] = -value
@@ -133,9 +147,10 @@ def _chat_id(rng: random.Random) -> str:
 
 def _check(status: int, data: bytes, sent: bytes, where: str) -> None:
     assert status < 500, f"{where} answered {status} to {sent[:300]!r}: {data[:300]!r}"
-    if status >= 400:
+    if status >= 400:   # OpenAI's and Anthropic's {"error": {"message"}}, Ollama's {"error": "..."}
         error = json.loads(data)["error"]
-        assert error["message"] and "\n" not in error["message"].strip(), (where, error)
+        message = error if isinstance(error, str) else error["message"]
+        assert message and "\n" not in message.strip(), (where, error)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import json
 
 import jsonschema
 import pytest
+from engine_invariants import check_consistency
 
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.structured.grammar import JSON_OBJECT_GBNF, GrammarError, check_gbnf, schema_to_gbnf
@@ -31,6 +32,7 @@ PERSON = {
 @pytest.fixture(scope="module")
 def engine(tiny_model):
     eng = LLMEngine(EngineConfig(str(tiny_model), n_ctx=2048, max_num_seqs=16))
+    eng.on_step = check_consistency
     yield eng
     eng.shutdown()
 
@@ -80,6 +82,35 @@ def test_llama_refuses_what_the_checker_lets_through(engine):
     check_gbnf("root ::= root \"a\"")   # left recursion is well-formed, but llama.cpp cannot run it
     with pytest.raises(GrammarError, match="left-recursive"):
         check_with_llama("root ::= root \"a\"", engine.runner.vocab)
+
+
+def test_the_engine_check_refuses_a_bad_grammar_before_anything_is_queued(engine):
+    bad = "root ::= root \"a\""
+    with pytest.raises(GrammarError, match="left-recursive"):
+        engine.check_grammar(bad)
+    with pytest.raises(GrammarError, match="left-recursive"):
+        engine.add_request("x", SamplingParams(grammar=bad, max_tokens=4))
+    assert engine.stats().num_waiting == 0
+
+
+def test_a_request_grammar_is_parsed_by_llama_once(engine, monkeypatch):
+    """The server checks a request's grammar with engine.check_grammar before add_request; that
+    parse is the one the request's samples run on (n=2: the second is a copy, not a parse)."""
+    import llama_cpp
+
+    real = llama_cpp.llama_sampler_init_grammar
+    parses: list[bytes] = []
+    monkeypatch.setattr(llama_cpp, "llama_sampler_init_grammar", lambda v, g, r: parses.append(g) or real(v, g, r))
+    gbnf = schema_to_gbnf(PERSON)
+    engine.check_grammar(gbnf)
+    assert len(parses) == 1
+    out = collect(engine.add_request("Person:", SamplingParams(grammar=gbnf, n=2, max_tokens=160, temperature=1.0,
+                                                             seed=5)))
+    assert len(parses) == 1, "add_request or the engine thread parsed the grammar again"
+    for o in out.outputs:
+        jsonschema.validate(json.loads(o.text), PERSON)
+    collect(engine.add_request("Person:", SamplingParams(grammar=gbnf, max_tokens=160, temperature=0)))
+    assert len(parses) == 2                     # without a check first: add_request's own, only
 
 
 # ---- generating under a grammar ---------------------------------------------------------------------

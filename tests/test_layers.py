@@ -31,7 +31,7 @@ ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "
 S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("core", "documents", "http", "page",
                                                                            "lifecycle"))
 # The rooms that each speak one wire format over the core (issue 26 adds responses, anthropic, ollama).
-PROTOCOLS = {f"{SERVER}.openai"}
+PROTOCOLS = {f"{SERVER}.{room}" for room in ("openai", "responses", "anthropic", "ollama")}
 SERVER_ROOMS = {S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE, *PROTOCOLS}
 RUNTIME = {MODEL, HARDWARE, STRUCTURED, ENGINE, CHAT, LLM, SERVER, *SERVER_ROOMS}
 SCALE = "llmpack.runtime.scale"

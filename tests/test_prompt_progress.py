@@ -38,7 +38,7 @@ def _check_progress_then_reply(srv: LiveServer, events: list[dict], obj: str) ->
     progress = [e for e in events if "prompt_progress" in e]
     usage = next(e["usage"] for e in events if e.get("usage"))
     total = usage["prompt_tokens"]
-    budget = srv.engine.scheduler.token_budget
+    budget = srv.engine.scheduler.prefill_chunk
     assert total > 2 * budget, "the prompt must need several prefill steps"
     # at least one chunk per engine step that read part of the prompt
     assert len(progress) >= math.ceil(total / budget)

@@ -18,7 +18,7 @@ from llmpack.runtime.chat.recipes import (
     resolve_chat,
 )
 
-BUILTINS = {"chatml", "gemma", "llama2", "llama3", "mistral", "phi3", "zephyr"}
+BUILTINS = {"chatml", "deepseek-r1", "gemma", "gpt-oss", "llama2", "llama3", "mistral", "phi3", "qwen3", "zephyr"}
 CONVERSATION = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Hi!"},
@@ -122,7 +122,7 @@ def test_match_by_model_name(name: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(("arch", "expected"), [
-    ("gemma3", "gemma"), ("gemma2", "gemma"), ("qwen3", "chatml"), ("phi3", "phi3"), ("llama", "llama2"), ("rwkv6", None),
+    ("gemma3", "gemma"), ("gemma2", "gemma"), ("qwen2", "chatml"), ("qwen3", "qwen3"), ("phi3", "phi3"), ("llama", "llama2"), ("rwkv6", None),
 ])
 def test_match_by_architecture(arch: str, expected: str | None) -> None:
     recipe = match_recipe(arch=arch, name="some-finetune", chat_template=None)

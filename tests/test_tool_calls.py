@@ -164,6 +164,7 @@ def test_native_template_renders_tools_and_history(tiny_model_factory):
     from server_fixtures import live_server
 
     from llmpack.runtime.server.core.plan import OutputPlan, supports_tools
+    from llmpack.runtime.chat import untrusted
     from llmpack.runtime.server.core.prompt import render_messages
 
     assert supports_tools(TOOL_TEMPLATE) and not supports_tools("{% for m in messages %}{{ m.content }}{% endfor %}")
@@ -175,7 +176,7 @@ def test_native_template_renders_tools_and_history(tiny_model_factory):
                                                                      "arguments": '{"city": "Paris"}'}}]},
                    {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
         plan = OutputPlan(tools=[Tool("get_weather", "", {})], tool_choice="auto", native=True)
-        text = render_messages(model, history, plan)
+        text = untrusted.clean(render_messages(model, history, plan))   # tool results arrive marked as text
         assert "Tools: get_weather" in text
         assert '<tool_call>get_weather {"city": "Paris"}</tool_call>' in text   # arguments as an object
         assert "<|im_start|>tool\nsunny" in text
@@ -186,6 +187,7 @@ def test_native_template_renders_tools_and_history(tiny_model_factory):
 
 def test_history_without_native_tools_becomes_text(chat_server):
     from llmpack.runtime.server.core.plan import OutputPlan
+    from llmpack.runtime.chat import untrusted
     from llmpack.runtime.server.core.prompt import render_messages
 
     history = [{"role": "user", "content": "Weather?"},
@@ -193,8 +195,8 @@ def test_history_without_native_tools_becomes_text(chat_server):
                    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
                {"role": "tool", "tool_call_id": "c1", "content": "rain"},
                {"role": "user", "content": "Umbrella?"}]
-    text = render_messages(chat_server.state.model, history, OutputPlan(tools=[Tool("get_weather", "", {})],
-                                                                        tool_choice="auto"))
+    text = untrusted.clean(render_messages(chat_server.state.model, history,
+                                           OutputPlan(tools=[Tool("get_weather", "", {})], tool_choice="auto")))
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in text
     assert "<tool_response>\nrain\n</tool_response>\n\nUmbrella?" in text     # result merged into the user turn
     assert text.index("get_weather") < text.index("Weather?")                  # the tool list is in the system turn

@@ -13,11 +13,16 @@
 import { confirmFit, hasFiles, isReading, readyFiles, takeFiles, wireAttachments } from "./attach.js";
 import { renderChatList, onChatListKeydown } from "./chatlist.js";
 import { closeSidebar, deleteChat, ensureChat, exportChat, importChatFile, loadChatList, newChat, onChatListClick,
-  reopenLast, syncSidebarToggle } from "./chats.js";
+  openChat, removeDeleted, reopenLast, syncSidebarToggle } from "./chats.js";
+import { editLast, editSystem, regenerate, startEdit, switchTo } from "./edit.js";
+import { loadPresets, wirePresets } from "./presets.js";
+import { openSearch, wireSearch } from "./search.js";
+import { wireSync } from "./sync.js";
+import { addMessage } from "./tree.js";
 import { showModelInfo, wireBaseNotice } from "./header.js";
 import { markdownReady } from "./markdown.js";
 import { clearNotices, onCopyClick, renderCurrent, showUserMessage } from "./render.js";
-import { closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncSettings, wireSettings } from "./settings.js";
+import { apiKey, closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncSettings, wireSettings } from "./settings.js";
 import { NARROW, state, ui } from "./state.js";
 import { saveChat, setLeaving } from "./save.js";
 import { generate, setComposerHook, stopGeneration } from "./stream.js";
@@ -65,7 +70,9 @@ async function pollHealth() {
   let status = 0;
   let b = {};
   try {
-    const resp = await fetch("/health", { cache: "no-store", signal: ctrl.signal });
+    // with --api-key, /health gives its details (model, context, defaults) only to the key
+    const headers = apiKey() ? { Authorization: "Bearer " + apiKey() } : {};
+    const resp = await fetch("/health", { cache: "no-store", signal: ctrl.signal, headers });
     status = resp.status;
     b = await resp.json().catch(() => ({}));
     if (!b || typeof b !== "object") b = {};
@@ -116,6 +123,7 @@ async function onReady(h) {
   await loadChatList();
   await reopenLast();
   await syncSettings();
+  loadPresets();   // Settings' preset list; nothing waits for it
   if (!NARROW.matches) ui.prompt.focus();
 }
 
@@ -145,7 +153,8 @@ function updateComposer() {
   ui.app.classList.toggle("generating", busy);
 }
 
-async function send() {
+/** Send the message box (and its files); force: leave out the oldest messages even where Settings say ask. */
+async function send(force) {
   const text = ui.prompt.value;
   const chatMode = !(state.current && state.current.mode === "complete") && !ui.app.classList.contains("completion-mode");
   const withFiles = chatMode && hasFiles();
@@ -159,7 +168,7 @@ async function send() {
   if (text.trim() || files.length) {
     userMsg = { role: "user", content: text };
     if (files.length) userMsg.attachments = files;
-    chat.messages.push(userMsg);
+    addMessage(chat, userMsg);
     showUserMessage(chat, userMsg);
   }
   chat.updated = Date.now();
@@ -167,21 +176,14 @@ async function send() {
   autosize();
   saveChat(chat);
   renderChatList();
-  generate(chat, { userMsg });
-}
-
-function regenerate() {
-  const chat = state.current;
-  if (state.gen || !chat) return;
-  const last = chat.messages[chat.messages.length - 1];
-  if (!last || last.role !== "assistant") return;
-  clearNotices();
-  chat.messages.pop();
-  renderCurrent();
-  generate(chat, { previous: last });
+  generate(chat, { userMsg, force: force === true, again: (f) => send(f) });
 }
 
 function onPromptKeydown(ev) {
+  if (ev.key === "ArrowUp" && !ui.prompt.value && !ev.shiftKey && !ev.altKey && !ev.ctrlKey && !ev.metaKey) {
+    if (editLast()) ev.preventDefault();
+    return;
+  }
   if (ev.key === "Enter" && !ev.shiftKey && !ev.altKey && !ev.ctrlKey && !ev.metaKey && !ev.isComposing && ev.keyCode !== 229) {
     ev.preventDefault();
     send();
@@ -206,6 +208,11 @@ function toggleSidebar() {
 }
 
 function onKeydown(ev) {
+  if ((ev.ctrlKey || ev.metaKey) && !ev.altKey && !ev.shiftKey && (ev.key === "k" || ev.key === "K")) {
+    ev.preventDefault();
+    openSearch();
+    return;
+  }
   if (ev.key !== "Escape") return;
   if (ui.exportMenu.open) ui.exportMenu.open = false;
   else if (!ui.settings.hidden) closeSettings();
@@ -219,6 +226,9 @@ function init() {
   if (sb && sb.collapsed) ui.app.classList.add("sidebar-collapsed");
   setComposerHook(updateComposer);
   wireSettings();
+  wirePresets();
+  wireSync(removeDeleted);
+  wireSearch(openChat);
   wireAttachments(updateComposer);
 
   ui.composerForm.addEventListener("submit", (ev) => {
@@ -236,6 +246,10 @@ function init() {
     const btn = ev.target.closest("button");
     if (!btn || !ui.messages.contains(btn) || onCopyClick(btn)) return;
     if (btn.classList.contains("regenerate-message")) regenerate();
+    else if (btn.classList.contains("edit-message")) startEdit(btn.closest(".message"));
+    else if (btn.classList.contains("version-prev")) switchTo(btn, -1);
+    else if (btn.classList.contains("version-next")) switchTo(btn, 1);
+    else if (btn.classList.contains("system-edit")) editSystem(btn.closest(".system-bar"));
   });
   ui.chatList.addEventListener("click", onChatListClick);
   ui.chatList.addEventListener("keydown", (ev) => onChatListKeydown(ev, deleteChat));

@@ -8,6 +8,11 @@
 // A sent user message keeps its attachments ({name, kind, size, tokens, text, note}); requests
 // carry them as OpenAI `file` parts holding the extracted text, and the server writes them into
 // the prompt (documents.format_message), so the page and the API send the same thing.
+//
+// A file too long to read whole is not cut: the server indexes it when it is read (/v1/extract
+// answers `searched: true` and its `file_id`), and for each question the model reads the parts
+// that match it (readparts.js shows which). Such a file costs the composer's meter only its
+// one-line stand-in; its saved message keeps the file_id (the index) and the text (an export).
 import { ApiError } from "./api.js";
 import { attachError } from "./errors.js";
 import { apiKey } from "./settings.js";
@@ -17,6 +22,7 @@ import { countOf, fmtNumber, roughWords, wordCount } from "./words.js";
 
 const MAX_FILE_BYTES = 32 * 1024 * 1024;   // documents.MAX_FILE_BYTES
 const NOTE_TOKENS = 48;
+const STAND_IN_TOKENS = 40;   // documents/reading.py's one-line stand-in for a searched file
 const IMAGE = /\.(png|jpe?g|gif|webp|bmp|tiff?|heic|heif|avif)$/i;
 const pending = [];     // {id, name, size, status: "reading"|"ready", doc?, chip}; doc.words: counted here
 let onChange = () => {};
@@ -46,8 +52,13 @@ function budget() {
   return withBudget ? withBudget.doc.budget : Math.max(state.nCtx - 1024, Math.floor(state.nCtx / 2));
 }
 
+/** Tokens a file takes of the budget: all of it, or the stand-in of a file that is searched. */
+function costOf(doc) {
+  return doc.searched ? STAND_IN_TOKENS : doc.tokens;
+}
+
 function totalTokens() {
-  return readyFiles().reduce((n, p) => n + p.doc.tokens, 0);
+  return readyFiles().reduce((n, p) => n + costOf(p.doc), 0);
 }
 
 function totalWords() {
@@ -65,6 +76,11 @@ function meterWords(used, limit) {
     "(its context window is " + tokens(state.nCtx) + ").";
   if (used > limit) {
     return "Too long: " + files.toLowerCase() + " need " + share + "% of what the model can read at once · sending will ask what to keep";
+  }
+  const searched = readyFiles().filter((p) => p.doc.searched);
+  if (searched.length) {
+    const names = searched.length === 1 ? searched[0].name + " is" : searched.length + " files are";
+    return names + " too long to read whole: for each question, the model reads the parts that match it";
   }
   return files + (files === "This file" ? " fills " : " fill ") + share + "% of what the model can read at once";
 }
@@ -112,6 +128,7 @@ function updateChip(p) {
   const parts = [fmtSize(p.size)];
   if (p.status === "reading") parts.push("reading…");
   else if (p.doc) parts.push(words(p.doc.words));
+  if (p.doc && p.doc.searched) parts.push("read in parts");
   p.meta.textContent = parts.join(" · ");
   p.chip.title = p.doc ? p.name + ": " + words(p.doc.words) + ", " + tokens(p.doc.tokens) + " for the model" : p.name;
   p.chip.classList.toggle("reading", p.status === "reading");
@@ -224,7 +241,8 @@ function segmentsThatFit(doc, room) {
 
 /** A plan to fit the files: cut the largest one to its first N segments. null: nothing fits. */
 function fitPlan() {
-  const files = readyFiles();
+  const files = readyFiles().filter((p) => !p.doc.searched);
+  if (!files.length) return null;
   const largest = files.reduce((a, b) => (b.doc.tokens > a.doc.tokens ? b : a));
   // less room for the note the cut adds to the file's heading ("first 12 of 40 pages")
   const room = budget() - (totalTokens() - largest.doc.tokens) - NOTE_TOKENS;
@@ -289,7 +307,8 @@ export function confirmFit() {
 export function restoreFiles(files) {
   for (const a of files || []) {
     const doc = { name: a.name, kind: a.kind, size: a.size, tokens: a.tokens, text: a.text, note: a.note,
-      unit: "part", segments: [{ chars: a.text.length, tokens: a.tokens }], budget: budget(), words: wordCount(a.text) };
+      unit: "part", segments: [{ chars: a.text.length, tokens: a.tokens }], budget: budget(), words: wordCount(a.text),
+      file_id: a.file_id, searched: !!a.file_id };
     const p = { id: nextId++, name: a.name, size: a.size || 0, status: "ready", doc };
     chipFor(p);
     pending.push(p);
@@ -303,6 +322,10 @@ export function takeFiles() {
     const d = p.doc;
     const a = { name: d.name, kind: d.kind, size: d.size, tokens: d.tokens, text: d.text };
     if (d.note) a.note = d.note;
+    if (d.searched && d.file_id) {
+      a.file_id = d.file_id;
+      a.note = "read in parts";
+    }
     return a;
   });
   clearFiles();
@@ -321,10 +344,13 @@ function base64Utf8(text) {
 /** A message's content for /v1/chat/completions: text, or text and `file` parts. */
 export function requestContent(m) {
   if (!m.attachments || !m.attachments.length) return m.content;
-  const parts = m.attachments.map((a) => ({
-    type: "file",
-    file: { filename: a.note ? a.name + " (" + a.note + ")" : a.name, file_data: "data:text/plain;base64," + base64Utf8(a.text) },
-  }));
+  const parts = m.attachments.map((a) => {
+    const data = "data:text/plain;base64," + base64Utf8(a.text);
+    if (a.file_id) {   // searched: the index has its pages; the text is there in case it does not any more
+      return { type: "file", file: { filename: a.name, file_id: a.file_id, file_data: data, read: "auto" } };
+    }
+    return { type: "file", file: { filename: a.note ? a.name + " (" + a.note + ")" : a.name, file_data: data, read: "whole" } };
+  });
   if (m.content) parts.push({ type: "text", text: m.content });
   return parts;
 }

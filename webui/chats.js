@@ -7,7 +7,10 @@ import { importError, plainError } from "./errors.js";
 import { NARROW, state, ui } from "./state.js";
 import { renderCurrent } from "./render.js";
 import { saveChat } from "./save.js";
+import { effective } from "./settings.js";
 import { stopGeneration } from "./stream.js";
+import { announceDeleted } from "./sync.js";
+import { loadInto, refresh } from "./tree.js";
 import { download, loadJSON, newId, saveJSON, toast } from "./util.js";
 
 const OPEN_KEY = "llmpack.open-chat.v1";   // {model id: the id of the chat last open}
@@ -24,7 +27,7 @@ function rememberOpen(chat) {
 export async function reopenLast() {
   const open = loadJSON(OPEN_KEY, {});
   const id = open && typeof open === "object" ? open[state.model] : null;
-  if (!id || (state.current && state.current.messages.length)) return;
+  if (!id || state.current) return;   // a chat begun meanwhile (even one whose message came back) stays
   if (state.chats.some((c) => c.id === id)) await openChat(id, { quiet: true });
 }
 
@@ -50,6 +53,7 @@ export async function loadChatList() {
   }
   ui.chatLocked.hidden = !state.locked;
   ui.importChat.disabled = state.locked;
+  ui.searchInput.disabled = state.locked;   // search reads the saved chats
   renderChatList();
 }
 
@@ -68,15 +72,13 @@ export async function openChat(id, opts) {
   if (state.gen && state.gen.chat !== chat) stopGeneration();
   if (!chat.messages) {
     try {
-      const full = await api("GET", "/api/chats/" + id);
-      chat.messages = full.messages;
-      chat.mode = full.mode;
+      loadInto(chat, await api("GET", "/api/chats/" + id));
     } catch (err) {
       toastError("This chat could not be opened.", err);
       return;
     }
   }
-  if (opts && opts.quiet && state.current && state.current.messages.length) return;   // begun meanwhile
+  if (opts && opts.quiet && state.current) return;   // begun meanwhile
   dropEmptyDraft();
   state.current = chat;
   rememberOpen(chat);
@@ -92,9 +94,9 @@ export async function deleteChat(id) {
   if (!chat) return;
   if (!chat.messages) {   // keep its text, so Undo can put it back
     try {
-      chat.messages = (await api("GET", "/api/chats/" + id)).messages;
+      loadInto(chat, await api("GET", "/api/chats/" + id));
     } catch (err) {
-      chat.messages = [];
+      loadInto(chat, { messages: [] });
     }
   }
   const idx = state.chats.indexOf(chat);
@@ -104,11 +106,15 @@ export async function deleteChat(id) {
   const wasCurrent = state.current === chat;
   if (wasCurrent) state.current = null;
   if (wasCurrent) rememberOpen(null);
-  if (!state.locked) api("DELETE", "/api/chats/" + id).catch((err) => toastError("This chat could not be deleted.", err));
+  if (!state.locked) {
+    api("DELETE", "/api/chats/" + id).then(() => announceDeleted(id),
+      (err) => toastError("This chat could not be deleted.", err));
+  }
   renderChatList();
   if (wasCurrent) renderCurrent();
   toast("Chat deleted.", "Undo", async () => {
     if (!state.chats.includes(chat)) state.chats.push(chat);
+    chat.version = 0;   // saved anew
     await saveChat(chat);
     if (!state.current || state.current.messages.length === 0) {
       state.current = chat;
@@ -116,6 +122,19 @@ export async function deleteChat(id) {
     }
     renderChatList();
   }, 6000);
+}
+
+/** Another tab deleted `chat`: it leaves this tab's list too (and the screen, saying so). */
+export function removeDeleted(chat) {
+  const i = state.chats.indexOf(chat);
+  if (i >= 0) state.chats.splice(i, 1);
+  if (state.current === chat) {
+    state.current = null;
+    rememberOpen(null);
+    renderCurrent();
+    toast("This chat was deleted in another tab or window.");
+  }
+  renderChatList();
 }
 
 function dropEmptyDraft() {
@@ -130,6 +149,7 @@ export function newChat(mode) {
   dropEmptyDraft();
   if (mode) state.newMode = mode;
   state.current = null;
+  state.draftSystem = undefined;
   rememberOpen(null);
   renderCurrent();
   renderChatList();
@@ -142,7 +162,12 @@ export function newChat(mode) {
 export function ensureChat() {
   if (!state.current) {
     const now = Date.now();
-    state.current = { id: newId(), title: "New chat", mode: state.newMode, created: now, updated: now, messages: [] };
+    state.current = { id: newId(), title: "New chat", mode: state.newMode, created: now, updated: now, version: 0,
+      nodes: [], leaf: null, messages: [] };
+    if (state.newMode === "chat") {
+      state.current.system = state.draftSystem !== undefined ? state.draftSystem : effective().system_prompt;
+    }
+    refresh(state.current);
     rememberOpen(state.current);
   }
   if (!state.chats.includes(state.current)) state.chats.push(state.current);

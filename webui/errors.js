@@ -6,7 +6,7 @@ export const STOPPED = "The app has stopped. Start it again, then reload this pa
 export const APP_SIDE = "Something went wrong on the app's side. Try again; if it keeps happening, close the app and start it again.";
 export const NOT_A_CHAT = "This file is not a chat saved by this app.";
 const NEEDS_KEY = "This app asks for an access key. Open Settings and enter the key you were given.";
-const TOO_LONG = "This conversation is now too long for the model to read. Start a New chat.";
+const TOO_LONG = "This is more than the model can read at once, even without the older messages. Shorten your message (or attach a shorter part), or start a New chat.";
 const BUSY = "The model is busy. Try again in a moment.";
 
 /** The technical text of an error: its message and HTTP status. */

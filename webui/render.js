@@ -1,11 +1,13 @@
 // The conversation on screen: chat messages (model replies as Markdown), or, in text-completion
 // mode, one document where the model's continuations follow the user's text.
 import { sentChips } from "./attach.js";
+import { showRead } from "./readparts.js";
 import { foldAll, foldIfLong } from "./fold.js";
 import { renderMarkdown } from "./markdown.js";
 import { INTERRUPTED } from "./save.js";
 import { state, ui } from "./state.js";
 import { copyWithFeedback, el } from "./util.js";
+import { cutLine, editButton, gaugeWords, systemBar, versionNav } from "./versions.js";
 import { countOf, durationText, speedText } from "./words.js";
 
 export function isNearBottom() {
@@ -53,11 +55,13 @@ export function renderCurrent() {
   if (isComplete(chat) && msgs.length) {
     box.appendChild(buildDocument(chat));
   } else {
+    if (!isComplete(chat) && !(!chat && state.newMode === "complete")) box.appendChild(systemBar(chat));
     for (const m of msgs) {
       const node = buildMessage(m);
       box.appendChild(node);
       markIfStreaming(node, m);
     }
+    markCut(cutOf(msgs));
   }
   foldAll(box);
   refreshLastActions();
@@ -150,9 +154,38 @@ function buildMessage(m) {
   node.setAttribute("data-testid", "message-" + m.role);
   node._msg = m;
   node.appendChild(el("div", "content"));
-  node.appendChild(buildFooter(m.role === "assistant"));
+  const footer = buildFooter(m.role === "assistant");
+  if (m.role === "user") footer.appendChild(editButton());
+  const nav = versionNav(state.current, m);
+  if (nav) footer.prepend(nav);
+  node.appendChild(footer);
   fillMessage(node, m);
   return node;
+}
+
+/** The id of the first message the latest reply's model read, when older ones were left out. */
+function cutOf(msgs) {
+  for (let i = msgs.length - 1; i >= 0; i--) {
+    const m = msgs[i];
+    if (m.role !== "assistant") continue;
+    if (state.gen && state.gen.msg === m) {
+      if (state.gen.readFrom) return state.gen.readFrom;
+      continue;   // its request is being planned: the reply before it says where the cut was
+    }
+    return m.stats && m.stats.read_from;
+  }
+  return null;
+}
+
+/** Draw "The model no longer reads the messages above this line." above message `id` (and nowhere else). */
+export function markCut(id) {
+  for (const line of ui.messages.querySelectorAll(".context-cut")) line.remove();
+  if (!id) return;
+  const nodes = [...ui.messages.querySelectorAll(".message")];
+  const at = nodes.findIndex((n) => n._msg && n._msg.id === id);
+  if (at < 0) return;
+  const files = nodes.slice(0, at).some((n) => n._msg.attachments && n._msg.attachments.length);
+  nodes[at].before(cutLine(files));
 }
 
 function typingDots() {
@@ -177,7 +210,9 @@ export function fillMessage(node, m) {
   const content = node.querySelector(".content");
   if (m.role === "assistant") {
     content.classList.add("markdown");
-    content.replaceChildren(m.content ? renderMarkdown(m.content) : waiting ? typingDots() : "");
+    showThinking(node, content, m);
+    content.replaceChildren(m.content ? renderMarkdown(m.content) : waiting && !m.thinking ? typingDots() : "");
+    showRead(node, m);
   } else {
     content.textContent = m.content;
     const files = node.querySelector(".message-files");
@@ -186,6 +221,26 @@ export function fillMessage(node, m) {
   }
   node.querySelector(".stats").textContent = statsText(m.stats);
   node.classList.toggle("interrupted", wasInterrupted(m));
+}
+
+/** A reasoning model's thinking, folded above the answer as "Thinking… (12 s)"; updated in place
+ * while it streams, so a block the reader opened stays open. */
+function showThinking(node, content, m) {
+  let box = node.querySelector(":scope > .thinking");
+  if (!m.thinking) {
+    if (box) box.remove();
+    return;
+  }
+  if (!box) {
+    box = el("details", "thinking");
+    box.setAttribute("data-testid", "thinking");
+    box.appendChild(el("summary"));
+    box.appendChild(el("div", "thinking-text"));
+    content.before(box);
+  }
+  const secs = (m.stats && typeof m.stats.thinking_seconds === "number") ? m.stats.thinking_seconds : m.thinking_seconds;
+  box.firstChild.textContent = "Thinking… (" + (secs || 0) + " s)";
+  box.lastChild.textContent = m.thinking;
 }
 
 const wasInterrupted = (m) => !!(m.stats && m.stats.finish === INTERRUPTED);
@@ -229,23 +284,18 @@ export function updateModeUi() {
     : "Type a message below. Your conversation stays on this computer.";
 }
 
+/** The context gauge under the composer: how full the model's memory was at the last reply. */
 export function updateStatusbar() {
   if (state.gen) return;
   const msgs = state.current && state.current.messages ? state.current.messages : [];
   const last = [...msgs].reverse().find((m) => m.role === "assistant" && m.stats);
   ui.tps.textContent = last ? speedText(last.stats.tokens, last.stats.tps) : "";
-  const used = last && last.stats.ctx_used;
-  if (used && state.nCtx) {
-    const full = used / state.nCtx > 0.85;
-    const share = Math.min(100, Math.max(1, Math.round((used / state.nCtx) * 100)));
-    ui.ctxUsed.textContent = "This chat fills " + share + "% of what the model can remember" + (full ? " · start a New chat soon" : "");
-    ui.ctxUsed.classList.toggle("warn", full);
-    ui.ctxUsed.title = countOf(used, "token", "tokens") + " of the model's " + countOf(state.nCtx, "token", "tokens") +
-      " (its context window)." + (full ? " Past that, it forgets the start of the chat: a New chat works best." : "");
-  } else {
-    ui.ctxUsed.textContent = "";
-    ui.ctxUsed.classList.remove("warn");
-  }
+  const gauge = gaugeWords(last && last.stats.ctx_used, state.nCtx, !!(last && last.stats.read_from));
+  ui.ctxUsed.textContent = gauge.text;
+  ui.ctxUsed.title = gauge.title;
+  ui.ctxUsed.classList.toggle("warn", gauge.full);
+  ui.ctxGauge.hidden = !gauge.text;
+  ui.ctxGauge.value = gauge.share;
 }
 
 /** Copy buttons (code blocks, messages, the document); regenerate is the caller's. */

@@ -37,7 +37,22 @@ export function effective() {
     system_prompt: typeof o.system_prompt === "string" ? o.system_prompt : state.defaults.system_prompt || "",
   };
   for (const f of FIELDS) out[f.key] = o[f.key] !== undefined ? o[f.key] : state.defaults[f.key];
+  out.context_overflow = o.context_overflow === "ask" ? "ask" : "forget";   // the page's own default: forget
   return out;
+}
+
+/** Make `values` (a preset: system_prompt and SAMPLING_KEYS; missing ones are the model's) this
+ * model's settings, keeping how long chats are handled. */
+export function applyValues(values) {
+  const o = overrides();
+  for (const k of ["system_prompt", ...SAMPLING_KEYS]) {
+    const v = values[k];
+    const d = k === "system_prompt" ? state.defaults.system_prompt || "" : state.defaults[k];
+    if (v === undefined || v === d) delete o[k];
+    else o[k] = v;
+  }
+  saveSettings();
+  fillSettings();
 }
 
 export function loadSettings() {
@@ -46,6 +61,12 @@ export function loadSettings() {
     store.models = s.models && typeof s.models === "object" ? s.models : {};
     store.api_key = typeof s.api_key === "string" ? s.api_key : "";
   }
+}
+
+let onChanged = () => {};
+/** presets.js: fn() after the settings changed (the preset shown may change with them). */
+export function setSettingsHook(fn) {
+  onChanged = fn;
 }
 
 let pushTimer = 0;
@@ -69,6 +90,7 @@ export async function syncSettings() {
       store.models[state.model] = saved;
       saveJSON(SETTINGS_KEY, store);
       fillSettings();
+      onChanged();
     } else if (Object.keys(overrides()).length) {
       saveSettings();
     }
@@ -88,6 +110,7 @@ export function fillSettings() {
     input.removeAttribute("aria-invalid");
   }
   ui.apiKey.value = store.api_key || "";
+  (e.context_overflow === "ask" ? ui.overflowAsk : ui.overflowForget).checked = true;
   ui.settingsError.textContent = "";
 }
 
@@ -98,6 +121,7 @@ function onSettingInput(ev) {
     if (target.value === (state.defaults.system_prompt || "")) delete o.system_prompt;
     else o.system_prompt = target.value;
     saveSettings();
+    onChanged();
     return;
   }
   if (target === ui.apiKey) {
@@ -105,6 +129,13 @@ function onSettingInput(ev) {
     saveSettings();
     return;
   }
+  if (target.name === "context-overflow") {
+    if (target.value === "ask") o.context_overflow = "ask";
+    else delete o.context_overflow;
+    saveSettings();
+    return;
+  }
+  if (!target.closest(".field-grid")) return;   // the presets' own controls (presets.js)
   const errors = [];
   for (const f of FIELDS) {
     const input = ui[f.input];
@@ -131,6 +162,7 @@ function onSettingInput(ev) {
   }
   ui.settingsError.textContent = errors.join(" ");
   saveSettings();
+  onChanged();
 }
 
 export function openSettings() {
@@ -157,10 +189,14 @@ export function wireSettings() {
   ui.settingsBackdrop.addEventListener("click", closeSettings);
   ui.settingsForm.addEventListener("submit", (ev) => ev.preventDefault());
   ui.settingsForm.addEventListener("input", onSettingInput);
+  ui.settingsForm.addEventListener("change", (ev) => {
+    if (ev.target.name === "context-overflow") onSettingInput(ev);   // radio buttons say so on change
+  });
   ui.settingsReset.addEventListener("click", () => {
     store.models[state.model] = {};
     saveSettings();
     fillSettings();
+    onChanged();
     toast("Settings reset to the model's defaults.");
   });
 }

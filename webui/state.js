@@ -20,4 +20,5 @@ export const state = {
   current: null,      // the chat on screen (may be an unsaved empty draft)
   gen: null,          // the reply being generated
   newMode: "chat",    // the mode a new chat starts in ("chat" or "complete")
+  draftSystem: undefined,   // instructions set for the chat not yet begun (else Settings' are used)
 };

@@ -6,12 +6,15 @@ import { requestContent, restoreFiles } from "./attach.js";
 import { renderChatList } from "./chatlist.js";
 import { plainError } from "./errors.js";
 import { showPromptProgress } from "./progress.js";
-import { addNotice, fillMessage, isNearBottom, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
+import { planContext } from "./context.js";
+import { readFromResponse, readText } from "./readparts.js";
+import { addNotice, fillMessage, isNearBottom, markCut, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
   updateStatusbar } from "./render.js";
 import { saveChat, saveNowAndThen } from "./save.js";
 import { apiKey, effective, openSettings, SAMPLING_KEYS } from "./settings.js";
 import { state, ui } from "./state.js";
-import { toast } from "./util.js";
+import { addMessage, removeMessage } from "./tree.js";
+import { el, toast } from "./util.js";
 import { countOf, speedText } from "./words.js";
 
 const SEP = /\r\n\r\n|\n\n|\r\r/;
@@ -22,7 +25,8 @@ export function setComposerHook(fn) {
   onComposerChange = fn;
 }
 
-function buildRequest(chat) {
+/** [path, body] of the request for `chat`'s next reply; in chat mode, the turns that fit (context.js). */
+async function buildRequest(chat, gen) {
   const e = effective();
   const body = { model: state.model, stream: true, stream_options: { include_usage: true }, return_progress: true };
   for (const k of SAMPLING_KEYS) {
@@ -34,10 +38,40 @@ function buildRequest(chat) {
     if (body.max_tokens === undefined) body.max_tokens = state.defaults.completion_max_tokens;   // the server's
     return ["/v1/completions", body];
   }
+  const system = systemPromptOf(chat);
+  const plan = await planContext(done, system, e.max_tokens);
+  if (plan.dropped && e.context_overflow === "ask" && !gen.force) {
+    gen.asked = true;   // Settings say: stop and ask (finishGeneration asks)
+    return [null, null];
+  }
+  gen.readFrom = plan.first;
+  if (plan.first && state.current === chat) markCut(plan.first);
   body.messages = [];
-  if (e.system_prompt && e.system_prompt.trim()) body.messages.push({ role: "system", content: e.system_prompt });
-  for (const m of done) body.messages.push({ role: m.role, content: requestContent(m) });
+  if (system && system.trim()) body.messages.push({ role: "system", content: system });
+  for (const m of plan.send) body.messages.push({ role: m.role, content: requestContent(m) });
   return ["/v1/chat/completions", body];
+}
+
+/** The instructions `chat` is sent with: its own, else (a chat from before they were kept per chat) Settings'. */
+export function systemPromptOf(chat) {
+  return chat && typeof chat.system === "string" ? chat.system : effective().system_prompt;
+}
+
+/** A reasoning model's thinking (`reasoning_content` deltas) goes to msg.thinking, timed for the
+ * folded "Thinking… (12 s)" block; the next request sends only `content`, as the templates expect. */
+function addThinking(gen, text) {
+  if (typeof text !== "string" || !text) return false;
+  const now = performance.now();
+  if (!gen.tThink) gen.tThink = now;
+  gen.msg.thinking = (gen.msg.thinking || "") + text;
+  gen.msg.thinking_seconds = Math.round((now - gen.tThink) / 1000);
+  return true;
+}
+
+function endThinking(gen, end) {
+  if (!gen.tThink) return;
+  const until = gen.tFirst && gen.tFirst > gen.tThink ? gen.tFirst : end;
+  gen.msg.thinking_seconds = Math.round((until - gen.tThink) / 1000);
 }
 
 function httpError(status, body) {
@@ -46,19 +80,24 @@ function httpError(status, body) {
   return new ApiError(msg, status);
 }
 
-/** Ask for the next reply of `chat`; opts.userMsg (a new message) or opts.previous (regenerate). */
+/** Ask for the next reply of `chat`; opts.userMsg (a new message) or opts.previous (regenerate: the
+ * new reply is its sibling, and a failed one shows the old one again). */
 export async function generate(chat, opts) {
-  const msg = { role: "assistant", content: "", stats: null };
-  chat.messages.push(msg);
+  const msg = addMessage(chat, { role: "assistant", content: "", stats: null },
+    opts.previous ? opts.previous.parent : undefined);
   const gen = {
-    chat, msg, node: null, controller: new AbortController(),
+    chat, msg, node: null, controller: new AbortController(), readFrom: null, force: !!opts.force, asked: false,
     t0: performance.now(), tFirst: 0, tLast: 0, deltas: 0, usage: null, finish: null, stopped: false,
     error: null, raf: 0, pending: 0, lastSave: Date.now(), lastRender: 0, renderCost: 0,
   };
   state.gen = gen;
   if (state.current === chat) {
-    gen.node = placeReply(chat, msg);
-    gen.node.classList.add("streaming");
+    if (opts.previous) {
+      renderCurrent();   // the old reply gives way to its new version (‹ 2/2 ›); the redraw marks it streaming
+    } else {
+      gen.node = placeReply(chat, msg);
+      gen.node.classList.add("streaming");
+    }
     scrollToBottom();
   }
   onComposerChange();
@@ -68,10 +107,13 @@ export async function generate(chat, opts) {
 
   const headers = { "Content-Type": "application/json", Accept: "text/event-stream" };
   if (apiKey()) headers.Authorization = "Bearer " + apiKey();
-  const [path, body] = buildRequest(chat);
   try {
+    const [path, body] = await buildRequest(chat, gen);
+    if (!path) return finishGeneration(gen, opts);
     const resp = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: gen.controller.signal, cache: "no-store" });
     if (!resp.ok) throw httpError(resp.status, await readBody(resp));
+    msg.read = readText(readFromResponse(resp));   // which parts of a long file it reads, shown at once
+    if (msg.read && gen.node) fillMessage(gen.node, msg);
     await readStream(gen, resp.body.getReader());
   } catch (err) {
     if (err && err.name === "AbortError") {
@@ -130,6 +172,7 @@ function handleEvent(gen, block) {
   for (const ch of Array.isArray(obj.choices) ? obj.choices : []) {
     if (!ch || (ch.index !== undefined && ch.index !== 0)) continue;
     const piece = ch.delta && typeof ch.delta.content === "string" ? ch.delta.content : typeof ch.text === "string" ? ch.text : "";
+    if (ch.delta && addThinking(gen, ch.delta.reasoning_content)) scheduleRender(gen);
     if (piece) {
       const now = performance.now();
       if (!gen.tFirst) gen.tFirst = now;
@@ -182,13 +225,13 @@ function finishGeneration(gen, opts) {
   const end = performance.now();
   state.gen = null;
 
-  if (!msg.content) {
-    // Nothing came back: take the empty reply out again.
-    chat.messages.splice(chat.messages.indexOf(msg), 1);
-    if (opts.previous) {
-      chat.messages.push(opts.previous);   // a failed regenerate keeps the old reply
-    } else if (opts.userMsg && chat.messages[chat.messages.length - 1] === opts.userMsg) {
-      chat.messages.pop();   // the unanswered message goes back into the box
+  endThinking(gen, end);
+  if (!msg.content && !msg.thinking) {
+    // Nothing came back: take the empty reply out again (a failed regenerate shows the old reply).
+    removeMessage(chat, msg, opts.previous ? opts.previous.id : msg.parent);
+    if (opts.userMsg && chat.leaf === opts.userMsg.id) {
+      // the unanswered message goes back into the box; the branch shown is the one before it
+      removeMessage(chat, opts.userMsg);
       if (!ui.prompt.value.trim() && state.current === chat) {
         ui.prompt.value = opts.userMsg.content;
         ui.prompt.dispatchEvent(new Event("input"));
@@ -199,7 +242,9 @@ function finishGeneration(gen, opts) {
     renderChatList();
     if (state.current === chat) {
       renderCurrent();
-      if (gen.error) {
+      if (gen.asked) {
+        askToForget(opts);
+      } else if (gen.error) {
         addNotice("No reply came. " + gen.error.text + (opts.userMsg ? " Your message is back in the box below." : ""),
           "error", gen.error.detail);
       } else if (gen.stopped && opts.userMsg) addNotice("Stopped before the reply started. Your message is back in the box below.", "info");
@@ -224,7 +269,10 @@ function finishGeneration(gen, opts) {
     ttft: gen.tFirst ? Math.round(gen.tFirst - gen.t0) : undefined,
     prompt_tokens: typeof u.prompt_tokens === "number" ? u.prompt_tokens : undefined,
     ctx_used: typeof u.prompt_tokens === "number" && typeof u.completion_tokens === "number" ? u.prompt_tokens + u.completion_tokens : undefined,
+    read_from: gen.readFrom || undefined,   // the first message the model read: older ones were left out
     finish: gen.stopped ? "stopped" : gen.error ? "error" : gen.finish || undefined,
+    thinking_seconds: msg.thinking ? msg.thinking_seconds : undefined,
+    read: msg.read || undefined,
   };
   chat.updated = Date.now();
   saveChat(chat);
@@ -238,6 +286,26 @@ function finishGeneration(gen, opts) {
   onComposerChange();
   updateStatusbar();
   refreshLastActions();
+}
+
+export const TOO_LONG_ASK = "This chat is now longer than the model can read at once.";
+
+/** Settings say "stop and ask": offer to forget the oldest messages (opts.again(true) goes on), or a new chat. */
+function askToForget(opts) {
+  const n = addNotice(TOO_LONG_ASK + (opts.userMsg ? " Your message is back in the box below." : ""), "info");
+  n.setAttribute("data-testid", "ask-forget");
+  const go = el("button", "button small", "Forget the oldest messages and go on");
+  go.type = "button";
+  go.setAttribute("data-testid", "forget-and-go");
+  go.addEventListener("click", () => {
+    n.remove();
+    if (opts.again) opts.again(true);
+  });
+  const fresh = el("button", "button small ghost", "Start a new chat");
+  fresh.type = "button";
+  fresh.addEventListener("click", () => ui.newChat.click());
+  n.append(" ", go, " ", fresh);
+  go.focus();
 }
 
 export function stopGeneration() {

@@ -6,11 +6,13 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from llmpack.bench import workloads
 from llmpack.bench.client import Endpoint
 from llmpack.bench.runner import Percentiles, RunStats, run
 from llmpack.errors import LlmpackError
+from llmpack.runtime.engine.trace_summary import TraceSummary, summarize
 
 
 def plan(args: argparse.Namespace) -> list[tuple[workloads.Workload, int]]:
@@ -31,7 +33,11 @@ def plan(args: argparse.Namespace) -> list[tuple[workloads.Workload, int]]:
     return runs
 
 
-def benchmark(ep: Endpoint, runs: list[tuple[workloads.Workload, int]], progress: bool = True) -> list[RunStats]:
+def benchmark(ep: Endpoint, runs: list[tuple[workloads.Workload, int]], progress: bool = True,
+              trace: Path | None = None) -> list[RunStats]:
+    """Run each (workload, level). `trace`: the file the server writes its step trace to
+    (`llmpack run --trace-steps FILE`); each result then carries the summary of the steps its run
+    added (`RunStats.trace`)."""
     from tqdm import tqdm   # lazy: only with a progress bar (not --no-progress / --json)
 
     total = sum(len(w.requests) for w, _ in runs)
@@ -39,8 +45,23 @@ def benchmark(ep: Endpoint, runs: list[tuple[workloads.Workload, int]], progress
     with tqdm(total=total, unit="req", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
         for workload, level in runs:
             bar.set_description(f"{workload.name} x{level}")
-            results.append(run(ep, workload, level, on_done=lambda _res: bar.update(1)))
+            start = trace.stat().st_size if trace is not None and trace.exists() else 0
+            result = run(ep, workload, level, on_done=lambda _res: bar.update(1))
+            if trace is not None:
+                result.trace = trace_since(trace, start)
+            results.append(result)
     return results
+
+
+def trace_since(path: Path, offset: int) -> TraceSummary:
+    """The summary of the step-trace lines written after byte `offset` (the server flushes each
+    line as its step ends)."""
+    if not path.exists():
+        raise LlmpackError(f"no step trace at {path}: start the server with --trace-steps {path}")
+    with path.open("rb") as f:
+        f.seek(offset)
+        text = f.read().decode("utf-8", errors="replace")
+    return summarize(text.splitlines())
 
 
 def _ms(p: Percentiles | None, attr: str) -> str:
@@ -76,7 +97,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise LlmpackError(f"cannot reach an OpenAI-compatible server at {args.url}: {exc}") from None
     runs = plan(args)
     started = time.time()
-    results = benchmark(ep, runs, progress=not args.no_progress)
+    trace = Path(args.trace) if getattr(args, "trace", None) else None
+    results = benchmark(ep, runs, progress=not args.no_progress, trace=trace)
     if args.json:
         json.dump({"url": args.url, "model": model, "started": started, "results": [r.to_dict() for r in results]},
                   sys.stdout, indent=2)
@@ -84,4 +106,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         print(f"{args.url}  model {model}")
         print(table(results))
+        for r in results:
+            if r.trace is not None:
+                print(f"\nstep trace, {r.workload} x{r.concurrency}:\n  " + "\n  ".join(r.trace.lines()))
     return 1 if any(r.errors for r in results) else 0

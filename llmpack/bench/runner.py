@@ -9,10 +9,13 @@ import math
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from llmpack.bench.client import Endpoint, RequestResult, stream_request
 from llmpack.bench.workloads import Workload
+
+if TYPE_CHECKING:
+    from llmpack.runtime.engine.trace_summary import TraceSummary
 
 
 @dataclass(slots=True)
@@ -45,6 +48,7 @@ class RunStats:
     itl_s: Percentiles | None
     e2e_s: Percentiles | None
     first_errors: list[str]
+    trace: "TraceSummary | None" = None   # the server's step trace over this run (`llmpack bench --trace`)
 
     def to_dict(self) -> dict:
         return asdict(self)

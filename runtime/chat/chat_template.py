@@ -40,6 +40,7 @@ _INTERNAL_NAMES = frozenset({
     "tb_frame", "tb_next", "co_code",
 })
 _DUNDER = re.compile(r"_+\w*__")
+_FORMAT = frozenset({"format", "format_map"})   # str.format reaches attributes through "{0.x}"
 
 
 class ChatTemplateError(LlmpackError):
@@ -128,12 +129,29 @@ _ENV = _make_env()
 
 
 def _refuse_internals(tree: nodes.Template) -> None:
-    """Reject a parsed template that names Python internals anywhere, before any of it runs."""
-    for node in tree.find_all((nodes.Getattr, nodes.Const)):
+    """Reject a parsed template that names Python internals anywhere, before any of it runs:
+    an attribute, or a string with `__` anywhere in it (`"{0.__init__.__globals__}"` reaches
+    them through str.format), and any call of str.format / format_map however it is named
+    (`.format(...)`, `['format'](...)`, `|attr('format')(...)`). Jinja's printf-style `|format`
+    filter and reading a `format` key (`param.format` of a JSON schema) stay allowed."""
+    for node in tree.find_all((nodes.Getattr, nodes.Const, nodes.Call)):
         if isinstance(node, nodes.Getattr) and _is_internal(node.attr):
             raise _internals(f"'.{node.attr}' on line {node.lineno}")
-        if isinstance(node, nodes.Const) and isinstance(node.value, str) and _DUNDER.fullmatch(node.value):
-            raise _internals(f"{node.value!r} on line {node.lineno}")
+        if isinstance(node, nodes.Const) and isinstance(node.value, str) \
+                and ("__" in node.value or _DUNDER.fullmatch(node.value)):
+            raise _internals(f"{node.value[:40]!r} on line {node.lineno}")
+        if isinstance(node, nodes.Call) and _names_format(node.node):
+            raise _internals(f"a call of str.format on line {node.lineno}")
+
+
+def _names_format(callee: nodes.Node) -> bool:
+    if isinstance(callee, nodes.Getattr):
+        return callee.attr in _FORMAT
+    if isinstance(callee, nodes.Getitem):
+        return isinstance(callee.arg, nodes.Const) and callee.arg.value in _FORMAT
+    if isinstance(callee, nodes.Filter) and callee.name == "attr":
+        return any(isinstance(a, nodes.Const) and a.value in _FORMAT for a in callee.args)
+    return False
 
 
 @lru_cache(maxsize=64)

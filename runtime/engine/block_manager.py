@@ -8,28 +8,32 @@ pool into fixed-size blocks of `block_size` cells for accounting, vLLM-style:
 - blocks are allocated on demand and reference-counted; a block shared by several
   sequences (a cached prefix, or a prompt shared by n samples) is counted once;
 - a full block is keyed by a sha256 digest chained over the previous block's digest and its
-  own token ids, and registered in `hash_to_block_id` (the prefix cache). The key stands for
-  the whole prefix up to the block's end, so it must be collision-resistant: with Python's
-  64-bit `hash()` one user could craft a prompt whose chain collides with another's and have
-  the other's later blocks served on top of their own prefix (vLLM GHSA-rm76-4mrf-v9r8).
-  A block no sequence references any more stays cached, evictable in LRU order.
+  own token ids, and registered in `hash_to_block` (the prefix cache). The key stands for the
+  whole prefix up to the block's end, so it must be collision-resistant: with Python's 64-bit
+  `hash()` one user could craft a prompt whose chain collides with another's and have the
+  other's later blocks served on top of their own prefix (vLLM GHSA-rm76-4mrf-v9r8). A
+  request's `cache_salt` seeds the chain, so requests with different salts never share blocks;
+- every block no sequence references is in the one `free_queue` (free_block_queue.py):
+  blocks caching nothing in front, cached ones behind in LRU order; taking a cached block
+  evicts it.
 
-A block's cells live in llama.cpp only as members of some sequence id, so each block
-records its `holders`: the llama.cpp sequence ids whose memory includes its positions.
-A finished sequence's id keeps holding its cached blocks (a "zombie" holder) until they
-are evicted or its id is needed again; reusing a cached block is
-`seq_cp(holder, new_seq, k*bs, (k+1)*bs)`. Because our count of used cells is never
-below llama.cpp's, llama.cpp never runs out of cells before we do.
+A block's cells live in llama.cpp only as members of some sequence id, so each block records
+its `holders`. When a sequence ends, its id stays a holder of the cached blocks nobody else
+holds: the id is *parked* (`parked_ids`) until those blocks are evicted or the id is needed
+again; reusing a cached block is `seq_cp(holder, new_seq, k*bs, (k+1)*bs)`. Because our count
+of used cells is never below llama.cpp's, llama.cpp never runs out of cells before we do.
 """
 from __future__ import annotations
 
 import hashlib
 from array import array
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
 from typing import Protocol
 
+from llmpack.runtime.engine.free_block_queue import Block, FreeBlockQueue
 from llmpack.runtime.engine.sequence import Sequence
+
+__all__ = ["Block", "BlockManager", "KVOps", "chain_hash", "prefix_root"]
 
 
 class KVOps(Protocol):
@@ -38,20 +42,21 @@ class KVOps(Protocol):
     def seq_pos_max(self, seq_id: int) -> int: ...
 
 
-@dataclass(slots=True, eq=False)
-class Block:
-    block_id: int
-    ref_count: int = 0
-    hash: bytes | None = None              # set once full and registered in the prefix cache
-    token_ids: tuple[int, ...] = ()
-    index: int = -1                        # position of this block in its sequences' tables
-    holders: set[int] = field(default_factory=set)
+_ROOT = b"llmpack-prefix-root"
+
+
+def prefix_root(cache_salt: str | None) -> bytes:
+    """What the first block's digest chains from: a constant, or the salt's own digest, so two
+    salts (or a salt and none) never produce the same chain for the same tokens."""
+    if cache_salt is None:
+        return _ROOT
+    return hashlib.sha256(b"llmpack-prefix-salt\0" + cache_salt.encode("utf-8")).digest()
 
 
 def chain_hash(prev: bytes | None, token_ids: tuple[int, ...]) -> bytes:
     """sha256(previous block's digest || this block's token ids as int32): names the whole
     prefix. About a microsecond per 16-token block (benchmarks/prefix_hash.py)."""
-    h = hashlib.sha256(prev or b"llmpack-prefix-root")
+    h = hashlib.sha256(prev or _ROOT)
     h.update(array("i", token_ids).tobytes())
     return h.digest()
 
@@ -64,12 +69,11 @@ class BlockManager:
         self.kv = kv
         self.enable_prefix_cache = enable_prefix_cache
         self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_block_ids: deque[int] = deque(range(num_blocks))
-        self.cached_free: OrderedDict[int, None] = OrderedDict()   # ref 0, hashed; oldest first
-        self.hash_to_block_id: dict[bytes, int] = {}
-        self.free_llama_seqs: deque[int] = deque(range(num_llama_seqs))
+        self.free_queue = FreeBlockQueue(self.blocks)
+        self.hash_to_block: dict[bytes, Block] = {}
+        self.idle_ids: deque[int] = deque(range(num_llama_seqs))    # hold no cells
+        self.parked_ids: OrderedDict[int, None] = OrderedDict()     # ended, still holding cached blocks; oldest first
         self.held_by: dict[int, set[int]] = {s: set() for s in range(num_llama_seqs)}
-        self.zombies: OrderedDict[int, None] = OrderedDict()        # finished ids still holding cache
         self.prefix_queries = 0   # prompt tokens looked up
         self.prefix_hits = 0      # of those, found cached
         self.peak_used_blocks = 0
@@ -77,50 +81,40 @@ class BlockManager:
     # ---- capacity ----------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free_block_ids) + len(self.cached_free)
+        return len(self.free_queue)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - self.num_free_blocks
+        return self.num_blocks - len(self.free_queue)
 
-    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
-        total = seq.num_computed_tokens + num_new_tokens
-        return max(0, -(-total // self.block_size) - len(seq.block_table))
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks registered in the prefix cache, referenced or not."""
+        return len(self.hash_to_block)
 
     # ---- llama.cpp sequence ids ---------------------------------------------------------
     def assign_llama_seq(self, seq: Sequence) -> bool:
-        if not self.free_llama_seqs and self.zombies:
-            self._reclaim(next(iter(self.zombies)))
-        if not self.free_llama_seqs:
+        if not self.idle_ids and self.parked_ids:
+            self._reclaim(next(iter(self.parked_ids)))
+        if not self.idle_ids:
             return False
-        seq.llama_seq = self.free_llama_seqs.popleft()
+        seq.llama_seq = self.idle_ids.popleft()
         return True
 
     def release_llama_seq(self, seq: Sequence) -> None:
         """Give back an id that holds nothing yet (admission failed)."""
         assert not self.held_by[seq.llama_seq]
-        self.free_llama_seqs.appendleft(seq.llama_seq)
+        self.idle_ids.appendleft(seq.llama_seq)
         seq.llama_seq = -1
 
     def _reclaim(self, sid: int) -> None:
-        """Free a zombie id: hand its blocks to another holder or evict them."""
+        """Un-park an id: its cached blocks that no one else holds are evicted."""
         for bid in list(self.held_by[sid]):
             block = self.blocks[bid]
             if len(block.holders) > 1:
                 self._drop_holder(block, sid)
             else:
-                self._evict(block)
-        self._free_id_if_idle(sid)
-
-    def _free_id_if_idle(self, sid: int) -> None:
-        """Free a zombie id once it holds nothing (idempotent: eviction may get there first)."""
-        if sid in self.zombies and not self.held_by[sid]:
-            del self.zombies[sid]
-            self._release_id(sid)
-
-    def _release_id(self, sid: int) -> None:
-        self.kv.seq_rm(sid, -1, -1)
-        self.free_llama_seqs.append(sid)
+                self._evict(block)          # un-parks sid once it holds nothing
 
     # ---- prefix cache -------------------------------------------------------------------
     def match_prefix(self, seq: Sequence) -> list[int]:
@@ -129,48 +123,17 @@ class BlockManager:
         if not self.enable_prefix_cache:
             return []
         bs = self.block_size
-        limit = (seq.num_tokens - 1) // bs
         hits: list[int] = []
-        prev: bytes | None = None
-        for k in range(limit):
+        prev = prefix_root(seq.cache_salt)
+        for k in range((seq.num_tokens - 1) // bs):
             tokens = tuple(seq.token_ids[k * bs:(k + 1) * bs])
             h = chain_hash(prev, tokens)
-            bid = self.hash_to_block_id.get(h)
-            if bid is None or self.blocks[bid].token_ids != tokens:
+            block = self.hash_to_block.get(h)
+            if block is None or block.token_ids != tokens:
                 break
-            hits.append(bid)
+            hits.append(block.block_id)
             prev = h
         return hits
-
-    # ---- allocation ---------------------------------------------------------------------
-    def allocate(self, seq: Sequence, hits: list[int], num_new_tokens: int) -> bool:
-        """Reserve blocks so that `num_new_tokens` more tokens of seq fit (after sharing the
-        cached `hits` at admission). Returns False, changing nothing, if they don't fit."""
-        bs = self.block_size
-        reused_from_free = sum(1 for b in hits if b in self.cached_free)
-        need = max(0, -(-(seq.num_computed_tokens + len(hits) * bs + num_new_tokens) // bs)
-                   - len(seq.block_table) - len(hits))
-        if need > self.num_free_blocks - reused_from_free:
-            return False
-        if hits:
-            for bid in hits:
-                block = self.blocks[bid]
-                self.cached_free.pop(bid, None)
-                block.ref_count += 1
-                src = next(iter(block.holders))
-                self.kv.seq_cp(src, seq.llama_seq, block.index * bs, (block.index + 1) * bs)
-                self._add_holder(block, seq.llama_seq)
-                seq.block_table.append(bid)
-                seq.block_hashes.append(block.hash)
-            seq.num_computed_tokens += len(hits) * bs
-        for _ in range(need):
-            block = self._take_free_block()
-            block.ref_count = 1
-            block.index = len(seq.block_table)
-            self._add_holder(block, seq.llama_seq)
-            seq.block_table.append(block.block_id)
-        self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
-        return True
 
     def note_lookup(self, seq: Sequence, num_hit_blocks: int) -> None:
         """Record the prefix-cache lookup of seq's prompt at its first admission (hit-rate
@@ -181,15 +144,54 @@ class BlockManager:
         self.prefix_hits += hit
         seq.num_cached_tokens = hit
 
+    def commit(self, seq: Sequence) -> None:
+        """Register seq's newly filled blocks in the prefix cache."""
+        if not self.enable_prefix_cache:
+            return
+        bs = self.block_size
+        for k in range(len(seq.block_hashes), seq.num_computed_tokens // bs):
+            tokens = tuple(seq.token_ids[k * bs:(k + 1) * bs])
+            h = chain_hash(seq.block_hashes[-1] if seq.block_hashes else prefix_root(seq.cache_salt), tokens)
+            seq.block_hashes.append(h)
+            block = self.blocks[seq.block_table[k]]
+            if block.hash is None and h not in self.hash_to_block:
+                block.hash, block.token_ids = h, tokens
+                self.hash_to_block[h] = block
+
+    # ---- allocation ---------------------------------------------------------------------
+    def allocate(self, seq: Sequence, hits: list[int], num_new_tokens: int) -> bool:
+        """Reserve blocks so that `num_new_tokens` more tokens of seq fit (after sharing the
+        cached `hits` at admission). Returns False, changing nothing, if they don't fit."""
+        bs = self.block_size
+        reused_from_free = sum(1 for b in hits if self.blocks[b].queued)
+        need = max(0, -(-(seq.num_computed_tokens + len(hits) * bs + num_new_tokens) // bs)
+                   - len(seq.block_table) - len(hits))
+        if need > len(self.free_queue) - reused_from_free:
+            return False
+        for bid in hits:
+            block = self.blocks[bid]
+            if block.queued:
+                self.free_queue.remove(block)
+            block.ref_count += 1
+            src = next(iter(block.holders))
+            self.kv.seq_cp(src, seq.llama_seq, block.index * bs, (block.index + 1) * bs)
+            self._add_holder(block, seq.llama_seq)
+            seq.block_table.append(bid)
+            seq.block_hashes.append(block.hash)
+        seq.num_computed_tokens += len(hits) * bs
+        for _ in range(need):
+            self._append_new_block(seq)
+        self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
+        return True
+
     def fork(self, parent: Sequence, child: Sequence) -> bool:
         """Share parent's computed prompt with child (n>1). Full blocks are shared by
         reference; the partial last block gets a block of the child's own, whose first
         cells are still shared in llama.cpp."""
         bs = self.block_size
         n = parent.num_computed_tokens
-        full = n // bs
-        partial = n % bs != 0
-        if partial and self.num_free_blocks < 1:
+        full, partial = n // bs, n % bs != 0
+        if partial and not self.free_queue:
             return False
         if not self.assign_llama_seq(child):
             return False
@@ -201,77 +203,65 @@ class BlockManager:
             child.block_table.append(bid)
         child.block_hashes = list(parent.block_hashes[:full])
         if partial:
-            block = self._take_free_block()
-            block.ref_count = 1
-            block.index = full
-            self._add_holder(block, child.llama_seq)
-            child.block_table.append(block.block_id)
+            self._append_new_block(child)
         child.num_computed_tokens = n
         self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
         return True
 
-    def commit(self, seq: Sequence) -> None:
-        """Register seq's newly filled blocks in the prefix cache."""
-        if not self.enable_prefix_cache:
-            return
-        bs = self.block_size
-        for k in range(len(seq.block_hashes), seq.num_computed_tokens // bs):
-            tokens = tuple(seq.token_ids[k * bs:(k + 1) * bs])
-            h = chain_hash(seq.block_hashes[-1] if seq.block_hashes else None, tokens)
-            seq.block_hashes.append(h)
-            block = self.blocks[seq.block_table[k]]
-            if block.hash is None and h not in self.hash_to_block_id:
-                block.hash, block.token_ids = h, tokens
-                self.hash_to_block_id[h] = block.block_id
-
     def free(self, seq: Sequence) -> None:
-        """Release seq's blocks (finished, aborted or preempted). Cached blocks stay in
-        llama.cpp under seq's id until evicted; the tail is released first so that it is
-        also evicted first."""
+        """Release seq's blocks (finished, aborted, preempted or failed). A cached block only
+        seq's id holds stays cached under that id, which is parked; every other block's cells
+        leave seq's id. The tail is released first so that it is also evicted first."""
         sid = seq.llama_seq
         for bid in reversed(seq.block_table):
             block = self.blocks[bid]
             block.ref_count -= 1
-            if block.ref_count > 0 or (block.hash is not None and len(block.holders) > 1):
+            if block.hash is None or block.holders != {sid}:
                 self._drop_holder(block, sid)
-            elif block.hash is None:
-                self._drop_holder(block, sid)
-                self._to_free_list(block)
-            if block.ref_count == 0 and block.hash is not None:
-                self.cached_free[bid] = None
-                self.cached_free.move_to_end(bid)
+            if block.ref_count == 0:
+                if block.hash is None:
+                    self._clear(block)
+                    self.free_queue.appendleft(block)
+                else:
+                    self.free_queue.append(block)
         seq.block_table.clear()
         seq.block_hashes.clear()
         seq.llama_seq = -1
         if self.held_by[sid]:
-            self.zombies[sid] = None
+            self.parked_ids[sid] = None
         else:
-            self._release_id(sid)
+            self.kv.seq_rm(sid, -1, -1)
+            self.idle_ids.append(sid)
 
     # ---- internals ----------------------------------------------------------------------
-    def _take_free_block(self) -> Block:
-        if self.free_block_ids:
-            return self.blocks[self.free_block_ids.popleft()]
-        bid, _ = self.cached_free.popitem(last=False)
-        block = self.blocks[bid]
-        self._evict(block, already_unlisted=True)
-        self.free_block_ids.remove(bid)
-        return block
+    def _append_new_block(self, seq: Sequence) -> None:
+        block = self.free_queue.popleft()
+        if block.hash is not None:
+            self._evict(block, queued=False)
+        block.ref_count = 1
+        block.index = len(seq.block_table)
+        self._add_holder(block, seq.llama_seq)
+        seq.block_table.append(block.block_id)
 
-    def _evict(self, block: Block, already_unlisted: bool = False) -> None:
+    def _evict(self, block: Block, queued: bool = True) -> None:
+        """Drop a cached, unreferenced block from the cache and from every id holding it; it
+        moves to the front of the free queue (or is being taken from it: queued=False)."""
         assert block.ref_count == 0
-        if not already_unlisted:
-            self.cached_free.pop(block.block_id, None)
         for sid in list(block.holders):
             self._drop_holder(block, sid)
-            self._free_id_if_idle(sid)
-        self._to_free_list(block)
+            if sid in self.parked_ids and not self.held_by[sid]:
+                del self.parked_ids[sid]
+                self.kv.seq_rm(sid, -1, -1)
+                self.idle_ids.append(sid)
+        self._clear(block)
+        if queued:
+            self.free_queue.remove(block)
+            self.free_queue.appendleft(block)
 
-    def _to_free_list(self, block: Block) -> None:
-        if block.hash is not None and self.hash_to_block_id.get(block.hash) == block.block_id:
-            del self.hash_to_block_id[block.hash]
+    def _clear(self, block: Block) -> None:
+        if block.hash is not None and self.hash_to_block.get(block.hash) is block:
+            del self.hash_to_block[block.hash]
         block.hash, block.token_ids, block.index = None, (), -1
-        self.free_block_ids.append(block.block_id)
 
     def _add_holder(self, block: Block, sid: int) -> None:
         block.holders.add(sid)

@@ -49,9 +49,11 @@ class EngineClient(Protocol):
         """Why the engine stopped, once it has (every request then fails); None while it serves."""
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None, prompt_progress: bool = False) -> OutputStream:
+                    request_id: str | None = None, prompt_progress: bool = False,
+                    cache_salt: str | None = None) -> OutputStream:
         """Submit: queue a request and return its stream. Raises PromptTooLongError,
-        QueueFullError, EngineDeadError, InvalidParameterError or GrammarError before queueing."""
+        QueueFullError, EngineDeadError, InvalidParameterError or GrammarError before queueing.
+        `cache_salt`: requests with different salts never share prefix-cache blocks."""
 
     def abort(self, request_id: str) -> None: ...
 

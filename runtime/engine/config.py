@@ -16,6 +16,10 @@ MAX_NUM_SEQS = 32               # --parallel
 MAX_WAITING = 256               # --max-waiting
 GPU_LAYERS = "auto"             # --gpu-layers
 FLASH_ATTN = "auto"             # --flash-attn
+SPECULATIVE = "auto"            # --speculative: auto | ngram | off (see speculative.py)
+N_BATCH = 2048                  # tokens one step may hold, as llama-server's n_batch
+N_UBATCH = 512                  # tokens llama.cpp computes at once; also one prompt's chunk per step
+SPECULATIVE_MODES = ("auto", "ngram", "off")
 
 
 @dataclass
@@ -23,7 +27,8 @@ class EngineConfig:
     model_path: str
     n_ctx: int = DEFAULT_N_CTX
     max_num_seqs: int = MAX_NUM_SEQS   # sequences decoded together
-    n_batch: int = 512                 # token budget of one step (prefill chunks + decode tokens)
+    n_batch: int = N_BATCH             # token budget of one step (prefill chunks + decode tokens)
+    n_ubatch: int = N_UBATCH           # llama.cpp's micro-batch; the most one prompt advances per step
     block_size: int = 16               # KV tokens per block of the paged cache
     gpu_layers: int | str = GPU_LAYERS   # N, "all" or "auto" (see hardware/placement.py)
     device: str | None = None          # --device: a GPU id such as "Vulkan1", "cpu", or None = auto
@@ -36,9 +41,14 @@ class EngineConfig:
     model_offset: int = 0              # > 0: the GGUF starts here inside model_path (a built program, read in place)
     model_length: int | None = None    # its size (None: to the end of the file)
     rpc: tuple[str, ...] = ()          # --rpc: "HOST:PORT" of RPC workers whose devices take layers (hardware/rpc.py)
+    trace_steps: str | None = None     # a file to append one JSON line per engine step to (see step_trace.py)
+    speculative: str = SPECULATIVE     # n-gram prompt-lookup drafting: "auto" | "ngram" | "off"
+    gpu_memory_utilization: float = 1.0   # share of the GPU's total memory --gpu-layers auto may fill (vLLM's)
 
     def __post_init__(self) -> None:
         self.gpu_layers = parse_gpu_layers(self.gpu_layers)
+        if self.speculative not in SPECULATIVE_MODES:
+            raise LlmpackError(f"--speculative must be one of {', '.join(SPECULATIVE_MODES)}, not {self.speculative!r}")
 
 
 def parse_gpu_layers(spec: int | str | None) -> int | str:

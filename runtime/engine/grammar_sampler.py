@@ -125,24 +125,32 @@ class VocabTables:
             return tables
 
 
-def check_with_llama(gbnf: str, vocab) -> None:
-    """Let llama.cpp parse the grammar once (it refuses e.g. left recursion); also warms the
-    vocabulary tables and the grammar's min_length on the caller's thread instead of the engine's."""
+def parse_with_llama(gbnf: str, vocab):
+    """Let llama.cpp parse the grammar (it refuses e.g. left recursion) and return its grammar
+    sampler, which a GrammarConstraint can take over; also warms the vocabulary tables and the
+    grammar's min_length on the caller's thread instead of the engine's."""
     smpl = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
     if not smpl:
         raise GrammarError("llama.cpp could not parse the grammar: check its GBNF syntax "
                            "(and that no rule is left-recursive)")
-    lc.llama_sampler_free(smpl)
     VocabTables.get(vocab)
     min_length(gbnf)
+    return smpl
+
+
+def check_with_llama(gbnf: str, vocab) -> None:
+    """parse_with_llama, keeping nothing (LLMEngine.check_grammar keeps the parse for the request)."""
+    lc.llama_sampler_free(parse_with_llama(gbnf, vocab))
 
 
 class GrammarConstraint:
     """The grammar state of one sequence."""
 
-    def __init__(self, gbnf: str, vocab, stop_token_ids: list[int]) -> None:
+    def __init__(self, gbnf: str, vocab, stop_token_ids: list[int], smpl=None) -> None:
+        """`smpl`: the grammar as `parse_with_llama` parsed it for this sequence (it is owned
+        from here on); None: parse it now."""
         self.tables = VocabTables.get(vocab)
-        self.smpl = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
+        self.smpl = smpl or lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
         if not self.smpl:
             raise GrammarError("llama.cpp could not parse the grammar")
         self.end_ids = {int(t) for t in stop_token_ids} | {self.tables.end_id}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import llama_cpp as lc
 import numpy as np
@@ -28,7 +28,11 @@ from llama_cpp import llama_cpp as bindings  # the package's own libllama handle
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.engine.config import EngineConfig
+from llmpack.runtime.engine.llama_batch import BatchPlan, LlamaBatch
 from llmpack.runtime.hardware.backends import load_backends
+
+if TYPE_CHECKING:
+    from llmpack.runtime.engine.scheduler import ScheduledChunk
 
 _backend_ready = False
 # llama_flash_attn_type. Neither setting makes the CPU kernels batch-invariant (a sequence's
@@ -189,7 +193,7 @@ class ModelRunner:
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = cfg.n_ctx
         cparams.n_batch = cfg.n_batch
-        cparams.n_ubatch = cfg.n_batch
+        cparams.n_ubatch = min(cfg.n_ubatch, cfg.n_batch)
         self.n_seq_max = cfg.n_seq_max or min(lc.llama_max_parallel_sequences(), max(64, 2 * cfg.max_num_seqs))
         cparams.n_seq_max = self.n_seq_max
         cparams.n_outputs_max = self.n_seq_max
@@ -212,8 +216,9 @@ class ModelRunner:
         # more tokens than its n_batch is a GGML_ASSERT that aborts the process, so the budget
         # every step is planned with (the engine's scheduler reads it here) is llama.cpp's own.
         self.n_batch = min(cfg.n_batch, lc.llama_n_batch(self.ctx))
+        self.n_ubatch = min(self.n_batch, lc.llama_n_ubatch(self.ctx))
         self.mem = lc.llama_get_memory(self.ctx)
-        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self._batch = LlamaBatch(self.n_batch)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self.bos_id = lc.llama_vocab_bos(self.vocab)
 
@@ -248,25 +253,48 @@ class ModelRunner:
         return model_meta(self.model, key)
 
     # ---- decoding -----------------------------------------------------------------------
+    def build(self, chunks: "list[ScheduledChunk]") -> BatchPlan:
+        """The rows of one llama_decode for the scheduled chunks: each chunk's tokens at their
+        positions in its sequence's llama.cpp id, then its draft tokens; logits are asked for the
+        chunk's last token and every draft token of a chunk that samples."""
+        plan = BatchPlan([], [], [], [], [])
+        for c in chunks:
+            seq, n, d = c.seq, c.num_tokens, len(c.draft)
+            plan.tokens += seq.token_ids[c.start:c.start + n]
+            if d:
+                plan.tokens += c.draft
+            plan.positions += range(c.start, c.start + n + d)
+            plan.seq_ids += [seq.llama_seq] * (n + d)
+            if c.samples:
+                plan.want_logits += [False] * (n - 1) + [True] * (d + 1)
+                plan.out_row.append(plan.n_outputs)
+                plan.n_outputs += d + 1
+            else:
+                plan.want_logits += [False] * n
+                plan.out_row.append(-1)
+        return plan
+
     def decode(self, tokens: list[int], positions: list[int], seq_ids: list[int], want_logits: list[bool]) -> None:
         """Run one llama_decode over a batch of (token, position, sequence) rows.
 
-        Only rows with want_logits produce output; read them with logits_rows() in order.
+        Only rows with want_logits produce output; read them with logits(n_outputs).
         """
         n = len(tokens)
         if not 0 < n <= self.n_batch:
             raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, got {n}")
         b = self._batch
-        b.n_tokens = n
-        for i in range(n):
-            b.token[i] = tokens[i]
-            b.pos[i] = positions[i]
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = seq_ids[i]
-            b.logits[i] = want_logits[i]
-        rc = lc.llama_decode(self.ctx, b)
+        b.fill(tokens, positions, seq_ids, want_logits)
+        rc = lc.llama_decode(self.ctx, b.struct)
         if rc != 0:
             raise DecodeError(rc)
+
+    def logits(self, n_outputs: int) -> np.ndarray:
+        """Every output row of the last decode, in batch order, as one float32 [n_outputs, n_vocab]
+        view of llama.cpp's buffer (no copy; valid until the next decode). One ctypes call per
+        step: each call releases the GIL, and taking it back from the request threads that the
+        step's outputs woke can cost a switch interval (5 ms) per call."""
+        ptr = lc.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_outputs, self.n_vocab))
 
     def logits_row(self, batch_index: int) -> np.ndarray:
         """The logits of one output token of the last decode, by its index in that batch, as a
@@ -289,7 +317,6 @@ class ModelRunner:
 
     def close(self) -> None:
         if getattr(self, "ctx", None):
-            lc.llama_batch_free(self._batch)
             lc.llama_free(self.ctx)
             self.ctx = None
         if getattr(self, "model", None):

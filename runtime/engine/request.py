@@ -50,6 +50,8 @@ class Request:
     forked: bool = False
     prompt_progress: bool = False     # emit a progress output per prefill step (add_request's flag)
     arrival_time: float = field(default_factory=time.monotonic)
+    cache_salt: str | None = None     # requests with different salts never share prefix-cache blocks
+    grammar_parses: list = field(default_factory=list)   # llama.cpp's parse of params.grammar, one per sample to come
 
     def final_output(self, error: str | None = None) -> RequestOutput:
         """A closing RequestOutput built from this request alone (no engine state): every sample

@@ -38,11 +38,13 @@ _LEVELS = [math.exp(-x) for x in (2, 4, 6, 8, 10, 12, 16, 20, 24, 32)] + [0.0]
 class SequenceSampler:
     """The sampling state of one sample (one of a request's n): its llama.cpp chain and penalties."""
 
-    def __init__(self, params: SamplingParams, seed: int, vocab=None) -> None:
+    def __init__(self, params: SamplingParams, seed: int, vocab=None, grammar_smpl=None) -> None:
+        """`grammar_smpl`: llama.cpp's already parsed grammar sampler for this sample (owned from
+        here on), so a request's grammar is parsed once; None: parsed here if there is a grammar."""
         self.params = params
         self.grammar = None   # a GrammarConstraint when the request constrains its output
         if params.grammar is not None:
-            self.grammar = GrammarConstraint(params.grammar, vocab, params.stop_token_ids)
+            self.grammar = GrammarConstraint(params.grammar, vocab, params.stop_token_ids, grammar_smpl)
         self.chain = None
         if not params.greedy:
             chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())

@@ -45,6 +45,9 @@ class Sequence:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     first_token_time: float | None = None
+    cache_salt: str | None = None               # seeds the prefix-cache hash chain (the request's)
+    num_failed_steps: int = 0                   # decode steps that failed with this sequence in them
+    spec: object = None                         # speculative.SpecState once it has drafted
 
     @property
     def num_tokens(self) -> int:

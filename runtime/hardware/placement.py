@@ -8,7 +8,7 @@ what the loaded model reports (model_runner.offloaded_layers), never from llama.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -64,13 +64,15 @@ def fit_report(info: ModelInfo) -> dict:
 
 def plan_offload(layers: int | str, model_path, n_ctx: int, device: str | None = None,
                  info: ModelInfo | None = None, devices: list[Device] | None = None,
-                 offset: int = 0, length: int | None = None, rpc: Sequence[str] = ()) -> OffloadPlan:
+                 offset: int = 0, length: int | None = None, memory_fraction: float = 1.0,
+                 rpc: Sequence[str] = ()) -> OffloadPlan:
     """Resolve `--gpu-layers` (already parsed: N, -1, "all" or "auto") and `--device` against
     `devices` (default: this machine's GPUs, gpu_devices(); a caller that already listed them, or a
     test with chosen free memory, passes its own). `auto` needs the model's layer sizes: `info`
     when the caller has read the header already, else it is read here (at `offset`, for a GGUF
-    inside a bigger file), and only then. `rpc`: workers' endpoints (`--rpc`), whose devices
-    take the layers together with the local GPU, if any (plan_remote)."""
+    inside a bigger file), and only then. `memory_fraction` (vLLM's gpu_memory_utilization) caps
+    what `auto` may fill at that share of the device's total memory. `rpc`: workers' endpoints
+    (`--rpc`), whose devices take the layers together with the local GPU, if any (plan_remote)."""
     if rpc:
         return plan_remote(layers, model_path, n_ctx, device, info, devices, offset, length, add_servers(rpc))
     if layers == 0:
@@ -84,6 +86,8 @@ def plan_offload(layers: int | str, model_path, n_ctx: int, device: str | None =
         return OffloadPlan(-1, chosen)
     if isinstance(layers, int):
         return OffloadPlan(layers, chosen)
+    if memory_fraction < 1.0:
+        chosen = replace(chosen, memory_free=min(chosen.memory_free, int(chosen.memory_total * memory_fraction)))
     n = fit_on(chosen, info or read_model_info(model_path, ctx=n_ctx, offset=offset, length=length), n_ctx)
     if n == 0:
         return OffloadPlan(0, None, f"not one layer fits in the {chosen.memory_free >> 20} MiB free on "

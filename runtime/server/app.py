@@ -4,6 +4,9 @@
     /health, /metrics     readiness (public) and Prometheus                  here
     /v1/models, /v1/chat/completions, /v1/completions,
     /v1/embeddings, /tokenize, /detokenize                                    openai/
+    /v1/responses, /v1/responses/ID                                          responses/
+    /v1/messages, /v1/messages/count_tokens                                  anthropic/
+    /api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/embed...   ollama/
     /v1/extract, /api/chats*, /api/settings                                  page/
 
 Guards (http/security.py) run before every route; errors (http/errors.py) are answered in one shape.
@@ -21,9 +24,12 @@ from llmpack.runtime.server.http.errors import install_error_handlers
 from llmpack.runtime.server.http.metrics import Metrics
 from llmpack.runtime.server.http.options import ServerOptions
 from llmpack.runtime.server.http.state import ServerState
+from llmpack.runtime.server.anthropic import routes as anthropic_routes
+from llmpack.runtime.server.ollama import routes as ollama_routes
 from llmpack.runtime.server.openai import routes as openai_routes
 from llmpack.runtime.server.page import chat_routes, extract_routes
 from llmpack.runtime.server.page.chats import ChatStore
+from llmpack.runtime.server.responses import routes as responses_routes
 
 STATIC_TYPES = {".html", ".css", ".js", ".svg", ".png", ".ico", ".webp", ".woff", ".woff2", ".json", ".map", ".txt"}
 
@@ -45,6 +51,9 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
     security.install(app, options)
     install_error_handlers(app, options)
     app.register_blueprint(openai_routes.bp)
+    app.register_blueprint(responses_routes.bp)
+    app.register_blueprint(anthropic_routes.bp)
+    app.register_blueprint(ollama_routes.bp)
     app.register_blueprint(chat_routes.bp)
     app.register_blueprint(extract_routes.bp)
 
@@ -73,9 +82,21 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
     @security.public("readiness for scripts and the page; without the key it leaves out the system prompt")
     def health():
         body, status = state.health(authorized=not options.api_key or
-                                    security.key_ok(request.headers.get("Authorization"), options.api_key))
+                                    security.key_ok(request.headers.get("Authorization"), options.api_key,
+                                                    request.headers.get("x-api-key")))
         resp = jsonify(body)
         resp.status_code = status
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    @app.get(security.CHALLENGE_PATH)
+    @security.public("proves to a second launch that this server wrote the instance lock: an HMAC of the "
+                     "caller's nonce under a secret only the lock file holds, so it tells a stranger nothing")
+    def instance_challenge():
+        nonce = request.args.get("nonce", "")
+        if not state.instance or not 16 <= len(nonce) <= 128:
+            abort(404)
+        resp = jsonify({"instance": state.instance, "proof": security.instance_proof(state.instance_secret, nonce)})
         resp.headers["Cache-Control"] = "no-store"
         return resp
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from llmpack.runtime.engine.config import FLASH_ATTN, GPU_LAYERS, MAX_NUM_SEQS, MAX_WAITING
+from llmpack.runtime.engine.config import FLASH_ATTN, GPU_LAYERS, MAX_NUM_SEQS, MAX_WAITING, SPECULATIVE
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -20,6 +20,8 @@ class ServeConfig:
     recipe_data: Mapping[str, Any] | None = None   # a built file's recipe, decided at build time
     display_name: str | None = None           # --name, or the name given at build time
     system: str | None = None                 # --system: default system prompt
+    reasoning_format: str = "auto"            # --reasoning-format (runtime/chat/reasoning.py REASONING_FORMATS)
+    reasoning_budget: int | None = None       # --reasoning-budget; None = no limit
     base_model: bool | None = None            # decided at build time from the model's file name
     # the engine
     ctx: int | None = None                    # --ctx; None = the recipe's, capped by the model (choose_n_ctx)
@@ -30,6 +32,8 @@ class ServeConfig:
     max_waiting: int = MAX_WAITING            # --max-waiting
     threads: int | None = None                # --threads: llama.cpp threads (None: every core)
     rpc: tuple[str, ...] = ()                 # --rpc HOST:PORT,...: RPC workers that take layers (docs/SCALING.md)
+    speculative: str = SPECULATIVE            # --speculative: auto | ngram | off
+    trace_steps: str | None = None            # --trace-steps FILE: one JSON line per engine step
     # the server
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT                  # the next free one is taken if busy; 0 = any

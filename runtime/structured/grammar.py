@@ -18,7 +18,16 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from llmpack.errors import LlmpackError
+from llmpack.runtime.structured.grammar_limits import (
+    MAX_GRAMMAR_CHARS,
+    MAX_SCHEMA_CHARS,
+    MAX_SCHEMA_DEPTH,
+    TOKEN,
+    GrammarError,
+    check_counts,
+    check_size,
+    repeat,
+)
 from llmpack.runtime.structured.grammar_ranges import BOUNDS, integer_range
 
 # Strings: no raw control characters (json.loads refuses them). Whitespace: at most one space
@@ -37,12 +46,6 @@ number ::= "-"? ( [0-9] | [1-9] [0-9]{{1,15}} ) ( "." [0-9]{{1,16}} )? ( [eE] [-
 space ::= {_SPACE}
 """
 
-MAX_GRAMMAR_CHARS = 200_000
-MAX_SCHEMA_CHARS = 200_000
-
-
-class GrammarError(LlmpackError, ValueError):
-    """A schema or grammar that cannot be used; the message says what is wrong (HTTP 400)."""
 
 
 # ---------------------------------------------------------------- JSON schema -> GBNF
@@ -54,14 +57,19 @@ def schema_to_gbnf(schema: Any) -> str:
         schema = {} if schema else None
     if not isinstance(schema, dict):
         raise GrammarError(f"the JSON schema must be an object, got {type(schema).__name__}")
-    text = json.dumps(schema)
+    try:
+        text = json.dumps(schema)
+    except (RecursionError, ValueError):   # nested deeper than json can write, or a cycle
+        raise GrammarError(f"the JSON schema is nested more than {MAX_SCHEMA_DEPTH} levels deep") from None
     if len(text) > MAX_SCHEMA_CHARS:
         raise GrammarError(f"the JSON schema is too large ({len(text)} characters; at most {MAX_SCHEMA_CHARS})")
-    _check_schema(schema, "schema")
+    _check_schema(schema, "schema", 0)
     converter = _converter_class()(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     try:
         resolved = converter.resolve_refs(json.loads(text), "input")
         converter.visit(resolved, "")
+    except GrammarError:
+        raise
     except RecursionError:
         raise GrammarError("the JSON schema refers to itself without end") from None
     except (AssertionError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:   # ranges too
@@ -71,26 +79,59 @@ def schema_to_gbnf(schema: Any) -> str:
     for name, rule in _RULE_OVERRIDES.items():
         if name in rules:
             rules[name] = rule
-    return "\n".join(f"{name} ::= {rule}" for name, rule in sorted(rules.items())) + "\n"
+    gbnf = "\n".join(f"{name} ::= {rule}" for name, rule in sorted(rules.items())) + "\n"
+    check_size(gbnf, "the grammar made from the JSON schema")
+    return gbnf
 
 
 @lru_cache(maxsize=1)
 def _converter_class():
     """llama-cpp-python's converter, taught integer bounds (it ignores them)."""
     # lazy: importing llama_cpp loads libllama; the rest of this room is plain text work
-    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+    from llama_cpp.llama_grammar import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
 
     class Converter(SchemaConverter):
+        """Adds integer bounds, writes repetitions as {m,n}, and keeps a running total of the
+        grammar's size so a schema that would grow past MAX_GRAMMAR_CHARS stops as it does."""
+
+        size = 0
+
+        def _add_rule(self, name, rule):
+            known = len(self._rules)
+            key = super()._add_rule(name, rule)
+            if len(self._rules) > known:   # the converter re-adds the same rule many times
+                self.size += len(key) + len(rule) + 5
+            if self.size > MAX_GRAMMAR_CHARS:
+                raise GrammarError(f"the grammar made from the JSON schema grows past {MAX_GRAMMAR_CHARS} "
+                                   "characters: simplify the schema (fewer properties, enum values or repetitions)")
+            return key
+
         def visit(self, schema, name):
-            if isinstance(schema, dict) and schema.get("type") in ("integer", "number") \
-                    and "enum" not in schema and "const" not in schema:
+            rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
+            plain = isinstance(schema, dict) and not any(k in schema for k in _SPECIAL)
+            kind = schema.get("type") if isinstance(schema, dict) else None
+            if plain and kind in ("integer", "number"):
                 rule = integer_range(schema)
                 if rule is not None:
-                    rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
                     return self._add_rule(rule_name, f"({rule}) space")
+            if plain and kind in (None, "array") and isinstance(schema.get("items"), dict) \
+                    and not any(k in schema for k in ("properties", "additionalProperties", "allOf")):
+                item = self.visit(schema["items"], f"{name}{'-' if name else ''}item")
+                body = repeat(item, schema.get("minItems", 0), schema.get("maxItems"), '"," space')
+                return self._add_rule(rule_name, f'"[" space {body} "]" space')
+            if plain and kind == "string" and "pattern" not in schema \
+                    and not re.match(r"^uuid[1-5]?$", schema.get("format") or "") \
+                    and f"{schema.get('format')}-string" not in STRING_FORMAT_RULES \
+                    and ("minLength" in schema or "maxLength" in schema):
+                char = self._add_primitive("char", PRIMITIVE_RULES["char"])
+                body = repeat(char, schema.get("minLength", 0), schema.get("maxLength"))
+                return self._add_rule(rule_name, rf'"\"" {body} "\"" space')
             return super().visit(schema, name)
 
     return Converter
+
+
+_SPECIAL = ("$ref", "oneOf", "anyOf", "enum", "const")   # the converter's branches that come first
 
 
 _TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
@@ -99,12 +140,17 @@ _UNENFORCED = (*BOUNDS, "multipleOf",
                "contains", "dependentRequired", "dependentSchemas")
 
 
-def _check_schema(node: Any, path: str) -> None:
-    """Refuse what the converter would silently get wrong, so the output always validates."""
+def _check_schema(node: Any, path: str, depth: int) -> None:
+    """Refuse what the converter would silently get wrong, so the output always validates, and
+    what would make it work without end (see the MAX_ limits above)."""
     if isinstance(node, bool):
         return
     if not isinstance(node, dict):
         raise GrammarError(f"{path} must be a JSON schema object, got {json.dumps(node)[:60]}")
+    if depth > MAX_SCHEMA_DEPTH:
+        raise GrammarError(f"the JSON schema is nested more than {MAX_SCHEMA_DEPTH} levels deep "
+                           f"(at {path[:60]}...); flatten it")
+    check_counts(node, path)
     types = node.get("type")
     for t in (types if isinstance(types, list) else [types] if types is not None else []):
         if t not in _TYPES:
@@ -123,17 +169,17 @@ def _check_schema(node: Any, path: str) -> None:
             if not isinstance(sub, dict):
                 raise GrammarError(f"{path}.{key} must be an object")
             for name, child in sub.items():
-                _check_schema(child, f"{path}.{key}.{name}")
+                _check_schema(child, f"{path}.{key}.{name}", depth + 1)
     for key in ("items", "additionalProperties"):
         if isinstance(node.get(key), dict):
-            _check_schema(node[key], f"{path}.{key}")
+            _check_schema(node[key], f"{path}.{key}", depth + 1)
     for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
         sub = node.get(key)
         if sub is not None:
             if not isinstance(sub, list) or not sub:
                 raise GrammarError(f"{path}.{key} must be a non-empty list of schemas")
             for i, child in enumerate(sub):
-                _check_schema(child, f"{path}.{key}[{i}]")
+                _check_schema(child, f"{path}.{key}[{i}]", depth + 1)
     required = node.get("required")
     if required is not None and (not isinstance(required, list) or not all(isinstance(r, str) for r in required)):
         raise GrammarError(f"{path}.required must be a list of property names")
@@ -157,12 +203,6 @@ def _harmless_bound(node: dict, key: str) -> bool:
 
 
 # ---------------------------------------------------------------- GBNF checks
-_TOKEN = re.compile(r"""
-    (?P<ws>[ \t]+) | (?P<comment>\#[^\n]*) | (?P<nl>\r?\n) |
-    (?P<define>::=) | (?P<name>[A-Za-z0-9-]+) |
-    (?P<literal>"(?:\\.|[^"\\\n])*") | (?P<cls>\[(?:\\.|[^\]\\\n])*\]) | (?P<token><\[?[^>\n]*\]?>) |
-    (?P<op>[|()*+?.]) | (?P<rep>\{\s*\d+\s*(?:,\s*\d*\s*)?\})
-""", re.VERBOSE)
 
 
 def check_gbnf(text: Any) -> str:
@@ -172,11 +212,12 @@ def check_gbnf(text: Any) -> str:
         raise GrammarError("the grammar must be a string of GBNF rules")
     if len(text) > MAX_GRAMMAR_CHARS:
         raise GrammarError(f"the grammar is too long ({len(text)} characters; at most {MAX_GRAMMAR_CHARS})")
+    check_size(text, "the grammar")
     defined: dict[str, int] = {}
     used: list[tuple[str, int]] = []
     line, depth, pos, prev, rule_open = 1, 0, 0, None, False
     while pos < len(text):
-        m = _TOKEN.match(text, pos)
+        m = TOKEN.match(text, pos)
         if m is None:
             raise GrammarError(f"grammar line {line}: unexpected {text[pos:pos + 20]!r}")
         kind, value = m.lastgroup, m.group()
@@ -219,7 +260,7 @@ def min_length(text: str) -> int:
     sequence needs to finish it); grammar_sampler reserves that much of max_tokens for closing.
     Cached: a large schema's grammar takes a quarter of a second, and each of a request's n
     sequences asks on the engine thread (check_with_llama asks first, on the request's)."""
-    toks = [(m.lastgroup, m.group()) for m in _TOKEN.finditer(text) if m.lastgroup not in ("ws", "comment", "nl")]
+    toks = [(m.lastgroup, m.group()) for m in TOKEN.finditer(text) if m.lastgroup not in ("ws", "comment", "nl")]
     starts = [i for i in range(len(toks) - 1) if toks[i][0] == "name" and toks[i + 1][0] == "define"]
     bodies = {toks[i][1]: toks[i + 2:j] for i, j in zip(starts, [*starts[1:], len(toks)])}
     inf = float("inf")
@@ -250,9 +291,11 @@ def min_length(text: str) -> int:
             total += size * times if times else 0
         return min(low, total), pos
 
+    order = _callees_first(bodies)   # one pass settles every rule outside a cycle
     for _ in range(len(bodies) + 1):
         changed = False
-        for name, body in bodies.items():
+        for name in order:
+            body = bodies[name]
             size = alternatives(body, 0)[0]
             if size < best[name]:
                 best[name], changed = size, True
@@ -260,6 +303,31 @@ def min_length(text: str) -> int:
             break
     root = best.get("root", inf)
     return int(root) if root != inf else 0
+
+
+def _callees_first(bodies: dict[str, list]) -> list[str]:
+    """Rule names, each after the rules it uses (but for cycles): depth-first, without recursion,
+    since a chain of rules can be thousands long. In the file's order a chain written top-down
+    took one pass per rule: minutes for a 200 KB grammar."""
+    refs = {name: [v for k, v in body if k == "name" and v in bodies] for name, body in bodies.items()}
+    order: list[str] = []
+    seen: set[str] = set()
+    for start in bodies:
+        if start in seen:
+            continue
+        seen.add(start)
+        stack = [(start, iter(refs[start]))]
+        while stack:
+            name, children = stack[-1]
+            for child in children:
+                if child not in seen:
+                    seen.add(child)
+                    stack.append((child, iter(refs[child])))
+                    break
+            else:
+                stack.pop()
+                order.append(name)
+    return order
 
 
 def json_schema_of(response_format: dict) -> Any:

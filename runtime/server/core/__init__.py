@@ -5,8 +5,10 @@
                             (the model's recipe defaults, stop strings and stop token ids)
     prompt   -> engine      `generation.Generation`: one engine stream per prompt, aborted when the
                             client leaves (`active.ActiveRequests`)
-    engine   -> output      `plan.OutputPlan` (JSON, grammar, tools) and `output.ChoiceText`: text,
-                            tool calls, finish reasons, per choice, streamed or whole
+    engine   -> output      `plan.OutputPlan` (JSON, grammar, tools) and `output.ChoiceText`: a
+                            reasoning model's thinking split off (runtime/chat/reasoning.py), text,
+                            tool calls, finish reasons, per choice, streamed or whole; a thinking
+                            budget ends the thinking and goes on (`generation.Generation`)
 
 `served_model.ServedModel` is what the core knows of the one model: its `EngineClient` (the only
 door to the engine, runtime/engine/client.py), chat format and recipe defaults. The OpenAI

@@ -2,13 +2,18 @@
 `describe` for a file's text and token counts per page (PDF) or per part, so it can show how much
 of the context the file takes and offer the first N pages; a chat request's `file` content parts
 (OpenAI's {"type": "file", "file": {"filename", "file_data": "data:...;base64,..."}}) become the
-user message's text in `expand_file_parts`.
+user message's text in `expand_file_parts`: {"filename", "file_data", "file_id"?, "read"?: "auto" |
+"whole" | "excerpts"}. A file too long for the context is indexed (documents/index.py, once per
+content; `describe` does it as soon as the page attaches one and answers its `file_id`), and the
+latest question reads the parts of it that fit (documents/reading.py); `expand_file_parts` says
+which, for the response's `X-Llmpack-Read` header (READ_HEADER).
 
-Both run `documents.extract` on a small pool of worker threads (never the engine thread, at
-most two files at a time), give up after `documents.TIME_LIMIT_S`, and refuse what cannot be
-read with one line (HTTP 400, code `unreadable_file`; 413 for a file over the size limit).
+Both run `documents.extract` in worker processes (documents/sandbox.py: at most two files at
+a time, each worker killed at `documents.TIME_LIMIT_S`, under a memory limit), and refuse what
+cannot be read with one line (HTTP 400, code `unreadable_file`; 413 for a file over the size limit).
 In a chat request the documents join the user's message in `documents.format_message`'s shape,
-and together they may take at most `budget(n_ctx)` tokens (code `attachments_too_long`).
+and together they may take at most `budget(n_ctx)` tokens; `"read": "whole"` keeps that rule
+(400 `attachments_too_long`), the default `"auto"` searches what does not fit.
 """
 from __future__ import annotations
 
@@ -16,19 +21,22 @@ import base64
 import binascii
 import hashlib
 import threading
-import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from llmpack.runtime.chat import untrusted
 from llmpack.runtime.server.core.errors import ApiError, bad
 from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.documents import extract as D
+from llmpack.runtime.server.documents import reading as Rd
+from llmpack.runtime.server.documents.index import DocumentIndex, IndexUnusable
+from llmpack.runtime.server.documents.sandbox import Sandbox
 
 ATTACH_BODY = D.MAX_FILE_BYTES * 4 // 3 + 4 * 1024 * 1024   # a base64 file in a JSON body, plus the chat
 SEGMENT_CHARS = 4000      # non-PDF text is offered for cutting in parts of about this size
-_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="llmpack-extract")
+_SANDBOX = Sandbox()      # at most two files at a time, each in a worker killed at the deadline
+INDEX = DocumentIndex()   # the per-user index of long documents, opened on first use
+READ_HEADER = "X-Llmpack-Read"
 
 
 def budget(n_ctx: int) -> int:
@@ -64,18 +72,16 @@ _CACHE = _Cache()
 
 
 def extract(name: str, data: bytes, media_type: str = "") -> D.Document:
-    """documents.extract on the worker pool, within the time limit; ApiError when it fails."""
+    """documents.extract in a sandboxed worker process, within the time limit; ApiError when it fails."""
     key = hashlib.sha256(name.encode("utf-8", "replace") + b"\0" + media_type.encode() + b"\0" + data).digest()
     doc = _CACHE.get(key)
     if doc is not None:
         return doc
-    deadline = time.monotonic() + D.TIME_LIMIT_S
-    future = _POOL.submit(D.extract, name, data, deadline=deadline, media_type=media_type)
     try:
-        doc = future.result(timeout=D.TIME_LIMIT_S + 5)
-    except FutureTimeout:   # the worker stops at its next deadline check
-        raise ApiError(400, f"reading {name} took longer than {D.TIME_LIMIT_S:.0f} s, so llmpack gave up; attach "
-                            "a smaller file or copy its text in", param="file", code="unreadable_file") from None
+        if len(data) > D.MAX_FILE_BYTES:   # refused at once, without a trip to a worker
+            doc = D.extract(name, data, media_type=media_type)
+        else:
+            doc = _SANDBOX.extract(name, data, media_type=media_type)
     except D.DocumentError as exc:
         status = 413 if len(data) > D.MAX_FILE_BYTES else 400
         raise ApiError(status, str(exc), param="file", code="unreadable_file") from None
@@ -104,62 +110,85 @@ def segments(doc: D.Document) -> list[str]:
 
 
 def describe(doc: D.Document, model: ServedModel) -> dict:
-    """What the page shows and needs to fit a document into the context."""
+    """What the page shows and needs to fit a document into the context; one too long for it
+    is indexed at once, and comes back with its `file_id` and `searched: true`."""
     parts = segments(doc)
     counts = [_tokens(model, p) for p in parts]
     heading = _tokens(model, D.format_message([(doc.name, "")], ""))
-    return {"name": doc.name, "kind": doc.kind, "size": doc.size, "text": doc.text,
-            "tokens": heading + sum(counts), "unit": "page" if doc.pages else "part",
-            # chars in UTF-16 units: what JavaScript's String.slice counts, to cut at a page
-            "segments": [{"chars": len(p.encode("utf-16-le")) // 2, "tokens": n} for p, n in zip(parts, counts)],
-            "budget": budget(model.n_ctx), "n_ctx": model.n_ctx}
+    out = {"name": doc.name, "kind": doc.kind, "size": doc.size, "text": doc.text,
+           "tokens": heading + sum(counts), "unit": "page" if doc.pages else "part",
+           # chars in UTF-16 units: what JavaScript's String.slice counts, to cut at a page
+           "segments": [{"chars": len(p.encode("utf-16-le")) // 2, "tokens": n} for p, n in zip(parts, counts)],
+           "budget": budget(model.n_ctx), "n_ctx": model.n_ctx, "searched": False}
+    if out["tokens"] > out["budget"]:
+        indexed = _indexed(lambda: INDEX.add(doc, model.model_key))
+        out.update(searched=True, file_id=indexed.id, chunks=indexed.chunks)
+    return out
+
+
+def _indexed(fn):
+    try:
+        return fn()
+    except IndexUnusable as exc:
+        raise ApiError(500, str(exc), param="file", code="document_index_failed", type="server_error") from None
 
 
 # ---------------------------------------------------------------- file parts in chat requests
-def expand_file_parts(messages: Any, model: ServedModel) -> Any:
-    """`messages` with every user message that has `file` parts turned into one text: its
-    documents (format_message), then its text parts. Other messages are returned as they are."""
+def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict]]:
+    """(`messages` with every user message that has `file` parts turned into one text, what was
+    read of each searched file). Messages without file parts are returned as they are."""
     if not isinstance(messages, list):
-        return messages
-    out, used, names = [], 0, []
+        return messages, []
+    found: list[Rd.FileMessage] = []
     for i, m in enumerate(messages):
         content = m.get("content") if isinstance(m, dict) else None
         if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "file" for p in content):
-            out.append(m)
             continue
         if m.get("role") != "user":
             raise bad("messages", f"messages[{i}] has a file part; files can only be attached to user messages")
-        docs, texts = [], []
+        files, texts = [], []
         for j, part in enumerate(content):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind == "text" and isinstance(part.get("text"), str):
                 texts.append(part["text"])
             elif kind == "file":
-                doc = _file_part(part.get("file"), f"messages[{i}].content[{j}]")
-                docs.append((doc.name, doc.text))
-                used += _tokens(model, D.format_message([(doc.name, doc.text)], ""))
-                names.append(doc.name)
+                files.append(_file_part(part.get("file"), f"messages[{i}].content[{j}]"))
             else:
                 raise bad("messages", f"messages[{i}].content[{j}] must be a text or file part"
                           + (" (images need a vision model, which llmpack does not serve yet)"
                              if kind == "image_url" else ""))
-        out.append({**m, "content": D.format_message(docs, "\n\n".join(texts))})
-    limit = budget(model.n_ctx)
-    if used > limit:
-        raise bad("messages", f"the attached files ({', '.join(names)}) take {used:,} tokens, but this model's "
-                              f"{model.n_ctx:,}-token context leaves {limit:,} for files: send fewer pages or a "
-                              "shorter file", "attachments_too_long")
-    return out
+        found.append(Rd.FileMessage(i, files, "\n\n".join(texts)))
+    if not found:
+        return messages, []
+    try:
+        done = _indexed(lambda: Rd.arrange(messages, found, budget=budget(model.n_ctx), index=INDEX,
+                                            count=lambda text: _tokens(model, text), owner=model.model_key))
+    except Rd.ReadingError as exc:
+        raise bad("messages", str(exc), exc.code) from None
+    # what files brought in is text, never control tokens (chat/untrusted.py): each message the
+    # files were written into is marked whole (the person's own words in it are plain text too)
+    marked = [{**m, "content": untrusted.mark(m["content"])} if m is not messages[i] else m
+              for i, m in enumerate(done.messages)]
+    return marked, done.reports
 
 
-def _file_part(spec: Any, where: str) -> D.Document:
+def _file_part(spec: Any, where: str) -> Rd.Attached:
     if not isinstance(spec, dict):
         raise bad("messages", f"{where} must be {{\"type\": \"file\", \"file\": {{\"filename\": ..., "
                               "\"file_data\": \"data:...;base64,...\"}}")
-    if spec.get("file_id") is not None and spec.get("file_data") is None:
-        raise bad("messages", f"{where}: uploaded files (file_id) are not kept by this server; send the file "
-                              "itself as file_data")
-    name, data_url = spec.get("filename") or "attachment", spec.get("file_data")
+    mode = spec.get("read", "auto")
+    if mode not in Rd.READ_MODES:
+        raise bad("messages", f"{where}.file.read must be one of {', '.join(Rd.READ_MODES)}")
+    file_id, data_url = spec.get("file_id"), spec.get("file_data")
+    indexed = INDEX.get(file_id) if isinstance(file_id, str) and file_id.startswith("doc-") else None
+    if file_id is not None and data_url is None:
+        if indexed is None:
+            raise bad("messages", f"{where}.file.file_id {str(file_id)[:80]!r} is not in this computer's document "
+                                  "index (--forget removes it, and files are not uploaded ahead here): send the "
+                                  "file itself as file_data")
+        return Rd.Attached(spec.get("filename") if isinstance(spec.get("filename"), str) else indexed.name,
+                           mode, None, indexed)
+    name = spec.get("filename") or "attachment"
     if not isinstance(name, str) or not isinstance(data_url, str):
         raise bad("messages", f"{where}.file needs 'filename' and 'file_data' strings")
     head, sep, payload = data_url.partition(",")
@@ -172,4 +201,4 @@ def _file_part(spec: Any, where: str) -> D.Document:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise bad("messages", f"{where}.file.file_data is not valid base64") from None
-    return extract(name, data, head[5:-7].lower())
+    return Rd.Attached(name, mode, extract(name, data, head[5:-7].lower()), indexed)

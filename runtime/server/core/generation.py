@@ -2,6 +2,8 @@
 counting tokens for usage and prompt progress, and aborting them when the client leaves."""
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
@@ -9,7 +11,8 @@ from typing import Callable, Iterator, Protocol
 from llmpack.errors import LlmpackError
 from llmpack.runtime.engine.client import (EngineDeadError, InvalidParameterError, OutputStream, PromptTooLongError,
                                            QueueFullError)
-from llmpack.runtime.engine.outputs import RequestOutput
+from llmpack.runtime.chat.reasoning import ReasoningParser
+from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.server.core.active import ActiveRequests
 from llmpack.runtime.server.core.errors import ApiError, bad
 from llmpack.runtime.server.core.request import Prepared
@@ -61,8 +64,13 @@ class Generation:
     `active` (the server's in-flight set) aborts them when `disconnected()` turns true."""
 
     def __init__(self, model: ServedModel, prep: Prepared, request_id: str, *, active: ActiveRequests | None = None,
-                 disconnected: Callable[[], bool] | None = None, timer: Timer | None = None) -> None:
+                 disconnected: Callable[[], bool] | None = None, timer: Timer | None = None,
+                 cache_salt: str | None = None) -> None:
+        """`cache_salt` (cache_salt_for: the API key the request used): requests with different
+        salts never share cached prompt blocks, so one key cannot probe another's prompts
+        through `cached_tokens` (vLLM's cache_salt)."""
         self.model, self.prep, self.active, self.timer = model, prep, active, timer
+        self.request_id, self.disconnected, self.cache_salt = request_id, disconnected, cache_salt
         self.n = prep.params.n
         self.prompts: list[PromptStream] = []
         self.reasons: dict[int, str] = {}       # choice index -> finish reason
@@ -70,7 +78,7 @@ class Generation:
         try:
             for i, ids in enumerate(prep.prompts):
                 stream = model.engine.add_request(ids, prep.params, request_id=f"{request_id}-{i}",
-                                                  prompt_progress=prep.return_progress)
+                                                  prompt_progress=prep.return_progress, cache_salt=cache_salt)
                 self.prompts.append(PromptStream(stream, len(ids)))
         except Exception as exc:
             self._abort()
@@ -78,6 +86,9 @@ class Generation:
                 timer.done = True
             raise submit_error(exc, prep.prompt_param) from None
         self.key = active.add([p.stream for p in self.prompts], disconnected) if active is not None else None
+        budget = prep.reasoning_budget if self.n == 1 else None
+        self._thinking = ({i: _Thinking(prep, budget) for i in range(len(self.prompts))}
+                          if prep.reasoning is not None and self.n == 1 else {})
 
     @property
     def num_choices(self) -> int:
@@ -87,23 +98,68 @@ class Generation:
     def processed(self) -> int:
         return sum(p.processed_tokens for p in self.prompts)
 
+    @property
+    def thinking_tokens(self) -> int:
+        """Tokens a reasoning model spent thinking (Responses' `reasoning_tokens`), for n = 1."""
+        return sum(w.tokens for w in self._thinking.values())
+
     def outputs(self) -> Iterator[tuple[int, RequestOutput]]:
-        """(index of the first choice of this prompt, RequestOutput delta)."""
+        """(index of the first choice of this prompt, RequestOutput delta). A reply that thinks
+        past its budget goes on in a continuation (`_end_thinking`): its deltas follow the first's."""
         for i, p in enumerate(self.prompts):
-            for out in p.stream:
-                if out.error:
-                    raise ApiError(500, f"Generation failed: {out.error}")
-                if self.timer is not None:
-                    self.timer.tokens(out.num_generated_tokens - p.generated_tokens)
-                p.generated_tokens = out.num_generated_tokens
-                p.prompt_tokens = out.num_prompt_tokens or p.prompt_tokens
-                p.cached_tokens = out.num_cached_tokens
-                p.processed_tokens = max(p.processed_tokens, out.num_processed_prompt_tokens)
-                for c in out.outputs:
-                    if c.finish_reason:
-                        self.reasons[i * self.n + c.index] = c.finish_reason
-                p.finished = p.finished or out.finished
-                yield i * self.n, out
+            before = 0   # tokens made by the streams this one continues
+            watch = self._thinking.get(i)
+            while True:
+                cut = None
+                for out in p.stream:
+                    if out.error:
+                        raise ApiError(500, f"Generation failed: {out.error}")
+                    total = before + out.num_generated_tokens
+                    if self.timer is not None:
+                        self.timer.tokens(total - p.generated_tokens)
+                    p.generated_tokens = total
+                    if not before:   # a continuation's prompt is this reply's own text: not the client's
+                        p.prompt_tokens = out.num_prompt_tokens or p.prompt_tokens
+                        p.cached_tokens = out.num_cached_tokens
+                        p.processed_tokens = max(p.processed_tokens, out.num_processed_prompt_tokens)
+                    for c in out.outputs:
+                        if c.finish_reason:
+                            self.reasons[i * self.n + c.index] = c.finish_reason
+                    p.finished = p.finished or out.finished
+                    if not out.finished and watch is not None and watch.over(out):
+                        cut = self._end_thinking(p, i, watch, total)
+                    yield i * self.n, out
+                    if cut is not None:
+                        before = total + len(cut.outputs[0].token_ids)
+                        yield i * self.n, cut
+                        break
+                if cut is None:
+                    break
+
+    def _end_thinking(self, p: PromptStream, i: int, watch: _Thinking, generated: int) -> RequestOutput | None:
+        """Past the budget: the reply so far plus the syntax's closing marker becomes a new prompt,
+        whose stream takes this one's place (prefix caching makes that cheap). Returns the marker
+        as a delta of its own, so every reader sees the thinking end; None to let it run on
+        (no room left for an answer)."""
+        syntax, params = self.prep.reasoning, self.prep.params
+        ids = self.model.engine.tokenize(syntax.cut, add_special=False, parse_special=True)
+        left = None if params.max_tokens is None else params.max_tokens - generated - len(ids)
+        if left is not None and left < 1:
+            return None
+        try:
+            stream = self.model.engine.add_request([*self.prep.prompts[i], *watch.ids, *ids],
+                                                   dataclasses.replace(params, max_tokens=left),
+                                                   request_id=f"{self.request_id}-{i}-answer",
+                                                   cache_salt=self.cache_salt)
+        except Exception:  # noqa: BLE001 - no room in the context or the queue: the reply thinks on
+            return None
+        old, p.stream = p.stream, stream
+        old.abort()
+        if self.active is not None and self.key is not None:
+            self.active.remove(self.key)
+            self.key = self.active.add([q.stream for q in self.prompts], self.disconnected)
+        watch.feed(syntax.cut, ids, ended=True)
+        return RequestOutput(stream.request_id, [CompletionOutput(0, syntax.cut, list(ids))])
 
     def prompt_progress(self) -> dict:
         """llama-server's `prompt_progress`: prompt tokens in all (`total`), reused from the prefix
@@ -131,3 +187,36 @@ class Generation:
             self.active.remove(self.key)
         if self.timer is not None:
             self.timer.finish(self.reasons.get(0) if all(p.finished for p in self.prompts) else "abort")
+
+
+class _Thinking:
+    """Watches one reply (n = 1) of a reasoning model: counts the tokens it spends thinking and
+    keeps its token ids, so that past `budget` it can be continued with the thinking closed."""
+
+    def __init__(self, prep: Prepared, budget: int | None) -> None:
+        self.parser = ReasoningParser(prep.reasoning, started_open=prep.thinking_open)
+        self.budget = budget
+        self.tokens = 0
+        self.ids: list[int] = []
+        self.ended = False
+
+    def feed(self, text: str, ids: list[int], ended: bool = False) -> None:
+        self.ids += ids
+        self.parser.feed(text)
+        if self.parser.in_thinking:
+            self.tokens += len(ids)
+        self.ended = self.ended or ended
+
+    def over(self, out: RequestOutput) -> bool:
+        """Feed one delta; True when this reply has just thought past its budget."""
+        for c in out.outputs:
+            self.feed(c.text, c.token_ids)
+        return (self.budget is not None and not self.ended and self.parser.in_thinking
+                and self.tokens >= self.budget)
+
+
+def cache_salt_for(api_key: str | None) -> str | None:
+    """The prefix-cache salt of requests made with `api_key`; None (one shared cache) without one."""
+    if not api_key:
+        return None
+    return hashlib.sha256(b"llmpack-cache-salt\0" + api_key.encode("utf-8")).hexdigest()[:32]

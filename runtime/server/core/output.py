@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
+from llmpack.runtime.chat.reasoning import ReasoningParser, ReasoningSyntax, split_reasoning
 from llmpack.runtime.engine.outputs import TokenLogprob
 from llmpack.runtime.server.core.errors import ApiError
 from llmpack.runtime.server.core.plan import OutputPlan
@@ -22,13 +23,32 @@ if TYPE_CHECKING:
 
 
 class ChoiceText:
-    def __init__(self, plan: OutputPlan | None) -> None:
+    """One choice's reply as it streams: a reasoning model's thinking split off first
+    (runtime/chat/reasoning.py), then the answer's possible tool calls held back."""
+
+    def __init__(self, plan: OutputPlan | None, reasoning: ReasoningSyntax | None = None,
+                 thinking_open: bool = False) -> None:
         self.plan = plan
         self.text = ""
         self.sent = 0
+        self.parser = ReasoningParser(reasoning, started_open=thinking_open) if reasoning is not None else None
+
+    def split(self, delta: str) -> tuple[str, str]:
+        """(thinking, answer text that can be sent now)."""
+        if self.parser is None:
+            return "", self.feed(delta)
+        thinking, answer = self.parser.feed(delta)
+        return thinking, self.feed(answer) if answer else ""
+
+    def end_thinking(self) -> tuple[str, str]:
+        """At the choice's end: (thinking, answer text) the reasoning parser still held."""
+        if self.parser is None:
+            return "", ""
+        thinking, answer = self.parser.finish()
+        return thinking, self.feed(answer) if answer else ""
 
     def feed(self, delta: str) -> str:
-        """Text that can be sent now."""
+        """Answer text that can be sent now."""
         if self.plan is None or not self.plan.reads_calls:
             return delta   # no calls to look for: nothing is held, so nothing is kept
         self.text += delta
@@ -68,6 +88,8 @@ class ChoiceEvent:
     tool_calls: list[T.ToolCall] = field(default_factory=list)   # whole calls, at the choice's end
     logprobs: list[TokenLogprob] | None = None
     finish_reason: str | None = None                 # stop | length | tool_calls
+    reasoning: str = ""                              # a reasoning model's thinking, to show now
+    stop: str | None = None                          # the stop string that ended the choice, if one did
 
 
 @dataclass(slots=True)
@@ -81,7 +103,8 @@ class Step:
 
 def stream_steps(gen: "Generation", chat: bool) -> Iterator[Step]:
     """A request's reply as it is made. Raises `cancelled()` when the server stops it."""
-    held = [ChoiceText(gen.prep.plan) for _ in range(gen.num_choices)] if chat else []
+    prep = gen.prep
+    held = [ChoiceText(prep.plan, prep.reasoning, prep.thinking_open) for _ in range(gen.num_choices)] if chat else []
     progress_sent = 0   # the last `processed` reported; each step that read more of the prompt reports
     for base, out in gen.outputs():
         progress = None
@@ -94,7 +117,8 @@ def stream_steps(gen: "Generation", chat: bool) -> Iterator[Step]:
                 raise cancelled()
             if not (c.text or c.logprobs or c.finish_reason):
                 continue
-            event = ChoiceEvent(base + c.index, c.text, [], c.logprobs, c.finish_reason)
+            event = ChoiceEvent(base + c.index, c.text, [], c.logprobs, c.finish_reason,
+                                stop=c.stop_reason if isinstance(c.stop_reason, str) else None)
             if chat:
                 _hold(held[event.index], event)
             events.append(event)
@@ -103,13 +127,14 @@ def stream_steps(gen: "Generation", chat: bool) -> Iterator[Step]:
 
 def _hold(held: ChoiceText, event: ChoiceEvent) -> None:
     """Text that may be a tool call is held back until the choice ends, when it becomes calls."""
-    text = held.feed(event.text) if event.text else ""
+    thinking, text = held.split(event.text) if event.text else ("", "")
     if event.finish_reason:
+        last_thinking, last_text = held.end_thinking()
         rest, calls = held.finish()
-        text += rest
+        thinking, text = thinking + last_thinking, text + last_text + rest
         if calls:
             event.tool_calls, event.finish_reason = calls, "tool_calls"
-    event.text = text
+    event.text, event.reasoning = text, thinking
 
 
 @dataclass(slots=True)
@@ -119,15 +144,20 @@ class FinalChoice:
     tool_calls: list[T.ToolCall]
     finish_reason: str
     logprobs: list[TokenLogprob]
+    reasoning: str | None = None     # a reasoning model's thinking, split from the text
+    stop: str | None = None          # the stop string that ended it, if one did
 
 
 def final_choices(gen: "Generation", chat: bool) -> list[FinalChoice]:
     """A request's whole reply, once it is made. Raises `cancelled()` when the server stopped it."""
     texts: dict[int, list[str]] = {}
     lps: dict[int, list[TokenLogprob]] = {}
+    stops: dict[int, str] = {}
     for base, out in gen.outputs():
         for c in out.outputs:
             texts.setdefault(base + c.index, []).append(c.text)
+            if isinstance(c.stop_reason, str):
+                stops[base + c.index] = c.stop_reason
             if c.logprobs:
                 lps.setdefault(base + c.index, []).extend(c.logprobs)
     if "abort" in gen.reasons.values():
@@ -135,6 +165,9 @@ def final_choices(gen: "Generation", chat: bool) -> list[FinalChoice]:
     choices = []
     for idx in range(gen.num_choices):
         text, reason = "".join(texts.get(idx, [])), gen.reasons.get(idx, "stop")
+        thinking = None
+        if chat and gen.prep.reasoning is not None:
+            thinking, text = split_reasoning(text, gen.prep.reasoning, started_open=gen.prep.thinking_open)
         content: str | None = text
         calls: list[T.ToolCall] = []
         if chat:
@@ -143,5 +176,5 @@ def final_choices(gen: "Generation", chat: bool) -> list[FinalChoice]:
                 reason = "tool_calls"
             else:
                 content = text
-        choices.append(FinalChoice(idx, content, calls, reason, lps.get(idx, [])))
+        choices.append(FinalChoice(idx, content, calls, reason, lps.get(idx, []), thinking or None, stops.get(idx)))
     return choices

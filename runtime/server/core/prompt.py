@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime.chat import untrusted
 from llmpack.runtime.chat.chat_template import ChatTemplateError, normalize_messages
 from llmpack.runtime.server.core.errors import bad
 from llmpack.runtime.server.core.params import scrub
@@ -22,8 +23,16 @@ from llmpack.runtime.structured import tool_calls as T
 
 def tokenize_prompt(model: ServedModel, text: str) -> list[int]:
     """Tokenize text that may already start with the BOS text (templates emit it): the model's
-    BOS is added only when missing, so it is never doubled."""
-    return model.engine.tokenize_prompt(scrub(text))
+    BOS is added only when missing, so it is never doubled. Spans marked untrusted (attachments,
+    tool results: chat/untrusted.py) are tokenized as plain text, never as control tokens."""
+    text = scrub(text)
+    if untrusted.OPEN not in text and untrusted.CLOSE not in text:
+        return model.engine.tokenize_prompt(text)
+    engine = model.engine
+    ids = untrusted.tokenize(text, lambda piece, add_special, parse_special: engine.tokenize(
+        piece, add_special=False, parse_special=parse_special), add_special=False)
+    bos = engine.tokenize_prompt("")     # the ids the model wants in front, if the text lacks them
+    return bos + ids if bos and ids[:len(bos)] != bos else ids
 
 
 def with_system_prompt(model: ServedModel, messages: list) -> list:
@@ -74,7 +83,10 @@ def _calls_of(m: dict, i: int, param: str) -> list[T.ToolCall]:
 
 
 def _native_message(m: Any) -> Any:
-    """HF templates expect tool-call arguments as objects, not the JSON text OpenAI sends."""
+    """HF templates expect tool-call arguments as objects, not the JSON text OpenAI sends; a tool's
+    result is marked untrusted (it may be a web page or a file's text)."""
+    if isinstance(m, dict) and m.get("role") in ("tool", "function") and isinstance(m.get("content"), str):
+        return {**m, "content": untrusted.mark(m["content"])}
     if not isinstance(m, dict) or not m.get("tool_calls"):
         return m
     calls = []
@@ -107,7 +119,7 @@ def _text_messages(messages: list, plan: OutputPlan, param: str) -> list:
             content = m.get("content")
             content = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
             name = m.get("name") or ids.get(m.get("tool_call_id"))
-            m = {"role": "user", "content": T.render_result(content, plan.fmt, name)}
+            m = {"role": "user", "content": T.render_result(untrusted.mark(content), plan.fmt, name)}
         if out and (tool or from_tool[-1]) and isinstance(m, dict) and m.get("role") == "user" \
                 and isinstance(out[-1], dict) and out[-1].get("role") == "user":
             out[-1] = {"role": "user", "content": f"{_text(out[-1])}\n\n{_text(m)}"}

@@ -10,11 +10,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmpack.runtime.chat.reasoning import ReasoningSyntax, ThinkingSwitchError, opens_thinking, thinking_template_kwargs
 from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.server.core.attachments import expand_file_parts
 from llmpack.runtime.server.core.errors import bad
 from llmpack.runtime.server.core.params import SamplingValues, check_token_ids, is_token_ids, sampling_params
 from llmpack.runtime.server.core.plan import Constraint, OutputPlan, ToolRequest, plan_output
+from llmpack.runtime.chat import untrusted
 from llmpack.runtime.server.core.prompt import render_messages, tokenize_prompt
 from llmpack.runtime.server.core.served_model import ServedModel
 
@@ -33,6 +35,9 @@ class ChatRequest:
     include_usage: bool = False
     prompt_progress: bool = False          # report prompt progress while a stream reads the prompt
     template_kwargs: dict[str, Any] | None = None
+    think: bool | str | None = None        # the thinking switch: on, off, a level, or None (the model's default)
+    reasoning_budget: int | None = None    # end thinking after this many tokens (None: the server's --reasoning-budget)
+    think_param: str = "think"             # the client's field for `think` and the budget, for 400s
     param: str = "messages"
 
 
@@ -59,6 +64,10 @@ class Prepared:
     texts: list[str | None] = field(default_factory=list)
     plan: OutputPlan = field(default_factory=OutputPlan)
     return_progress: bool = False
+    reasoning: ReasoningSyntax | None = None   # split thinking from the answer in this syntax (core/output.py)
+    thinking_open: bool = False                # the prompt itself opened the thinking (DeepSeek-R1)
+    reasoning_budget: int | None = None        # thinking tokens before core/generation.py ends it
+    read: list[dict] = field(default_factory=list)   # what was read of each searched file (attachments)
 
 
 def with_turn_stops(params: SamplingParams, model: ServedModel) -> SamplingParams:
@@ -68,16 +77,49 @@ def with_turn_stops(params: SamplingParams, model: ServedModel) -> SamplingParam
 
 
 def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
-    messages = expand_file_parts(req.messages, model)
+    messages, read = expand_file_parts(req.messages, model)
     plan = plan_output(model, req.constraint, req.tools, chat=True)
     if req.params is not None:
         params = with_turn_stops(dataclasses.replace(req.params, grammar=plan.grammar or req.params.grammar), model)
     else:
         params = sampling_params(req.sampling, model, chat=True, logprobs=req.logprobs, grammar=plan.grammar)
-    text = render_messages(model, messages, plan, req.param, req.template_kwargs)
+    budget = reasoning_budget(req, model, params.n)
+    kwargs = {**(req.template_kwargs or {}), **thinking_kwargs(req, model, budget)}
+    text = render_messages(model, messages, plan, req.param, kwargs)
+    syntax = model.reasoning
+    opened = opens_thinking(text, syntax)
+    if opened and budget == 0:   # no thinking at all: the prompt closes what its template opened
+        text, opened = text + syntax.cut, False
     return Prepared([tokenize_prompt(model, text)], params, req.stream, req.include_usage, req.param,
-                    top_logprobs=req.logprobs, texts=[text], plan=plan,
-                    return_progress=req.prompt_progress and req.stream)
+                    top_logprobs=req.logprobs, texts=[untrusted.clean(text)], plan=plan,
+                    return_progress=req.prompt_progress and req.stream, reasoning=syntax, thinking_open=opened,
+                    reasoning_budget=budget or None, read=read)
+
+
+def reasoning_budget(req: ChatRequest, model: ServedModel, n: int) -> int | None:
+    """The request's thinking budget, else the server's. A budget ends one reply's thinking and
+    goes on from there (core/generation.py), so it needs n == 1; the server's own budget simply
+    does not apply to n > 1."""
+    budget = req.reasoning_budget
+    if budget is None:
+        return model.reasoning_budget if n == 1 else None
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise bad(req.think_param, f"'{req.think_param}': the thinking budget must be a whole number of tokens")
+    if n > 1:
+        raise bad(req.think_param, f"'{req.think_param}': a thinking budget needs n = 1")
+    return budget
+
+
+def thinking_kwargs(req: ChatRequest, model: ServedModel, budget: int | None) -> dict[str, Any]:
+    """The chat template's thinking switch for this request (runtime/chat/reasoning.py); a budget
+    of 0 turns thinking off, as llama-server's --reasoning-budget 0 does."""
+    think = False if budget == 0 and req.think is None else req.think
+    if model.chat is None:
+        return {}
+    try:
+        return thinking_template_kwargs(model.chat.template, think)
+    except ThinkingSwitchError as exc:
+        raise bad(req.think_param, str(exc)) from None
 
 
 def prepare_completion(model: ServedModel, req: CompletionRequest) -> Prepared:

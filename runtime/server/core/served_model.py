@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from llmpack.runtime.chat.reasoning import ReasoningSyntax, syntax_for_template
 from llmpack.runtime.chat.recipes import ChatFormat
 from llmpack.runtime.engine.client import EngineClient
 from llmpack.runtime.engine.sampling_params import CHAT_MAX_TOKENS, CONTINUE_MAX_TOKENS, SamplingParams
@@ -35,6 +36,8 @@ class ServedModel:
     aliases: frozenset[str] = frozenset()   # names a request's "model" may use (lowercase)
     meta: dict[str, Any] = field(default_factory=dict)
     backend: dict | None = None       # where the model runs (CPU variant, GPU, layers): /health's "backend"
+    reasoning: ReasoningSyntax | None = None   # how its thinking is marked; None: it does not think (or --reasoning-format none)
+    reasoning_budget: int | None = None        # --reasoning-budget: thinking tokens before thinking is ended; None: no limit
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -58,16 +61,18 @@ def special_stop_ids(engine: EngineClient, texts: list[str]) -> list[int]:
 
 
 def describe_model(engine: EngineClient, chat: ChatFormat | None, *, model_id: str, display_name: str,
-                   system: str | None = None, **extra: Any) -> ServedModel:
+                   system: str | None = None, reasoning_format: str = "auto", **extra: Any) -> ServedModel:
     """The ServedModel for `engine` with `chat`'s defaults. `system`: the operator's default system
-    prompt (--system), which wins over the recipe's; `extra`: the ServedModel fields a server adds
-    (fingerprint, model_key, aliases, meta, backend)."""
+    prompt (--system), which wins over the recipe's; `reasoning_format` (--reasoning-format): how
+    the thinking is told from the answer, "auto" reading it from the template; `extra`: the
+    ServedModel fields a server adds (fingerprint, model_key, aliases, meta, backend, reasoning_budget)."""
     stop = list(chat.stop) if chat else []
     return ServedModel(
         engine=engine, model_id=model_id, display_name=display_name, n_ctx=engine.n_ctx, chat=chat,
         system_prompt=system if system is not None else (chat.system if chat else None),
         sampling=dict(chat.sampling) if chat else {}, stop=stop,
-        stop_token_ids=special_stop_ids(engine, [*stop, *(chat.eot_tokens if chat else ())]), **extra)
+        stop_token_ids=special_stop_ids(engine, [*stop, *(chat.eot_tokens if chat else ())]),
+        reasoning=syntax_for_template(chat.template, reasoning_format) if chat else None, **extra)
 
 
 PAGE_SAMPLING = ("temperature", "top_p", "top_k", "min_p")   # what the page's Settings show

@@ -2,13 +2,14 @@
 
 Types: UTF-8 text (plain, Markdown, CSV, JSON, HTML, source code) as it is; PDF through pypdf
 (pure Python, so it bundles everywhere; a 200-page text PDF takes about 0.5 s on one core);
-DOCX read straight from its XML with the standard library (`zipfile` + `iterparse`: 0.14 s for
-50,000 paragraphs, ten times faster than python-docx and no lxml to bundle). Images, scanned
+DOCX read straight from its XML with the standard library (`zipfile` + expat, event by event,
+no DTD: fast, and no lxml or python-docx to bundle). Images, scanned
 PDFs, encrypted PDFs, zip bombs and binary junk are refused with one line that says what to do.
 
 Every extraction is bounded: `MAX_FILE_BYTES` in, `MAX_TEXT_CHARS` out, `MAX_PAGES` pages, and a
-`deadline` checked between pages and XML elements (pypdf's own limit stops any one stream at
-75 MB decompressed). The caller runs it off the engine thread (see server/core/attachments.py).
+`deadline` checked between pages and at every XML event (pypdf's own limit stops any one stream
+at 75 MB decompressed). Within a PDF page nothing can stop pypdf, so the server runs `extract`
+in a child process that is killed at the deadline, under a memory limit (`sandbox.py`).
 
 How a document joins the user's message is `format_message`, documented in the README: each
 file under a heading with its name, then the user's own text, so any chat template works and
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import time
 import zipfile
 from dataclasses import dataclass, field
-from xml.etree.ElementTree import ParseError, iterparse
+from xml.etree.ElementTree import ParseError, iterparse   # styles.xml only, after its DTD check
+from xml.parsers.expat import ExpatError, ParserCreate
 
 from llmpack.errors import LlmpackError
 
@@ -49,6 +52,8 @@ class Document:
     text: str
     size: int                 # bytes of the file as sent
     pages: list[str] = field(default_factory=list)   # PDF: one entry per page (text joins them)
+    # DOCX: (offset in text, level 1-9, title) of each heading paragraph, for documents/chunks.py
+    headings: list[tuple[int, int, str]] = field(default_factory=list)
 
 
 def extract(name: str, data: bytes, *, deadline: float | None = None, media_type: str = "") -> Document:
@@ -162,7 +167,8 @@ def _pdf(name: str, data: bytes, deadline: float) -> Document:
 
 
 # ---------------------------------------------------------------- DOCX
-_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+_W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main}"   # as expat names it
+_ET_W = "{" + _W                                                      # as ElementTree names it (styles.xml)
 
 
 def _is_docx(data: bytes) -> bool:
@@ -182,38 +188,133 @@ def _docx(name: str, data: bytes, deadline: float) -> Document:
     if info.file_size > MAX_DOCX_XML_BYTES:
         raise DocumentError(f"{name} unpacks to {_mb(info.file_size)} of XML, more than llmpack reads "
                             f"({_mb(MAX_DOCX_XML_BYTES)}; a compression bomb?): attach a part of it")
-    paragraphs: list[str] = []
-    run: list[str] = []
-    total = 0
+    reader = _DocxText(name, deadline, _heading_styles(archive))
     try:
         with archive.open(info) as f:
-            for count, (_, el) in enumerate(iterparse(_Capped(f, MAX_DOCX_XML_BYTES, name), events=("end",))):
-                tag = el.tag
-                if tag == _W + "t":
-                    run.append(el.text or "")
-                elif tag == _W + "tab":
-                    run.append("\t")
-                elif tag in (_W + "br", _W + "cr"):
-                    run.append("\n")
-                elif tag == _W + "p":
-                    line = "".join(run)
-                    run = []
-                    paragraphs.append(line)
-                    total += len(line) + 1
-                    if total > MAX_TEXT_CHARS:
-                        raise _too_long(name, total)
-                    el.clear()
-                if count % 4096 == 0:
-                    _check_time(name, deadline)
+            stream = _Capped(f, MAX_DOCX_XML_BYTES, name)
+            while chunk := stream.read(1 << 16):
+                reader.parser.Parse(chunk, False)
+            reader.parser.Parse(b"", True)
     except DocumentError:
         raise
-    except (ParseError, zipfile.BadZipFile, OSError, EOFError, ValueError, RecursionError):
+    except (ExpatError, zipfile.BadZipFile, OSError, EOFError, ValueError, RecursionError):
         raise DocumentError(f"{name} is damaged (its document.xml cannot be read); save it again as .docx, "
                             "or as PDF or text") from None
-    text = "\n".join(paragraphs).strip()
+    joined = "\n".join(reader.paragraphs)
+    text = joined.strip()
     if not text:
         raise DocumentError(f"{name} holds no text (only pictures or objects?); copy its text in instead")
-    return Document(name, "docx", text, len(data))
+    lead = len(joined) - len(joined.lstrip())
+    return Document(name, "docx", text, len(data), headings=[(max(0, at - lead), lvl, title)
+                                                             for at, lvl, title in reader.headings])
+
+
+_HEADING_ID = re.compile(r"(?:heading|titre|berschrift|kop|otsikko|rubrik|nadpis|naslov)\s*([1-9])$", re.I)
+MAX_STYLES_XML_BYTES = 4 * 1024 * 1024
+
+
+def _heading_level(style: str) -> int:
+    """Heading level of a style id Word, LibreOffice and Google Docs write ("Heading2", "Title")."""
+    if style.lower() in ("title", "titel", "titre"):
+        return 1
+    m = _HEADING_ID.search(style)
+    return int(m.group(1)) if m else 0
+
+
+def _heading_styles(archive: zipfile.ZipFile) -> dict[str, int]:
+    """Style id -> heading level from word/styles.xml: a localized Word names its heading styles
+    by id in its own language ("berschrift1") but always names them "heading N" inside. A styles
+    part with a DTD, or one too large, is ignored (nothing in it is needed to read the text)."""
+    try:
+        info = archive.getinfo("word/styles.xml")
+        if info.file_size > MAX_STYLES_XML_BYTES:
+            return {}
+        data = archive.read(info)[:MAX_STYLES_XML_BYTES]
+    except (KeyError, zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return {}
+    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:   # entity expansion is a memory bomb; Word never writes one
+        return {}
+    out: dict[str, int] = {}
+    try:
+        for _, el in iterparse(io.BytesIO(data), events=("end",)):
+            if el.tag == _ET_W + "style":
+                name = el.find(_ET_W + "name")
+                outline = el.find(f"{_ET_W}pPr/{_ET_W}outlineLvl")
+                level = _heading_level(((name.get(_ET_W + "val") if name is not None else "") or "").replace(" ", ""))
+                if not level and outline is not None and (outline.get(_ET_W + "val") or "").isdigit():
+                    level = int(outline.get(_ET_W + "val")) + 1 if int(outline.get(_ET_W + "val")) < 9 else 0
+                if level and el.get(_ET_W + "styleId"):
+                    out[el.get(_ET_W + "styleId")] = level
+                el.clear()
+    except (ParseError, ValueError, RecursionError):
+        return {}
+    return out
+
+
+class _DocxText:
+    """Paragraph texts from word/document.xml, read with expat event by event. Word never writes
+    a DTD, and a DTD is how XML multiplies text (one entity used a million times made a 3 KB file
+    take 640 MB), so any <!DOCTYPE> or <!ENTITY> is refused before it is read. The text limit is
+    counted as the text arrives, and the deadline checked at every event."""
+
+    def __init__(self, name: str, deadline: float, levels: dict[str, int] | None = None) -> None:
+        self.name, self.deadline = name, deadline
+        self.levels = levels or {}          # heading style id -> level (_heading_styles)
+        self.headings: list[tuple[int, int, str]] = []   # (offset in the joined text, level, title)
+        self.level = 0                      # the paragraph being read is a heading of this level; 0: body
+        self.offset = 0                     # where the next paragraph starts in "\n".join(paragraphs)
+        self.paragraphs: list[str] = []
+        self.run: list[str] = []
+        self.total = 0
+        self.in_text = False
+        p = self.parser = ParserCreate(namespace_separator="}")
+        p.buffer_text = False
+        p.StartDoctypeDeclHandler = p.EntityDeclHandler = self._dtd
+        p.StartElementHandler, p.EndElementHandler = self._start, self._end
+        p.CharacterDataHandler = self._text
+
+    def _dtd(self, *_: object) -> None:
+        raise DocumentError(f"{self.name} declares XML entities (a DOCTYPE), which Word never writes and which can "
+                            "make a small file unpack to gigabytes; save it again from Word, or as PDF or text")
+
+    def _tick(self, added: int = 0) -> None:
+        _check_time(self.name, self.deadline)
+        self.total += added
+        if self.total > MAX_TEXT_CHARS:
+            raise _too_long(self.name, self.total)
+
+    def _start(self, tag: str, attrs: dict[str, str]) -> None:
+        self._tick()
+        if tag == _W + "t":
+            self.in_text = True
+        elif tag == _W + "pStyle":
+            style = attrs.get(_W + "val") or ""
+            self.level = self.levels.get(style, 0) or _heading_level(style)
+        elif tag == _W + "outlineLvl" and (attrs.get(_W + "val") or "").isdigit() and int(attrs[_W + "val"]) < 9:
+            self.level = int(attrs[_W + "val"]) + 1
+        elif tag == _W + "tab":
+            self.run.append("\t")
+        elif tag in (_W + "br", _W + "cr"):
+            self.run.append("\n")
+
+    def _end(self, tag: str) -> None:
+        self._tick(1 if tag == _W + "p" else 0)
+        if tag == _W + "t":
+            self.in_text = False
+        elif tag == _W + "p":
+            line = "".join(self.run)
+            if self.level and line.strip():
+                self.headings.append((self.offset, self.level, " ".join(line.split())))
+            self.level, self.run = 0, []
+            self.paragraphs.append(line)
+            self.offset += len(line) + 1
+
+    def _text(self, text: str) -> None:
+        if self.in_text:
+            self._tick(len(text))
+            self.run.append(text)
+        else:
+            self._tick()
 
 
 class _Capped(io.RawIOBase):

@@ -1,9 +1,11 @@
-"""Errors as HTTP responses, in the default (OpenAI) shape `{"error": {message, type, param, code}}`;
-tracebacks go to stderr, never to clients."""
+"""Errors as HTTP responses, in the default (OpenAI) shape `{"error": {message, type, param, code}}`,
+or in the shape of the protocol room whose route was asked (`register_shape`: Anthropic's, Ollama's),
+the guards' 401 and 403 included; tracebacks go to stderr, never to clients."""
 from __future__ import annotations
 
 import sys
 import traceback
+from typing import Callable
 
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
@@ -14,9 +16,23 @@ from llmpack.runtime.server.http.options import ServerOptions
 _CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type"}
 
 
+_SHAPES: dict[str, Callable[[ApiError], Response]] = {}
+
+
+def register_shape(blueprint: str, render: Callable[[ApiError], Response]) -> None:
+    """Errors on `blueprint`'s routes are rendered by `render` (a protocol room's own shape)."""
+    _SHAPES[blueprint] = render
+
+
 def error_response(status: int, message: str, type: str | None = None, code: str | None = None,
                    param: str | None = None, headers: dict | None = None) -> Response:
     err = ApiError(status, message, param=param, code=code, type=type, headers=headers)
+    try:
+        render = _SHAPES.get(request.blueprint or "")
+    except RuntimeError:   # outside a request
+        render = None
+    if render is not None:
+        return render(err)
     resp = jsonify(err.body())
     resp.status_code = status
     resp.headers.update(err.headers)

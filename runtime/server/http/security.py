@@ -17,10 +17,12 @@ those (LAN clients). LLMPACK_ALLOWED_HOSTS (comma-separated names) adds names, e
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import os
 import socket
+import urllib.parse
 from typing import Callable, TypeVar
 
 from flask import Flask, Response, request
@@ -44,6 +46,24 @@ def public(why: str) -> Callable[[F], F]:
         setattr(view, _PUBLIC, why)
         return view
     return mark
+
+
+_BODY_LIMIT = "_llmpack_body_limit"
+
+
+def body_limit(limit: int) -> Callable[[F], F]:
+    """Let a view take bodies up to `limit` bytes instead of the app's max_body (routes that carry
+    files). `install` refuses a larger Content-Length before the key check and before anything
+    reads the body, and Flask stops a body without one at the same size."""
+    def mark(view: F) -> F:
+        setattr(view, _BODY_LIMIT, limit)
+        return view
+    return mark
+
+
+def route_body_limit(app: Flask, endpoint: str | None, default: int) -> int:
+    view = app.view_functions.get(endpoint) if endpoint else None
+    return getattr(view, _BODY_LIMIT, default)
 
 
 def public_reason(app: Flask, endpoint: str | None) -> str | None:
@@ -112,10 +132,54 @@ def host_ok(header: str | None, options: ServerOptions, names: set[str]) -> bool
     return False
 
 
-def key_ok(authorization: str | None, key: str) -> bool:
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+CHALLENGE_PATH = "/api/instance"   # public: without the instance lock's secret its answer proves nothing
+
+
+def instance_proof(secret: str, nonce: str) -> str:
+    """What the server holding `secret` answers to the challenge `nonce` (lifecycle/instance.py)."""
+    return hmac.new(secret.encode("utf-8"), nonce.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def cors_allows(cors: bool | tuple[str, ...] | None, origin: str) -> bool:
+    """--cors: True lets every origin in; a tuple of origins ("https://app.example") only those."""
+    if isinstance(cors, (tuple, list, set, frozenset)):
+        return origin.rstrip("/").lower() in {o.rstrip("/").lower() for o in cors}
+    return bool(cors)
+
+
+def cross_site(method: str, headers, host: str, cors) -> str | None:
+    """Why a browser request from another site must not change anything here, or None.
+
+    A page on any web site (or on another port of this computer) can send this server a
+    "simple" POST with `fetch(url, {mode: "no-cors", body})`: no preflight, no reading the
+    answer, but the request runs (an extraction, a generation). Browsers say where such a
+    request comes from: `Sec-Fetch-Site` (cross-site, same-site: another port of localhost is
+    same-site but another origin) and `Origin`. Every state-changing or expensive method
+    (anything but GET/HEAD/OPTIONS) from another origin is refused unless --cors allows that
+    origin; tools other than browsers send neither header and are not affected."""
+    if method in SAFE_METHODS and method != "OPTIONS":
+        return None
+    origin = headers.get("Origin")
+    site = (headers.get("Sec-Fetch-Site") or "").lower()
+    # the origin's host:port against Host (not the scheme: a TLS proxy in front changes only that)
+    foreign = site in ("cross-site", "same-site") or \
+        (origin is not None and urllib.parse.urlsplit(origin).netloc.lower() != host.lower())
+    if not foreign or (origin and origin != "null" and cors_allows(cors, origin)):
+        return None
+    if method == "OPTIONS" and not cors:
+        return None   # a preflight alone changes nothing; without --cors it gets no CORS headers
+    return (f"requests from another web site ({origin or site}) may not use this server: start it with "
+            "--cors to allow that origin")
+
+
+def key_ok(authorization: str | None, key: str, x_api_key: str | None = None) -> bool:
+    """`Authorization: Bearer KEY`, or `x-api-key: KEY` (what Anthropic's clients send)."""
     scheme, _, given = (authorization or "").partition(" ")
     if scheme.lower() != "bearer":
         given = ""
+    if not given and x_api_key:
+        given = x_api_key
     return hmac.compare_digest(given.strip().encode("utf-8", "replace"), key.encode("utf-8", "replace"))
 
 
@@ -129,14 +193,22 @@ def install(app: Flask, options: ServerOptions) -> None:
             return error(403, f"Host {request.headers.get('Host')!r} is not this server: requests must "
                          "name it as localhost or 127.0.0.1 (DNS-rebinding protection).",
                          "permission_error", "host_not_allowed")
+        refused = cross_site(request.method, request.headers, request.host, options.cors)
+        if refused:
+            return error(403, refused, "permission_error", "cross_site_request")
+        limit = route_body_limit(app, request.endpoint, options.max_body)
+        request.max_content_length = limit
+        if request.content_length is not None and request.content_length > limit:
+            return error(413, f"The request body is larger than {limit >> 20} MiB.", "invalid_request_error",
+                         "request_too_large")
         if options.cors and request.method == "OPTIONS":
             return Response(status=204)
         if options.api_key and public_reason(app, request.endpoint) is None:
-            auth = request.headers.get("Authorization")
-            if not key_ok(auth, options.api_key):
+            auth, x_key = request.headers.get("Authorization"), request.headers.get("x-api-key")
+            if not key_ok(auth, options.api_key, x_key):
                 msg = ("Incorrect API key provided: send the key this server was started with (--api-key) as "
-                       "'Authorization: Bearer KEY'." if auth else
-                       "Missing API key: send it as 'Authorization: Bearer KEY'.")
+                       "'Authorization: Bearer KEY' (or 'x-api-key: KEY')." if auth or x_key else
+                       "Missing API key: send it as 'Authorization: Bearer KEY' (or 'x-api-key: KEY').")
                 return error(401, msg, "invalid_request_error", "invalid_api_key")
         return None
 
@@ -148,8 +220,13 @@ def install(app: Flask, options: ServerOptions) -> None:
         h.setdefault("X-Frame-Options", "DENY")
         h["Content-Security-Policy"] = PAGE_CSP
         if options.cors:
-            h["Access-Control-Allow-Origin"] = "*"
-            h["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
-            h["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+            origin = request.headers.get("Origin") or ""
+            h["Access-Control-Allow-Origin"] = "*" if options.cors is True else origin if cors_allows(options.cors, origin) else "null"
+            h.add("Vary", "Origin")
+            h["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS"   # DELETE: stored responses, Ollama's
+            # X-Filename: /v1/extract; x-api-key and anthropic-*: what Anthropic's browser clients send
+            h["Access-Control-Allow-Headers"] = ("Authorization, Content-Type, X-Filename, x-api-key, anthropic-version, "
+                                                 "anthropic-beta, anthropic-dangerous-direct-browser-access")
             h["Access-Control-Max-Age"] = "600"
+            h["Access-Control-Expose-Headers"] = "X-Llmpack-Read"   # which parts of long files were read
         return resp

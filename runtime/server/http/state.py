@@ -7,6 +7,7 @@ in-flight engine streams that a shutdown or a client's hang-up aborts.
 """
 from __future__ import annotations
 
+import secrets
 import threading
 from typing import Callable
 
@@ -22,6 +23,12 @@ MESSAGES = {
 }
 
 
+def speculative_health(stats) -> dict:
+    """/health's "speculative": the mode (--speculative) and how its drafts fared so far."""
+    return {"mode": stats.speculative, "draft_tokens": stats.spec_draft_tokens_total,
+            "accepted_tokens": stats.spec_accepted_tokens_total}
+
+
 class ServerState:
     def __init__(self, display_name: str | None = None) -> None:
         self._lock = threading.Lock()
@@ -31,6 +38,8 @@ class ServerState:
         self.message = MESSAGES["starting"]
         self.unpack: dict | None = None   # {"path", "bytes"} while a model is unpacked: /health says where
         self.instance: str | None = None  # the model key a second launch looks for (lifecycle/instance.py)
+        # what this server proves it holds (/api/instance); written into its instance lock only
+        self.instance_secret = secrets.token_hex(32)
         self.model: ServedModel | None = None
         self.ready = threading.Event()
         self.active = ActiveRequests()
@@ -65,8 +74,19 @@ class ServerState:
         self.ready.set()
 
     def health(self, authorized: bool = True) -> tuple[dict, int]:
-        """(body, HTTP status). The system prompt is the operator's, not public: it is shown only
-        to callers that may use the API (`authorized`: no API key is set, or they sent it)."""
+        """(body, HTTP status). Details (the model, its settings and system prompt, the unpack
+        path, an error's own words) go only to callers that may use the API (`authorized`: no API
+        key is set, or they sent it); others learn the phase and progress, as llama-server's
+        /health says only whether it is up."""
+        body, status = self._health()
+        if authorized:
+            return body, status
+        brief = {k: body[k] for k in ("status", "phase", "progress", "display_name") if k in body}
+        if status == 500:
+            brief["message"] = "The model could not be served; the server's console says why."
+        return brief, status
+
+    def _health(self) -> tuple[dict, int]:
         with self._lock:
             phase, progress, message, model = self.phase, self.progress, self.message, self.model
         if phase == "ready" and model is not None:
@@ -76,11 +96,9 @@ class ServerState:
             body = {"status": "ok", "model": model.model_id, "display_name": model.display_name,
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
                     "defaults": request_defaults(model), "base_model": bool(model.meta.get("base_model")),
-                    "backend": model.backend}
+                    "backend": model.backend, "speculative": speculative_health(model.engine.stats())}
             if self.instance:
                 body["instance"] = self.instance
-            if not authorized:
-                del body["system_prompt"]
             return body, 200
         if phase == "error":
             return {"status": "error", "message": message}, 500

@@ -8,24 +8,16 @@ import urllib.parse
 import webbrowser
 from pathlib import Path
 
-import platformdirs
-
-from llmpack.runtime.server.page.chats import data_dir
+from llmpack import paths
 
 
 def runtime_dir() -> Path:
-    """This user's private folder for files that live as long as a launch (0700 where POSIX
-    modes exist): the per-user runtime folder (/run/user/UID/llmpack, %LOCALAPPDATA%\\Temp\\llmpack), else
-    a `runtime` folder in the data folder, as Jupyter keeps its own."""
-    for folder in (Path(platformdirs.user_runtime_dir("llmpack", appauthor=False)), data_dir() / "runtime"):
-        try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if os.name != "nt":
-                os.chmod(folder, 0o700)
-            return folder
-        except OSError:
-            continue
-    raise OSError("no private folder for the browser's launch file")
+    """This user's private runtime folder (llmpack.paths.runtime_dir: owned by the user, 0700,
+    never a symlink, never /tmp/runtime-UID); OSError, which callers already handle, when none is."""
+    try:
+        return paths.runtime_dir()
+    except paths.PathsError as exc:
+        raise OSError(str(exc)) from None
 
 
 def open_browser(url: str, redirect: Path | None = None) -> Path | None:

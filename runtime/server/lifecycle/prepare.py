@@ -110,6 +110,7 @@ def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progr
     n_ctx = choose_n_ctx(config.ctx, chat.context if chat else None, info.context_length)
     cfg = EngineConfig(str(path), n_ctx=n_ctx, max_num_seqs=config.parallel, gpu_layers=config.gpu_layers,
                        max_waiting=config.max_waiting, flash_attn=config.flash_attn, device=config.device,
+                       speculative=config.speculative, trace_steps=config.trace_steps,
                        model_offset=src.offset, model_length=src.length, n_threads=config.threads, rpc=config.rpc)
     stage(0, METADATA_DONE)(1.0)
     if read_into_memory(path, stage(METADATA_DONE, READ_DONE), src.offset, src.length) and config.verbose:
@@ -122,10 +123,12 @@ def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progr
         key = model_key(path, info.name, src.sha256)
         return describe_model(
             engine, chat, model_id=model_id, display_name=name, system=config.system,
+            reasoning_format=config.reasoning_format, reasoning_budget=config.reasoning_budget,
             fingerprint=f"fp_llmpack-{__version__}-{key}", model_key=key, backend=engine.backend,
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
                   "chat_format": chat.source if chat else None, "display_name": name,
+                  "parameters": info.parameters, "file_type": info.file_type, "size": info.length,
                   "base_model": config.base_model if config.base_model is not None else info.base_model})
     except BaseException:
         engine.shutdown()

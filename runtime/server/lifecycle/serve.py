@@ -34,7 +34,8 @@ def serve(config: ServeConfig, prepare_model: Callable[[Progress], Path | ModelF
         if config.instance_key:   # a second launch opens the browser through the same redirect file
             opened.append(write_redirect(server.page_url))
             try:
-                held = instance.claim(runtime_dir(), config.instance_key, server.url, opened[0])
+                held = instance.claim(runtime_dir(), config.instance_key, server.url, opened[0],
+                                      server.state.instance_secret)
             except OSError:   # no private folder: this copy serves all the same, unseen by a second launch
                 pass
         if config.open_browser:

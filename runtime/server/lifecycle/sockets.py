@@ -27,7 +27,9 @@ def waitress_settings(max_num_seqs: int) -> dict[str, Any]:
     threads = max(128, max_num_seqs + 64)
     return dict(threads=threads, connection_limit=threads + 512, channel_timeout=300,
                 channel_request_lookahead=1, asyncore_use_poll=True, ident="llmpack",
-                max_request_body_size=ATTACH_BODY + 4 * MAX_BODY, expose_tracebacks=False,
+                # the largest route's limit plus room, so the app (not waitress) words the 413 (security.body_limit)
+                max_request_body_size=ATTACH_BODY + MAX_BODY,
+                expose_tracebacks=False,
                 clear_untrusted_proxy_headers=True, cleanup_interval=15)
 
 

@@ -25,7 +25,10 @@ _COMMON = {"model", "stream", "stream_options", "return_progress", "max_tokens",
            "store", "service_tier", *_SAMPLING}
 _SHAPE = {"response_format", "grammar", "json_schema"}   # constrained output (core/plan.py)
 CHAT_KEYS = _COMMON | _SHAPE | {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
-                                "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call"}
+                                "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
+                                "reasoning_effort", "chat_template_kwargs"}
+# OpenAI's reasoning_effort -> the core's thinking switch (runtime/chat/reasoning.py)
+EFFORTS = {"none": False, "minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 COMPLETION_KEYS = _COMMON | _SHAPE | {"prompt", "logprobs", "echo", "suffix", "best_of"}
 
 
@@ -164,9 +167,17 @@ def parse_chat(body: Any) -> ChatRequest:
         raise bad("top_logprobs", "'top_logprobs' requires 'logprobs': true")
     if k is not None and not 0 <= k <= 20:
         raise bad("top_logprobs", f"'top_logprobs' must be from 0 to 20, got {k}")
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in EFFORTS:
+        raise bad("reasoning_effort", f"'reasoning_effort' must be one of {', '.join(EFFORTS)}, got {show(effort)}")
+    kwargs = body.get("chat_template_kwargs")   # vLLM's and llama-server's: variables for the chat template
+    if kwargs is not None and (not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs)):
+        raise bad("chat_template_kwargs", "'chat_template_kwargs' must be an object, e.g. {\"enable_thinking\": false}")
     return ChatRequest(body.get("messages"), _sampling(body, chat=True), constraint=constraint(body),
                        tools=tool_request(body), logprobs=(k or 0) if want else None, stream=stream,
-                       include_usage=usage, prompt_progress=bool(flag("return_progress", body.get("return_progress"))))
+                       include_usage=usage, prompt_progress=bool(flag("return_progress", body.get("return_progress"))),
+                       template_kwargs=kwargs, think=EFFORTS.get(effort) if effort is not None else None,
+                       think_param="reasoning_effort")
 
 
 def parse_completion(body: Any) -> CompletionRequest:

@@ -1,9 +1,10 @@
 """The OpenAI room's route table (llama-server's names where OpenAI has none)."""
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, jsonify
 
 from llmpack.runtime.server.core.attachments import ATTACH_BODY
+from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.context import app_context, check_model_id, ready_model
 from llmpack.runtime.server.openai import serving_embeddings
 from llmpack.runtime.server.openai.serving import generate
@@ -27,8 +28,8 @@ def get_model(model_id: str) -> Response:
 
 
 @bp.post("/v1/chat/completions")
+@security.body_limit(ATTACH_BODY)   # files may ride in it
 def chat_completions() -> Response:
-    request.max_content_length = max(ATTACH_BODY, app_context().options.max_body)   # files may ride in it
     return generate(CHAT)
 
 

@@ -3,20 +3,23 @@ and answer whole (JSON) or as server-sent events. The shapes of each are in serv
 serving_completion.py (an `Api`: how to prepare a request and write one choice)."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from flask import Response, jsonify, request
+from flask import Response, jsonify
 
+from llmpack.runtime.server.core.attachments import READ_HEADER
 from llmpack.runtime.server.core.errors import ApiError
 from llmpack.runtime.server.core.generation import Generation
 from llmpack.runtime.server.core.output import final_choices, stream_steps
 from llmpack.runtime.server.core.request import Prepared
 from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, check_model_name, json_body, ready_model
+from llmpack.runtime.server.http.streaming import start_generation, streamed
 from llmpack.runtime.server.openai import protocol as P
 
 DONE = b"data: [DONE]\n\n"
@@ -44,16 +47,15 @@ def generate(api: Api) -> Response:
     body = json_body()
     check_model_name(body, model)
     prep = api.prepare(body, model)
-    if prep.plan.kind:
-        ctx.metrics.constrained.labels(model.model_id, prep.plan.kind).inc()
     rid, created = P.new_id(api.kind), int(time.time())
-    gen = Generation(model, prep, rid, active=ctx.state.active, timer=ctx.metrics.timer(model.model_id),
-                     disconnected=request.environ.get("waitress.client_disconnected"))
+    gen = start_generation(model, prep, rid)
+    headers = {READ_HEADER: json.dumps(prep.read)} if prep.read else {}   # which parts of long files were read
     if prep.stream:
-        return Response(_Body(_stream(gen, api, rid, created), gen), mimetype="text/event-stream",
-                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        resp = streamed(_stream(gen, api, rid, created), gen)
+        resp.headers.update(headers)
+        return resp
     try:
-        return jsonify(_complete(gen, api, rid, created))
+        return jsonify(_complete(gen, api, rid, created)), headers
     finally:
         gen.close()
 
@@ -63,23 +65,6 @@ def _complete(gen: Generation, api: Api, rid: str, created: int) -> dict:
     choices = [api.whole(c, want_lp, k) for c in final_choices(gen, api.kind == "chat")]
     return {"id": rid, "object": api.object, "created": created, "model": gen.model.model_id,
             "system_fingerprint": gen.model.fingerprint, "choices": choices, "usage": P.usage(gen.usage())}
-
-
-class _Body:
-    """The SSE body; closing it (client gone, server done) always releases the engine streams,
-    even if iteration never started."""
-
-    def __init__(self, chunks: Iterator[bytes], gen: Generation) -> None:
-        self.chunks, self.gen = chunks, gen
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self.chunks
-
-    def close(self) -> None:
-        try:
-            self.chunks.close()  # type: ignore[attr-defined]
-        finally:
-            self.gen.close()
 
 
 def _stream(gen: Generation, api: Api, rid: str, created: int) -> Iterator[bytes]:

@@ -16,6 +16,8 @@ def prepare(body: Any, model: ServedModel) -> Prepared:
 
 def whole(c: FinalChoice, want_lp: bool, k: int) -> dict:
     message: dict = {"role": "assistant", "content": c.text}
+    if c.reasoning:   # llama-server's name and vLLM's / Ollama's
+        message["reasoning_content"] = message["reasoning"] = c.reasoning
     if c.tool_calls:
         message["tool_calls"] = [t.to_openai() for t in c.tool_calls]
     return {"index": c.index, "message": message,
@@ -25,6 +27,8 @@ def whole(c: FinalChoice, want_lp: bool, k: int) -> dict:
 
 def delta(e: ChoiceEvent, want_lp: bool, k: int, offsets: dict[int, int]) -> dict | None:
     delta: dict = {"content": e.text} if e.text else {}
+    if e.reasoning:
+        delta["reasoning_content"] = delta["reasoning"] = e.reasoning
     if e.tool_calls:
         delta["tool_calls"] = P.tool_calls(e.tool_calls)
     lp = {"content": P.chat_logprobs(e.logprobs or [], k)} if want_lp else None

@@ -13,12 +13,18 @@ cannot read or change the chats; the OpenAI API (/v1) keeps its own rules (--api
 
     GET    /api/chats                       summaries of this model's chats, newest first
     GET    /api/chats/ID                    one chat
-    PUT    /api/chats/ID                    save (create or replace) a chat
+    PUT    /api/chats/ID                    save a chat: {..., "base_version": the version it was based on,
+                                            0 for a new chat}; 409 (chat_conflict) when another tab or
+                                            window saved it since (or deleted it): load it again;
+                                            "merge": true keeps both sides' messages instead (a
+                                            page's last save as it closes)
     DELETE /api/chats/ID
     GET    /api/chats/ID/export?format=json|markdown
     POST   /api/chats/import                an exported JSON chat, stored under a new id (unless this
                                             model has its messages already: then "duplicate": true)
+    GET    /api/search?q=WORDS              this model's chats holding the words, matches marked
     GET    /api/settings, PUT /api/settings the page's settings for this model (system prompt, sampling)
+    GET    /api/presets, PUT /api/presets   named presets (a system prompt + sampling), {"presets": [...]}
 """
 from __future__ import annotations
 
@@ -29,9 +35,11 @@ from flask import Blueprint, Response, jsonify, request
 
 from llmpack.runtime.server.core.errors import ApiError
 from llmpack.runtime.server.page.chats import (
+    ChatConflict,
     ChatError,
     ChatStore,
     clean_chat,
+    clean_presets,
     clean_settings,
     content_disposition,
     export_name,
@@ -108,11 +116,34 @@ def put_chat(chat_id: str):
     key, _ = _key()
     if not valid_id(chat_id):
         raise ApiError(400, "A chat id is 1-64 letters, digits, '-' or '_'.", code="invalid_chat_id")
+    body = json_body()
+    base = body.get("base_version", 0) if isinstance(body, dict) else 0
+    if isinstance(base, bool) or not isinstance(base, int) or base < 0:
+        raise ApiError(400, "Cannot save this chat: 'base_version' must be the version it was based on "
+                       "(0 for a new chat).", param="base_version", code="invalid_chat")
+    merge = body.get("merge", False) if isinstance(body, dict) else False
+    if not isinstance(merge, bool):
+        raise ApiError(400, "Cannot save this chat: 'merge' must be true or false.", param="merge", code="invalid_chat")
     try:
-        chat = _store().put(key, clean_chat(json_body(), chat_id=chat_id))
+        chat = _store().put(key, clean_chat(body, chat_id=chat_id), base_version=base, merge=merge)
     except ChatError as exc:
         raise ApiError(400, f"Cannot save this chat: {exc}.", code="invalid_chat") from None
-    return _no_store(jsonify({"id": chat["id"], "updated": chat["updated"]}))
+    except ChatConflict as exc:
+        now = "was deleted" if exc.current is None else f"is at version {exc.current}"
+        raise ApiError(409, f"This chat was changed in another tab or window since version {base} was loaded "
+                       f"(it {now}): load it again, then save.", param="base_version",
+                       code="chat_conflict") from None
+    return _no_store(jsonify({"id": chat["id"], "updated": chat["updated"], "version": chat["version"]}))
+
+
+@public(OWN_SECRET)
+@bp.get("/search")
+def search_chats():
+    key, _ = _key()
+    query = request.args.get("q", "")
+    if len(query) > 500:
+        raise ApiError(400, "Search for at most 500 characters.", param="q", code="invalid_query")
+    return _no_store(jsonify({"object": "list", "data": _store().search(key, query)}))
 
 
 @public(OWN_SECRET)
@@ -153,7 +184,6 @@ def import_chat():
                               if k in chat}))
 
 
-
 @public(OWN_SECRET)
 @bp.get("/settings")
 def get_settings():
@@ -161,12 +191,29 @@ def get_settings():
     return _no_store(jsonify({"data": _store().get_settings(key)}))
 
 
+def _save(clean, put, what: str) -> object:
+    """Check a settings-like body with `clean` and store it with `put`: a 400 naming the field, nothing stored."""
+    key, _ = _key()
+    try:
+        return put(key, clean(json_body()))
+    except ChatError as exc:
+        raise ApiError(400, f"Cannot save these {what}: {exc}.", code=f"invalid_{what}") from None
+
+
 @public(OWN_SECRET)
 @bp.put("/settings")
 def put_settings():
+    return _no_store(jsonify({"data": _save(clean_settings, _store().put_settings, "settings")}))
+
+
+@public(OWN_SECRET)
+@bp.get("/presets")
+def get_presets():
     key, _ = _key()
-    try:
-        saved = _store().put_settings(key, clean_settings(json_body()))
-    except ChatError as exc:
-        raise ApiError(400, f"Cannot save these settings: {exc}.", code="invalid_settings") from None
-    return _no_store(jsonify({"data": saved}))
+    return _no_store(jsonify({"presets": _store().get_presets(key)}))
+
+
+@public(OWN_SECRET)
+@bp.put("/presets")
+def put_presets():
+    return _no_store(jsonify({"presets": _save(clean_presets, _store().put_presets, "presets")}))

@@ -6,31 +6,32 @@ one list. Here each chat belongs to one model (ServedModel.model_key), and every
 any port, sees the same list. One file serves every llmpack app of this user; WAL mode lets
 two running apps write it at once.
 
-A chat is {"id", "title", "created", "updated", "mode", "messages": [{"role", "content",
-"stats"?, "attachments"?}]}; times are milliseconds since the epoch (what the page's Date.now()
-gives). A user message's attachments are [{"name", "kind", "size", "tokens", "text"}]: the text
-that was sent, so the chat can be continued and exported as it was.
+What a chat holds and what is refused: chat_shape.py. Each saved chat has a version that every
+save raises by one; a save names the version it was based on and is refused (ChatConflict) when
+another tab or window saved in between, so a stale copy never replaces a newer one. An FTS5
+table beside the chats (chat_search) finds chats by the words of their titles and messages.
 """
 from __future__ import annotations
 
-import html
 import json
-import math
-import os
 import re
 import sqlite3
 import threading
-import time
-import unicodedata
 import uuid
 from contextlib import closing
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-import platformdirs
 
-from llmpack.runtime.server.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
+from llmpack.runtime.server.page.chat_export import content_disposition, export_name, to_json, to_markdown
+from llmpack.runtime.server.page.chat_shape import (EXPORT_FORMAT, ChatError, branch, clean_chat, clean_presets,
+                                                    clean_settings, merge_messages, search_text, valid_id)
+
+__all__ = ["ChatConflict", "ChatError", "ChatStore", "clean_chat", "clean_presets", "clean_settings",
+           "content_disposition", "data_dir", "export_name", "to_json", "to_markdown", "valid_id"]
+
+from llmpack import paths
+from llmpack.paths import private_store
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -49,114 +50,56 @@ CREATE TABLE IF NOT EXISTS settings (
     model TEXT PRIMARY KEY,
     data  TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS presets (
+    model TEXT PRIMARY KEY,
+    data  TEXT NOT NULL
+);
 """
-# The page's per-model settings (settings.js): a system prompt and sampling overrides, each a
-# number in the range the page's own form accepts (settings.js FIELDS), or null. (low, high,
-# low_open, whole): a whole number must be written without a fraction.
-SETTING_NUMBERS: dict[str, tuple[float, float, bool, bool]] = {
-    "temperature": (0, 100, False, False), "top_p": (0, 1, True, False), "top_k": (-1, 2**31 - 1, False, True),
-    "min_p": (0, 1, False, False), "max_tokens": (1, 2**31 - 1, False, True)}
-MAX_SYSTEM_PROMPT = 100_000
-ROLES = ("system", "user", "assistant")
-MODES = ("chat", "complete")
-MAX_TITLE = 200
-MAX_MESSAGES = 10_000
-MAX_TIME_MS = 8_640_000_000_000_000   # the last time a JavaScript Date holds; far inside SQLite's int64
-MAX_STATS = 32
-MAX_STAT_TEXT = 200
-MAX_STAT_NUMBER = 1e15
-EXPORT_FORMAT = "llmpack-chat"
-_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Columns added since the first release (a file made then gets them on first open).
+NEW_COLUMNS = {"version": "INTEGER NOT NULL DEFAULT 0", "leaf": "TEXT", "system": "TEXT"}
+SEARCH_TABLE = ("CREATE VIRTUAL TABLE chat_search USING fts5(title, body, model UNINDEXED, id UNINDEXED, "
+                "tokenize = 'unicode61 remove_diacritics 2')")
+MARK_ON, MARK_OFF = "\ue000", "\ue001"   # around a match in search results (private-use characters)
+MAX_SEARCH_WORDS = 12
 
 
-class ChatError(ValueError):
-    """A chat the store refuses (bad shape); the message says what to fix."""
+class ChatConflict(Exception):
+    """A save based on a version that is no longer the saved one; `current` is the saved
+    version (None: the chat was deleted meanwhile)."""
+
+    def __init__(self, current: int | None) -> None:
+        super().__init__(f"the saved chat is at version {current}")
+        self.current = current
 
 
 def data_dir() -> Path:
     """Per-user data folder (~/.local/share/llmpack, %LOCALAPPDATA%\\llmpack, ~/Library/Application
     Support/llmpack); LLMPACK_DATA_DIR overrides it (tests point it at a temporary folder)."""
-    override = os.environ.get("LLMPACK_DATA_DIR")
-    return Path(override) if override else Path(platformdirs.user_data_dir("llmpack", appauthor=False))
+    return paths.data_dir()
 
 
-def valid_id(chat_id: Any) -> bool:
-    return isinstance(chat_id, str) and bool(_ID.fullmatch(chat_id))
+def _upgrade(con: sqlite3.Connection) -> None:
+    """Bring a chat file from an earlier release up to this one: the new columns, and the search
+    index filled from the chats already there. One app at a time (two may open the file at once)."""
+    con.execute("BEGIN IMMEDIATE")
+    have = {row[1] for row in con.execute("PRAGMA table_info(chats)")}
+    for name, kind in NEW_COLUMNS.items():
+        if name not in have:
+            con.execute(f"ALTER TABLE chats ADD COLUMN {name} {kind}")
+    if con.execute("SELECT 1 FROM sqlite_master WHERE name = 'chat_search'").fetchone() is None:
+        con.execute(SEARCH_TABLE)
+        for model, chat_id, title, messages in con.execute("SELECT model, id, title, messages FROM chats").fetchall():
+            con.execute("INSERT INTO chat_search (title, body, model, id) VALUES (?, ?, ?, ?)",
+                        (title, search_text({"messages": json.loads(messages)}), model, chat_id))
+    con.commit()
 
 
-def clean_chat(data: Any, *, chat_id: str | None = None) -> dict:
-    """The chat as stored: known fields only, types and number ranges checked, so that nothing the
-    page cannot read back (Infinity, a time past JavaScript's last date, an integer SQLite cannot
-    hold) is ever stored. Raises ChatError naming the field."""
-    if not isinstance(data, dict):
-        raise ChatError("a chat must be a JSON object")
-    messages = data.get("messages")
-    if not isinstance(messages, list) or len(messages) > MAX_MESSAGES:
-        raise ChatError(f"'messages' must be a list of at most {MAX_MESSAGES} messages")
-    clean = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise ChatError(f"messages[{i}] must be {{\"role\": one of {', '.join(ROLES)}, \"content\": text}}")
-        item: dict[str, Any] = {"role": m["role"], "content": scrub(m["content"])}
-        if m.get("stats") is not None:
-            item["stats"] = _stats(m["stats"], f"messages[{i}].stats")
-        if m.get("attachments"):
-            item["attachments"] = _clean_attachments(m["attachments"], i)
-        clean.append(item)
-    now = int(time.time() * 1000)
-    title = scrub(data["title"]) if isinstance(data.get("title"), str) else ""
-    created = _time(data, "created", now)
-    updated = _time(data, "updated", created)
-    mode = data.get("mode") if data.get("mode") in MODES else "chat"
-    return {"id": chat_id or data.get("id"), "title": (title.strip() or "Chat")[:MAX_TITLE], "mode": mode,
-            "created": created, "updated": updated, "messages": clean}
-
-
-def _number(value: Any) -> bool:
-    """A JSON number that is finite (json.loads reads 1e400 as inf); true/false are not numbers."""
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))   # 10**400 is an int
-
-
-def _time(data: dict, key: str, default: int) -> int:
-    value = data.get(key)
-    if value is None:
-        return default
-    if not _number(value) or not 0 <= value <= MAX_TIME_MS:
-        raise ChatError(f"'{key}' must be a time in milliseconds since 1970, from 0 to {MAX_TIME_MS}")
-    return int(value)
-
-
-def _stats(stats: Any, where: str) -> dict:
-    """A reply's statistics as the page shows them: a few flat numbers, flags and words."""
-    if not isinstance(stats, dict) or len(stats) > MAX_STATS:
-        raise ChatError(f"{where} must be an object of at most {MAX_STATS} entries")
-    for key, value in stats.items():
-        ok = (value is None or isinstance(value, bool) or (_number(value) and abs(value) <= MAX_STAT_NUMBER)
-              or (isinstance(value, str) and len(value) <= MAX_STAT_TEXT))
-        if len(key) > MAX_STAT_TEXT or not ok:
-            raise ChatError(f"{where}.{key[:40]} must be a number of at most {MAX_STAT_NUMBER:.0e}, "
-                            f"true/false, null or text of at most {MAX_STAT_TEXT} characters")
-    return {scrub(k): (scrub(v) if isinstance(v, str) else v) for k, v in stats.items()}
-
-
-def _clean_attachments(files: Any, i: int) -> list[dict]:
-    if not isinstance(files, list) or len(files) > 32:
-        raise ChatError(f"messages[{i}].attachments must be a list of at most 32 files")
-    out = []
-    for f in files:
-        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("text"), str):
-            raise ChatError(f"messages[{i}].attachments entries need 'name' and 'text' strings")
-        item = {"name": scrub(f["name"][:MAX_TITLE]), "text": scrub(f["text"])}
-        item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note") if isinstance(f.get(k), str)})
-        for k in ("size", "tokens"):
-            if f.get(k) is None:
-                continue
-            if not _number(f[k]) or not 0 <= f[k] <= MAX_STAT_NUMBER:
-                raise ChatError(f"messages[{i}].attachments[].{k} must be a number from 0 to {MAX_STAT_NUMBER:.0e}")
-            item[k] = int(f[k])
-        out.append(item)
+def _parts(text: str) -> list[list[Any]]:
+    """A search result's text as [[text, is_match], ...], for the page to mark up safely."""
+    out: list[list[Any]] = []
+    for i, piece in enumerate(re.split(f"[{MARK_ON}{MARK_OFF}]", text)):
+        if piece:
+            out.append([piece, i % 2 == 1])
     return out
 
 
@@ -177,10 +120,11 @@ class ChatStore:
         path = self.path
         with self._lock:
             if self._ready != path:   # LLMPACK_DATA_DIR may name another folder since (each test has its own)
-                path.parent.mkdir(parents=True, exist_ok=True)
+                private_store(path)
                 with closing(sqlite3.connect(path, timeout=10)) as con:
                     con.execute("PRAGMA journal_mode=WAL")
                     con.executescript(SCHEMA)
+                    _upgrade(con)
                 self._ready = path
         con = sqlite3.connect(path, timeout=10)
         con.row_factory = sqlite3.Row   # rows read as dicts, by column name
@@ -194,25 +138,65 @@ class ChatStore:
         return [dict(r) for r in rows]
 
     def get(self, model: str, chat_id: str) -> dict | None:
+        """The whole chat (every branch) with its `version`; the leaf and system prompt when it has them."""
         with closing(self._connect()) as con:
-            row = con.execute("SELECT id, title, mode, created, updated, messages FROM chats "
+            row = con.execute("SELECT id, title, mode, created, updated, version, leaf, system, messages FROM chats "
                               "WHERE model = ? AND id = ?", (model, chat_id)).fetchone()
         if row is None:
             return None
-        return {**dict(row), "messages": json.loads(row["messages"])}
+        chat = {k: row[k] for k in ("id", "title", "mode", "created", "updated", "version", "leaf", "system")
+                if row[k] is not None}
+        return {**chat, "messages": json.loads(row["messages"])}
 
-    def put(self, model: str, chat: dict) -> dict:
-        """Insert or replace; `chat` comes from clean_chat()."""
+    def put(self, model: str, chat: dict, base_version: int | None = None, merge: bool = False) -> dict:
+        """Save `chat` (from clean_chat()) as the next version of the one saved at `base_version`
+        (0: a new chat); ChatConflict when the saved chat is at another version, or is gone.
+        merge: instead of refusing a stale save, keep the saved messages and add this one's
+        (merge_messages; a page's last save as it closes, which cannot load and retry).
+        base_version None saves whatever is there (the store's own callers). Returns the chat
+        with its new `version`."""
         with closing(self._connect()) as con, con:
-            con.execute("INSERT OR REPLACE INTO chats (model, id, title, mode, created, updated, n_messages, "
-                        "messages) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (model, chat["id"], chat["title"], chat["mode"], chat["created"], chat["updated"],
-                         len(chat["messages"]), json.dumps(chat["messages"], ensure_ascii=False)))
-        return chat
+            row = con.execute("SELECT version, messages FROM chats WHERE model = ? AND id = ?",
+                              (model, chat["id"])).fetchone()
+            current = None if row is None else row["version"]
+            if base_version is not None and (current or 0) != base_version or (row is None and base_version):
+                both = merge_messages(json.loads(row["messages"]), chat["messages"]) if merge and row else None
+                if both is None:
+                    raise ChatConflict(current)
+                chat = {**chat, "messages": both}
+            values = (chat["title"], chat["mode"], chat["created"], chat["updated"], len(branch(chat)),
+                      json.dumps(chat["messages"], ensure_ascii=False), chat.get("leaf"), chat.get("system"))
+            version = (current or 0) + 1
+            con.execute("INSERT OR REPLACE INTO chats (title, mode, created, updated, n_messages, messages, leaf, "
+                        "system, model, id, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (*values, model, chat["id"], version))
+            con.execute("DELETE FROM chat_search WHERE model = ? AND id = ?", (model, chat["id"]))
+            con.execute("INSERT INTO chat_search (title, body, model, id) VALUES (?, ?, ?, ?)",
+                        (chat["title"], search_text(chat), model, chat["id"]))
+        return {**chat, "version": version}
 
     def delete(self, model: str, chat_id: str) -> bool:
         with closing(self._connect()) as con, con:
+            con.execute("DELETE FROM chat_search WHERE model = ? AND id = ?", (model, chat_id))
             return con.execute("DELETE FROM chats WHERE model = ? AND id = ?", (model, chat_id)).rowcount > 0
+
+    def search(self, model: str, query: str, limit: int = 30) -> list[dict]:
+        """This model's chats whose title or messages hold every word of `query` (a word may be
+        the start of a longer one: "boil" finds "boiler"), best first: {id, title, mode,
+        updated, title_parts, snippet}, the parts as [[text, is_match], ...]."""
+        words = re.findall(r"\w+", query)[:MAX_SEARCH_WORDS]
+        if not words:
+            return []
+        match = " ".join(f'"{w}"*' for w in words)   # \w+ holds no quote; each word a prefix
+        with closing(self._connect()) as con:
+            rows = con.execute(
+                "SELECT s.id AS id, c.title AS title, c.mode AS mode, c.updated AS updated, "
+                "highlight(chat_search, 0, ?, ?) AS marked, snippet(chat_search, 1, ?, ?, '…', 14) AS snippet "
+                "FROM chat_search s JOIN chats c ON c.model = s.model AND c.id = s.id "
+                "WHERE chat_search MATCH ? AND s.model = ? ORDER BY rank LIMIT ?",
+                (MARK_ON, MARK_OFF, MARK_ON, MARK_OFF, match, model, limit)).fetchall()
+        return [{"id": r["id"], "title": r["title"], "mode": r["mode"], "updated": r["updated"],
+                 "title_parts": _parts(r["marked"]), "snippet": _parts(r["snippet"])} for r in rows]
 
     def get_settings(self, model: str) -> dict:
         with closing(self._connect()) as con:
@@ -225,6 +209,18 @@ class ChatStore:
             con.execute("INSERT OR REPLACE INTO settings (model, data) VALUES (?, ?)",
                         (model, json.dumps(settings, ensure_ascii=False)))
         return settings
+
+    def get_presets(self, model: str) -> list[dict]:
+        with closing(self._connect()) as con:
+            row = con.execute("SELECT data FROM presets WHERE model = ?", (model,)).fetchone()
+        return json.loads(row["data"]) if row else []
+
+    def put_presets(self, model: str, presets: list[dict]) -> list[dict]:
+        """`presets` comes from clean_presets()."""
+        with closing(self._connect()) as con, con:
+            con.execute("INSERT OR REPLACE INTO presets (model, data) VALUES (?, ?)",
+                        (model, json.dumps(presets, ensure_ascii=False)))
+        return presets
 
     def usage(self, model: str) -> tuple[int, int, bool]:
         """(chats, bytes of their text, whether settings are saved) of one model; nothing is
@@ -243,7 +239,8 @@ class ChatStore:
             return 0
         with closing(self._connect()) as con, con:
             n = con.execute("DELETE FROM chats WHERE model = ?", (model,)).rowcount
-            con.execute("DELETE FROM settings WHERE model = ?", (model,))
+            for table in ("settings", "presets", "chat_search"):
+                con.execute(f"DELETE FROM {table} WHERE model = ?", (model,))
         try:
             with closing(self._connect()) as con:
                 con.execute("VACUUM")   # give the space back, not just mark it free
@@ -263,97 +260,6 @@ class ChatStore:
                               (model, json.dumps(chat["messages"], ensure_ascii=False))).fetchone()
         if row is not None:
             return {**dict(row), "duplicate": True}
-        return self.put(model, chat)
+        return self.put(model, chat, base_version=0)
 
 
-def clean_settings(data: Any) -> dict:
-    """Known keys only: system_prompt (text), the sampling numbers (a number, or null for "no
-    limit" / the model's default). Raises ChatError."""
-    if not isinstance(data, dict):
-        raise ChatError("settings must be a JSON object")
-    out: dict[str, Any] = {}
-    prompt = data.get("system_prompt")
-    if prompt is not None:
-        if not isinstance(prompt, str) or len(prompt) > MAX_SYSTEM_PROMPT:
-            raise ChatError(f"system_prompt must be text of at most {MAX_SYSTEM_PROMPT} characters")
-        out["system_prompt"] = scrub(prompt)
-    for key, (low, high, low_open, whole) in SETTING_NUMBERS.items():
-        if key in data:
-            out[key] = _setting(key, data[key], low, high, low_open, whole)
-    return out
-
-
-def _setting(key: str, value: Any, low: float, high: float, low_open: bool, whole: bool) -> Any:
-    if value is None:
-        return None
-    in_range = _number(value) and (low < value if low_open else low <= value) and value <= high
-    if not in_range or (whole and not float(value).is_integer()):
-        kind = "a whole number" if whole else "a number"
-        raise ChatError(f"{key} must be {kind} {'above' if low_open else 'from'} {low} to {high}, or null")
-    return int(value) if whole else value
-
-
-def to_json(chat: dict, model_name: str) -> dict:
-    """The export format (import_chat reads it back)."""
-    return {"format": EXPORT_FORMAT, "version": 1, "model": model_name, "title": chat["title"],
-            "mode": chat["mode"], "created": chat["created"], "updated": chat["updated"],
-            "messages": chat["messages"]}
-
-
-def to_markdown(chat: dict, model_name: str) -> str:
-    """A readable transcript: title, model, then each turn under a heading."""
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(chat["updated"] / 1000))
-    out = [f"# {chat['title']}", "", f"*{model_name} · {when}*", ""]
-    if chat["mode"] == "complete":   # a text completion is one document
-        out += [close_fences("".join(m["content"] for m in chat["messages"])), ""]
-        return "\n".join(out)
-    names = {"user": "You", "assistant": model_name, "system": "System"}
-    for m in chat["messages"]:
-        out += [f"## {names[m['role']]}", ""]
-        for f in m.get("attachments", []):   # the name, with the text folded away
-            out += [f"<details><summary>Attached: {html.escape(f['name'])}</summary>", "", "````text",
-                    f["text"].replace("````", "` ` ` `"), "````", "", "</details>", ""]
-        out += [close_fences(m["content"].rstrip()), ""]
-    return "\n".join(out)
-
-
-_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
-
-
-def close_fences(text: str) -> str:
-    """`text` with a code fence left open (a reply cut off inside a code block) closed at its
-    end, so the turns after it are not read as code. Fences as CommonMark has them: three or more
-    backticks or tildes, closed by at least as many of the same; a backtick fence's info string
-    holds no backtick."""
-    opener = ""
-    for line in text.splitlines():
-        m = _FENCE.fullmatch(line)
-        if m is None:
-            continue
-        fence, rest = m.groups()
-        if not opener:
-            if not (fence[0] == "`" and "`" in rest):
-                opener = fence
-        elif fence[0] == opener[0] and len(fence) >= len(opener) and not rest.strip():
-            opener = ""
-    return f"{text}\n{opener}" if opener else text
-
-
-def export_name(chat: dict, ext: str) -> str:
-    """The file name an export is offered under: the title's letters, digits, '-' and '_' (in any
-    script: titles come from the first message, in whatever language the user writes)."""
-    stem = "-".join(re.sub(r"[^\w\- ]+", "", chat["title"]).split())[:60] or "chat"
-    return f"{stem}.{ext}"
-
-
-def content_disposition(name: str) -> str:
-    """`attachment` with RFC 6266's two names: `filename*=UTF-8''...` (RFC 5987, percent-encoded:
-    HTTP headers are Latin-1, so the raw name of a Russian or emoji title cannot be sent) and an
-    ASCII `filename` for clients that know no better (accents dropped, other letters lost)."""
-    stem, dot, ext = name.rpartition(".")
-    ascii_stem = unicodedata.normalize("NFKD", stem).encode("ascii", "ignore").decode()
-    ascii_stem = re.sub(r"[^A-Za-z0-9_\-]+", "", ascii_stem).strip("-") or "chat"
-    fallback = f"{ascii_stem}{dot}{ext}"
-    if fallback == name:
-        return f'attachment; filename="{name}"'
-    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"

@@ -1,0 +1,292 @@
+"""The document index: chunks of long documents in SQLite FTS5, ranked by BM25.
+
+One file, `documents.sqlite3`, in the per-user data folder next to the saved chats (its own
+file, so the chat store's schema and this one change apart), folder 0700 and files 0600. One
+index serves every llmpack app of this user:
+
+    documents  id ("doc-" + 32 hex of the content's SHA-256), name, kind, pages, chunks, chars, created, used
+    owners     (document, model key): which models' chats use it; `--forget` removes one model's
+               rows and then every document no model owns any more
+    chunks     the pieces (documents/chunks.py): ord, page, label, heading, text
+    chunk_text FTS5 over (heading, text), external content = chunks, Porter stemming over
+               unicode61 with diacritics folded, so "keeps" finds "keep" and "resume" finds "résumé"
+
+A document is stored in one transaction: a file that fails half-way (bad input, a full disk,
+the app closed) leaves nothing behind. The same content is stored once however often it is
+sent: its id is its hash, which is what the chat page keeps in a saved chat (`file_id`), so
+reopening a chat next week searches the index built when the file was attached.
+
+Why FTS5 and BM25, not the model's embeddings: see docs/BENCHMARKS.md (retrieval). It is in
+every CPython's sqlite3 we ship (docs/PORTABILITY.md), indexes 300 pages in well under a second
+and needs no second model.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmpack import paths
+from llmpack.runtime.server.documents.chunks import Chunk, chunk
+from llmpack.runtime.server.documents.extract import Document, DocumentError
+
+INDEX_FILE = "documents.sqlite3"
+MAX_QUERY_TERMS = 32
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, pages INTEGER NOT NULL,
+    chunks INTEGER NOT NULL, chars INTEGER NOT NULL, created INTEGER NOT NULL, used INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS owners (
+    doc TEXT NOT NULL REFERENCES documents (id) ON DELETE CASCADE, model TEXT NOT NULL, PRIMARY KEY (doc, model));
+CREATE INDEX IF NOT EXISTS owners_by_model ON owners (model);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY, doc TEXT NOT NULL REFERENCES documents (id) ON DELETE CASCADE,
+    ord INTEGER NOT NULL, page INTEGER NOT NULL, label TEXT NOT NULL, heading TEXT NOT NULL, text TEXT NOT NULL,
+    UNIQUE (doc, ord));
+CREATE INDEX IF NOT EXISTS chunks_by_page ON chunks (doc, page);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunk_text USING fts5(
+    heading, text, content='chunks', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2');
+"""
+# Words that match nearly every chunk: leaving them out of the query keeps BM25 on the words that
+# say what the question is about (FTS5 would weigh them down, but each still has to be looked up).
+STOPWORDS = frozenset("""a about above after again all am an and any are as at be been before being below between
+both but by can could did do does doing down during each few for from further had has have having he her here
+hers him his how i if in into is it its itself just me more most my no nor not now of off on once only or other
+our ours out over own same she should so some such than that the their theirs them then there these they this
+those through to too under until up very was we were what when where which while who whom why will with would
+you your yours file document text page pages say says said tell""".split())
+_WORD = re.compile(r"\w+", re.UNICODE)
+_PAGE_REF = re.compile(r"\b(?:pages?|pp?\.)\s*(\d{1,5})(?:\s*(?:-|–|to|and)\s*(\d{1,5}))?", re.I)
+
+
+class IndexUnusable(DocumentError):
+    """The index cannot be used (no FTS5 in this SQLite, a folder that cannot be written); one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Indexed:
+    """A document in the index."""
+    id: str
+    name: str
+    kind: str
+    pages: int     # PDF pages; 0 for other kinds
+    chunks: int
+    chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One chunk found for a question; `score` is BM25's (lower is better), 0 when not ranked."""
+    doc: str
+    ord: int
+    page: int
+    label: str
+    heading: str
+    text: str
+    score: float = 0.0
+
+
+def doc_id(doc: Document) -> str:
+    """The id of a document's content: the same text (and pages, and headings) is the same id,
+    whatever its file was called or how it was sent."""
+    h = hashlib.sha256(doc.kind.encode())
+    for part in (doc.pages or [doc.text]):
+        h.update(b"\0" + part.encode("utf-8", "surrogatepass"))
+    for at, level, title in doc.headings:
+        h.update(f"\1{at}:{level}:{title}".encode("utf-8", "surrogatepass"))
+    return "doc-" + h.hexdigest()[:32]
+
+
+def fts5_available() -> bool:
+    """Whether this Python's sqlite3 has FTS5 (the stub's self-test reports it for each target)."""
+    with closing(sqlite3.connect(":memory:")) as con:
+        try:
+            con.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61 remove_diacritics 2')")
+        except sqlite3.OperationalError:
+            return False
+    return True
+
+
+def query_terms(question: str) -> list[str]:
+    """The words of a question that the index is asked for, most telling first (longest, as a
+    cheap stand-in for rarity), at most MAX_QUERY_TERMS."""
+    words = dict.fromkeys(w for w in (m.group().lower() for m in _WORD.finditer(question))
+                          if w not in STOPWORDS and (len(w) > 1 or w.isdigit()))
+    return sorted(words, key=len, reverse=True)[:MAX_QUERY_TERMS]
+
+
+def page_refs(question: str, last_page: int) -> list[int]:
+    """Pages a question names ("page 212", "p. 12", "pages 3-5"), within the document."""
+    out: list[int] = []
+    for m in _PAGE_REF.finditer(question):
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) else first
+        if first <= last <= first + 5:
+            out += [p for p in range(first, last + 1) if 1 <= p <= last_page and p not in out]
+    return out
+
+
+class DocumentIndex:
+    """The index file; opened on first use (a server whose page never gets a long document never
+    creates it). Safe from any thread: one connection per call."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._path = path
+        self._ready: Path | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        return self._path or paths.data_dir() / INDEX_FILE
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self.path
+        try:
+            with self._lock:
+                if self._ready != path:   # LLMPACK_DATA_DIR may name another folder since (tests)
+                    paths.private_folder(path.parent)
+                    paths.private_file(path)
+                    with closing(sqlite3.connect(path, timeout=10)) as con:
+                        con.execute("PRAGMA journal_mode=WAL")
+                        con.executescript(SCHEMA)
+                    self._ready = path
+            con = sqlite3.connect(path, timeout=10)
+            con.execute("PRAGMA foreign_keys=ON")
+            return con
+        except paths.PathsError as exc:
+            raise IndexUnusable(str(exc)) from None
+        except sqlite3.OperationalError as exc:
+            if "fts5" in str(exc).lower():
+                raise IndexUnusable("this program's SQLite has no full-text search (FTS5), so long documents "
+                                  "cannot be searched; attach a shorter part of the file") from None
+            raise IndexUnusable(f"cannot use the document index {path} ({exc}); free some disk space, or set "
+                              "LLMPACK_DATA_DIR to a folder you can write to") from None
+
+    def add(self, doc: Document, owner: str) -> Indexed:
+        """Store `doc` (once per content) and mark it used by `owner` (a model key)."""
+        key, now = doc_id(doc), int(time.time() * 1000)
+        try:
+            with closing(self._connect()) as con, con:
+                found = self._get(con, key)
+                if found is None:
+                    pieces = chunk(doc)
+                    if not pieces:
+                        raise IndexUnusable(f"{doc.name} holds no text to search; copy its text in instead")
+                    con.execute("INSERT INTO documents (id, name, kind, pages, chunks, chars, created, used) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                (key, doc.name, doc.kind, len(doc.pages), len(pieces), len(doc.text), now, now))
+                    _insert(con, key, pieces)
+                    found = Indexed(key, doc.name, doc.kind, len(doc.pages), len(pieces), len(doc.text))
+                else:
+                    con.execute("UPDATE documents SET used = ? WHERE id = ?", (now, key))
+                con.execute("INSERT OR IGNORE INTO owners (doc, model) VALUES (?, ?)", (key, owner))
+        except sqlite3.Error as exc:   # the transaction is rolled back: nothing half-stored
+            raise IndexUnusable(f"could not save {doc.name} in the document index ({exc}); free some disk space "
+                              "and attach it again") from None
+        return found
+
+    def claim(self, key: str, owner: str) -> None:
+        """Mark a stored document used by `owner` now (a chat sent it again by its file_id)."""
+        with closing(self._connect()) as con, con:
+            con.execute("UPDATE documents SET used = ? WHERE id = ?", (int(time.time() * 1000), key))
+            con.execute("INSERT OR IGNORE INTO owners (doc, model) SELECT id, ? FROM documents WHERE id = ?",
+                        (owner, key))
+
+    def get(self, key: str) -> Indexed | None:
+        with closing(self._connect()) as con:
+            return self._get(con, key)
+
+    @staticmethod
+    def _get(con: sqlite3.Connection, key: str) -> Indexed | None:
+        row = con.execute("SELECT id, name, kind, pages, chunks, chars FROM documents WHERE id = ?", (key,)).fetchone()
+        return Indexed(*row) if row else None
+
+    def search(self, keys: Sequence[str], question: str, limit: int = 64) -> list[Hit]:
+        """The chunks of documents `keys` that best match `question`, best first (BM25 with the
+        heading weighted twice the body: a section named like the question is a strong sign)."""
+        terms = query_terms(question)
+        if not terms or not keys:
+            return []
+        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        marks = ",".join("?" * len(keys))
+        with closing(self._connect()) as con:
+            rows = con.execute(
+                "SELECT c.doc, c.ord, c.page, c.label, c.heading, c.text, bm25(chunk_text, 2.0, 1.0) AS score "
+                f"FROM chunk_text JOIN chunks c ON c.id = chunk_text.rowid WHERE chunk_text MATCH ? "
+                f"AND c.doc IN ({marks}) ORDER BY score LIMIT ?", (match, *keys, limit)).fetchall()
+        return [Hit(*r) for r in rows]
+
+    def on_pages(self, key: str, pages: Iterable[int]) -> list[Hit]:
+        """The chunks of the given pages, in page order."""
+        pages = list(pages)
+        if not pages:
+            return []
+        with closing(self._connect()) as con:
+            rows = con.execute(f"SELECT doc, ord, page, label, heading, text FROM chunks WHERE doc = ? AND page IN "
+                               f"({','.join('?' * len(pages))}) ORDER BY ord", (key, *pages)).fetchall()
+        return [Hit(*r) for r in rows]
+
+    def around(self, found: Sequence[tuple[str, int]]) -> list[Hit]:
+        """The chunks right after and right before each of `found` ((document, ord) pairs, best
+        first), in that order: the next chunk first, since a matched sentence leads into it."""
+        wanted = list(dict.fromkeys((key, o + step) for key, o in found for step in (1, -1) if o + step >= 0))
+        if not wanted:
+            return []
+        with closing(self._connect()) as con:
+            rows = {(r[0], r[1]): Hit(*r) for r in con.execute(
+                "SELECT doc, ord, page, label, heading, text FROM chunks WHERE (doc, ord) IN "
+                f"(VALUES {','.join(['(?, ?)'] * len(wanted))})", [v for pair in wanted for v in pair]).fetchall()}
+        return [rows[w] for w in wanted if w in rows]
+
+    def first(self, key: str, n: int) -> list[Hit]:
+        """The first `n` chunks: what a question that names nothing in the document gets."""
+        with closing(self._connect()) as con:
+            rows = con.execute("SELECT doc, ord, page, label, heading, text FROM chunks WHERE doc = ? "
+                               "ORDER BY ord LIMIT ?", (key, n)).fetchall()
+        return [Hit(*r) for r in rows]
+
+    def usage(self, owner: str) -> tuple[int, int]:
+        """(documents only `owner` uses, bytes of their text): what `--forget` would remove.
+        Creates nothing when there is no index yet."""
+        if not self.path.is_file():
+            return 0, 0
+        with closing(self._connect()) as con:
+            n, size = con.execute(
+                "SELECT COUNT(DISTINCT d.id), COALESCE(SUM(LENGTH(CAST(c.text AS BLOB))), 0) FROM documents d "
+                "JOIN chunks c ON c.doc = d.id WHERE EXISTS (SELECT 1 FROM owners o WHERE o.doc = d.id AND "
+                "o.model = ?) AND NOT EXISTS (SELECT 1 FROM owners o WHERE o.doc = d.id AND o.model != ?)",
+                (owner, owner)).fetchone()
+        return int(n), int(size)
+
+    def forget(self, owner: str) -> int:
+        """Drop `owner`'s claim on every document and delete the documents nobody claims any more
+        (their chunks and search terms with them); how many documents went."""
+        if not self.path.is_file():
+            return 0
+        with closing(self._connect()) as con, con:
+            con.execute("DELETE FROM owners WHERE model = ?", (owner,))
+            gone = [r[0] for r in con.execute("SELECT id FROM documents d WHERE NOT EXISTS "
+                                              "(SELECT 1 FROM owners o WHERE o.doc = d.id)").fetchall()]
+            for key in gone:
+                con.execute("INSERT INTO chunk_text (chunk_text, rowid, heading, text) "
+                            "SELECT 'delete', id, heading, text FROM chunks WHERE doc = ?", (key,))
+                con.execute("DELETE FROM documents WHERE id = ?", (key,))
+        try:
+            with closing(self._connect()) as con:
+                con.execute("VACUUM")   # give the space back: the text of a 300-page file is megabytes
+        except sqlite3.OperationalError:   # another app has the file busy: the rows are gone all the same
+            pass
+        return len(gone)
+
+
+def _insert(con: sqlite3.Connection, key: str, pieces: list[Chunk]) -> None:
+    for c in pieces:
+        rowid = con.execute("INSERT INTO chunks (doc, ord, page, label, heading, text) VALUES (?, ?, ?, ?, ?, ?)",
+                            (key, c.ord, c.page, c.label, c.heading, c.text)).lastrowid
+        con.execute("INSERT INTO chunk_text (rowid, heading, text) VALUES (?, ?, ?)", (rowid, c.heading, c.text))

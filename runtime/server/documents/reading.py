@@ -1,0 +1,151 @@
+"""How a chat request's files are read: whole, or the parts that answer the latest question.
+
+Each file part of a request says how it wants to be read (`"read"` on the part's `file` object;
+README, "Files in chat requests"):
+
+- `"auto"` (the default): whole when every file of the request fits the budget (as before);
+  otherwise the smaller files stay whole while they take at most half of it, and the rest are
+  indexed (documents/index.py) and searched;
+- `"whole"`: all of it, or HTTP 400 `attachments_too_long` when it does not fit;
+- `"excerpts"`: always searched, even when it would fit (a long chat about one manual).
+
+A searched file leaves a one-line stand-in in the message that carried it, and the parts that
+best match the *latest* user message go into that message, under the file's name, within what
+the context has left once everything else in the conversation is counted, and at most
+EXCERPT_TOKENS (excerpts.read). The
+same question over the same index picks the same parts, so a chat's earlier turns are not
+re-read differently, and the reply's report (`Arranged.reports`) says which parts were read.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from llmpack.runtime.server.documents import excerpts
+from llmpack.runtime.server.documents.extract import Document, DocumentError, format_message
+from llmpack.runtime.server.documents.index import DocumentIndex, Indexed
+
+READ_MODES = ("auto", "whole", "excerpts")
+PER_MESSAGE = 8          # tokens a chat template adds around each message (ChatML: 5), counted generously
+MIN_EXCERPT_ROOM = 64    # tokens: less than this left for a searched file and the request is refused
+# Tokens of excerpts one question reads at most, however large the context: about 6 chunks, the
+# size of what LM Studio, GPT4All and AnythingLLM retrieve by default. More lets a small model
+# lose the answer among near-misses, and costs prompt time on a CPU (2,000 tokens take the
+# 0.5B demo model ~10 s on 2 cores; 7,000 over a minute). benchmarks/retrieval.py measures
+# the hit rate at this size.
+EXCERPT_TOKENS = 2048
+
+
+class ReadingError(DocumentError):
+    """A request whose files cannot be read as asked; `code` is the API error code."""
+
+    def __init__(self, message: str, code: str = "attachments_too_long") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(slots=True)
+class Attached:
+    """One file part of a request, once read: its text (`doc`) or only its place in the index
+    (`indexed`, a `file_id` the index knows), and how it asks to be read."""
+    name: str
+    mode: str = "auto"
+    doc: Document | None = None
+    indexed: Indexed | None = None
+    cost: int = 0                 # tokens when read whole (0 when only indexed)
+
+
+@dataclass(slots=True)
+class FileMessage:
+    """A user message with file parts: its index in `messages`, its files, its own text."""
+    at: int
+    files: list[Attached]
+    text: str
+
+
+@dataclass(slots=True)
+class Arranged:
+    messages: list
+    reports: list[dict] = field(default_factory=list)   # excerpts.Reading.report() per searched file
+
+
+def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, count: Callable[[str], int],
+            index: DocumentIndex, owner: str) -> Arranged:
+    """`messages` with each FileMessage's content written as text: whole files under their
+    names, searched files as stand-ins, and the parts read for the latest question."""
+    files = [f for m in file_messages for f in m.files]
+    for f in files:
+        if f.doc is not None:
+            f.cost = count(format_message([(f.doc.name, f.doc.text)], ""))
+    whole, searched = _choose(files, budget)
+    is_whole = {id(f) for f in whole}
+    for f in searched:
+        if f.indexed is None:
+            f.indexed = index.add(f.doc, owner)
+        else:
+            index.claim(f.indexed.id, owner)
+    out = list(messages)
+    last = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), default=-1)
+    by_at = {m.at: m for m in file_messages}
+    for m in file_messages:
+        sections = [(f.doc.name, f.doc.text) if id(f) in is_whole else (_stand_in(f.indexed), "") for f in m.files]
+        out[m.at] = {**messages[m.at], "content": format_message(sections, m.text)}
+    if not searched:
+        return Arranged(out)
+    question = by_at[last].text if last in by_at else _text(messages[last]) if last >= 0 else ""
+    used = sum(count(_text(x)) + PER_MESSAGE for x in out)
+    room = budget - used
+    names = ", ".join(dict.fromkeys(f.name for f in searched))
+    if room < MIN_EXCERPT_ROOM:
+        raise ReadingError(f"the conversation already fills this model's context, so there is no room left to read "
+                           f"parts of {names}: start a new chat, or send fewer or shorter files")
+    docs = list({f.indexed.id: f.indexed for f in searched}.values())
+    readings = excerpts.read(index, docs, question, min(room, EXCERPT_TOKENS), count)
+    if not readings:
+        raise ReadingError(f"not even one part of {names} fits in what this model's context has left; start a new "
+                           "chat, or send fewer or shorter files")
+    target = out[last]
+    own = by_at[last].text if last in by_at else _text(target)
+    before = [(f.doc.name, f.doc.text) for f in (by_at[last].files if last in by_at else []) if id(f) in is_whole]
+    out[last] = {**target, "content": format_message(before + [r.section() for r in readings], own)}
+    return Arranged(out, [r.report() for r in readings])
+
+
+def _choose(files: list[Attached], budget: int) -> tuple[list[Attached], list[Attached]]:
+    """(read whole, searched), or ReadingError when files asked to be read whole do not fit."""
+    for f in files:
+        if f.doc is None and f.mode == "whole":
+            raise ReadingError(f"{f.name} was sent only by its file_id, which can be searched but not read whole; "
+                               "send it as file_data", "invalid_file")
+    whole = [f for f in files if f.mode == "whole"]
+    auto = [f for f in files if f.mode == "auto" and f.doc is not None]
+    if sum(f.cost for f in whole + auto) <= budget:
+        whole += auto
+    else:
+        room = budget // 2 - sum(f.cost for f in whole)
+        for f in sorted(auto, key=lambda f: f.cost):
+            if f.cost > room:
+                break
+            whole.append(f)
+            room -= f.cost
+    if sum(f.cost for f in whole) > budget:
+        names = ", ".join(f.name for f in whole)
+        raise ReadingError(f"the files to be read whole ({names}) take {sum(f.cost for f in whole):,} tokens, but "
+                           f"this model leaves {budget:,} for files: send fewer pages, or let them be searched "
+                           "(\"read\": \"auto\")")
+    chosen = {id(f) for f in whole}
+    return whole, [f for f in files if id(f) not in chosen]
+
+
+def _stand_in(doc: Indexed) -> str:
+    size = f"{doc.pages:,} pages" if doc.pages else f"{doc.chars:,} characters"
+    return f"{doc.name} ({size}, too long to read whole: the parts that match each question are given with it)"
+
+
+def _text(message: object) -> str:
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""

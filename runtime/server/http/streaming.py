@@ -1,0 +1,60 @@
+"""Running one prepared request for a protocol room: submitted through the core with the server's
+in-flight set (a client that hangs up, or a shutdown, aborts it), the metrics timer, and a
+streamed body that always releases the engine streams, even if nobody reads it. Every room that
+streams (responses/, anthropic/, ollama/) writes only its own events around this."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from flask import Response, request
+
+from llmpack.runtime.server.core.attachments import ATTACH_BODY
+from llmpack.runtime.server.core.generation import Generation, cache_salt_for
+from llmpack.runtime.server.core.request import Prepared
+from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.server.http.context import app_context, check_model_name, json_body, ready_model
+
+
+def model_and_body(files: bool = True) -> tuple[ServedModel, Any]:
+    """The ready model and the request's JSON body, its `model` name noted (any name is served).
+    `files`: the body may carry files or images, so it may be as large as attachments are."""
+    ctx = app_context()
+    if files:
+        request.max_content_length = max(ATTACH_BODY, ctx.options.max_body)
+    model = ready_model(ctx.state)
+    body = json_body()
+    check_model_name(body, model)
+    return model, body
+
+
+def start_generation(model: ServedModel, prep: Prepared, request_id: str) -> Generation:
+    """Submit `prep` (400/503 before anything is queued, as the core raises them). Requests share
+    cached prompt prefixes only with requests made with the same API key (cache_salt_for)."""
+    ctx = app_context()
+    if prep.plan.kind:
+        ctx.metrics.constrained.labels(model.model_id, prep.plan.kind).inc()
+    return Generation(model, prep, request_id, active=ctx.state.active, timer=ctx.metrics.timer(model.model_id),
+                      disconnected=request.environ.get("waitress.client_disconnected"),
+                      cache_salt=cache_salt_for(ctx.options.api_key))
+
+
+class ClosingBody:
+    """A streamed body; closing it (client gone, server done) always releases the engine streams,
+    even if iteration never started."""
+
+    def __init__(self, chunks: Iterator[bytes], gen: Generation) -> None:
+        self.chunks, self.gen = chunks, gen
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.chunks
+
+    def close(self) -> None:
+        try:
+            self.chunks.close()  # type: ignore[attr-defined]
+        finally:
+            self.gen.close()
+
+
+def streamed(chunks: Iterator[bytes], gen: Generation, mimetype: str = "text/event-stream") -> Response:
+    return Response(ClosingBody(chunks, gen), mimetype=mimetype,
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

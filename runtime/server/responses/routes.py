@@ -1,0 +1,119 @@
+"""The Responses room's route table: POST /v1/responses (whole or streamed), GET and DELETE
+/v1/responses/{id} for stored responses. Errors are OpenAI's shape, as for every /v1 route."""
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from typing import Any, Callable, Iterator
+
+from flask import Blueprint, Response, jsonify
+
+from llmpack.runtime.server.core.errors import ApiError, bad
+from llmpack.runtime.server.core.generation import Generation
+from llmpack.runtime.server.core.output import final_choices, stream_steps
+from llmpack.runtime.server.core.request import prepare_chat
+from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.server.http.context import app_context, ready_model
+from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed
+from llmpack.runtime.server.responses.protocol import (assistant_turn, chat_request, new_id, output_items,
+                                                       response_object, usage)
+from llmpack.runtime.server.responses.store import ResponseStore, StoreError
+from llmpack.runtime.server.responses.stream import ResponseStream
+
+bp = Blueprint("responses", __name__)
+STORE = ResponseStore()
+
+
+def _not_found(response_id: str, param: str | None = None) -> ApiError:
+    what = "Previous response" if param else "Response"
+    return ApiError(404, f"{what} with id {response_id!r} not found.", param=param, code="response_not_found")
+
+
+def _history(model: ServedModel, body: Any) -> list[dict]:
+    prev = body.get("previous_response_id") if isinstance(body, dict) else None
+    if prev is None:
+        return []
+    if not isinstance(prev, str) or not prev:
+        raise bad("previous_response_id", "'previous_response_id' must be the id of a stored response")
+    return _stored(STORE.get, prev, "previous_response_id")[0]
+
+
+def _keep(model: ServedModel, body: dict, final: dict, conversation: list[dict], reply: dict) -> None:
+    if body.get("store") is False or final["status"] == "failed":
+        return
+    try:
+        STORE.put(model.model_key, final["id"], [*conversation, reply], final)
+    except StoreError as exc:   # the answer still goes out; the client learns it was not kept
+        print(f"llmpack: {exc}", file=sys.stderr)
+        final["store"] = False
+
+
+@bp.post("/v1/responses")
+def create_response() -> Response:
+    model, body = model_and_body()
+    req, conversation = chat_request(body, _history(model, body))
+    prep = prepare_chat(model, req)
+    rid, created = new_id("resp"), int(time.time())
+    gen = start_generation(model, prep, rid)
+    if req.stream:
+        return streamed(_stream(gen, body, rid, created, conversation), gen)
+    try:
+        (choice,) = final_choices(gen, chat=True)
+        status = "incomplete" if choice.finish_reason == "length" else "completed"
+        prompt, generated, cached = gen.usage()
+        final = response_object(body, rid, model.model_id, created, status=status, finish=choice.finish_reason,
+                                output=output_items(choice.reasoning or "", choice.text or "", choice.tool_calls, {}),
+                                usage=usage(prompt, generated, cached, gen.thinking_tokens))
+    finally:
+        gen.close()
+    _keep(model, body, final, conversation, assistant_turn(choice.text or "", choice.tool_calls))
+    return jsonify(final)
+
+
+def _stream(gen: Generation, body: dict, rid: str, created: int, conversation: list[dict]) -> Iterator[bytes]:
+    out = ResponseStream(body, rid, gen.model.model_id, created)
+    finish = None
+    try:
+        yield from out.start()
+        for step in stream_steps(gen, chat=True):
+            for e in step.choices:
+                yield from out.delta("reasoning", e.reasoning)
+                yield from out.delta("message", e.text)
+                for call in e.tool_calls:
+                    yield from out.call(call)
+                finish = e.finish_reason or finish
+        prompt, generated, cached = gen.usage()
+        events, final = out.finish(finish, usage(prompt, generated, cached, gen.thinking_tokens))
+        _keep(gen.model, body, final, conversation, assistant_turn(out.texts["message"], out.calls))
+        yield from events
+    except ApiError as exc:
+        yield out.failed(exc.code or exc.type, exc.message)
+    except Exception:  # noqa: BLE001 - the stream is already 200: report in-band, never leak details
+        traceback.print_exc(file=sys.stderr)
+        yield out.failed("server_error", "Internal server error while generating.")
+    finally:
+        gen.close()
+
+
+def _stored(action: Callable[[str, str], Any], response_id: str, param: str | None = None) -> Any:
+    """`action(model key, id)` on the store; a stored response that is not there is a 404."""
+    model = ready_model(app_context().state)
+    try:
+        found = action(model.model_key, response_id)
+    except StoreError as exc:
+        raise ApiError(500, str(exc), code="store_failed") from None
+    if not found:
+        raise _not_found(response_id, param)
+    return found
+
+
+@bp.get("/v1/responses/<response_id>")
+def get_response(response_id: str) -> Response:
+    return jsonify(_stored(STORE.get, response_id)[1])
+
+
+@bp.delete("/v1/responses/<response_id>")
+def delete_response(response_id: str) -> Response:
+    _stored(STORE.delete, response_id)
+    return jsonify({"id": response_id, "object": "response", "deleted": True})

@@ -1,0 +1,110 @@
+"""A file far longer than the context in the chat page, in headless Chromium at 1280 and 390 px:
+the 300-page PDF of tests/long_docs.py (one fact on page 217) is read in parts, not cut: its chip
+and the meter say so in plain words, sending asks nothing, the reply says which pages were read
+("Read from contract.pdf: pages ... 217 ..."), and the saved chat keeps that and the file's
+index. Then the instruct demo model answers from page 217 and names it. Screenshots in
+artifacts/. The HTTP side is tests/test_long_documents.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from browser_fixtures import *  # noqa: F401,F403
+from browser_fixtures import ARTIFACTS, get_chat, get_chats, last_reply, new_page, set_settings
+from doc_files import make_pdf
+from long_docs import contract_pages
+from server_fixtures import *  # noqa: F401,F403
+from server_fixtures import LiveServer, live_server, wait_until
+
+pytestmark = pytest.mark.browser
+
+CHIP = "[data-testid=attachment-chip]"
+PAGES, NEEDLE = contract_pages()
+PDF = make_pdf(PAGES)
+WIDTHS = [(1280, 860), (390, 844)]
+
+
+def attach_contract(page) -> None:
+    page.set_input_files("[data-testid=attach-file]",
+                         files=[{"name": "contract.pdf", "mimeType": "application/pdf", "buffer": PDF}])
+    chip = page.locator(CHIP)
+    chip.wait_for()
+    wait_until(lambda: "read in parts" in chip.locator("[data-testid=attachment-meta]").inner_text(), 60)
+
+
+def ask(page, question: str, timeout_ms: int = 120_000) -> None:
+    page.fill("[data-testid=prompt]", question)
+    page.keyboard.press("Enter")
+    last_reply(page).wait_for()
+    page.wait_for_selector("[data-testid=stop]", state="hidden", timeout=timeout_ms)
+
+
+def fits(page, width: int) -> None:
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+@pytest.mark.parametrize("width, height", WIDTHS)
+def test_a_long_pdf_is_read_in_parts_and_the_reply_says_which(browser, scripted_model: Path, chat_data,
+                                                               width: int, height: int):
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    page = new_page(ctx)
+    try:
+        with live_server(scripted_model, "--ctx", "1024") as srv:
+            page.goto(srv.server.page_url)
+            page.wait_for_selector("#app:not([hidden])")
+            attach_contract(page)
+            meta = page.locator(CHIP).locator("[data-testid=attachment-meta]").inner_text()
+            assert meta.startswith(f"{round(len(PDF) / 1024)} KB · ") and meta.endswith(" words · read in parts"), meta
+            assert page.locator("[data-testid=attach-meter]").inner_text() == (
+                "contract.pdf is too long to read whole: for each question, the model reads the parts that match it")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"long-doc-{width}-attached.png"))
+            fits(page, width)
+
+            ask(page, NEEDLE.question)                       # no "too long" dialog: nothing to choose
+            assert not page.locator("[data-testid=fit-dialog]").is_visible()
+            read = last_reply(page).locator("[data-testid=message-read]")
+            read.wait_for()
+            line = read.inner_text()
+            assert line.startswith("Read from contract.pdf: page") and "217" in line, line
+            sent = page.locator("[data-testid=sent-attachment]").inner_text()
+            assert "contract.pdf" in sent and sent.endswith(" words · read in parts"), sent
+            page.screenshot(path=str(ARTIFACTS / f"long-doc-{width}-answered.png"))
+            fits(page, width)
+
+            (summary,) = wait_until(lambda: [c for c in get_chats(srv) if c["n_messages"] == 2])
+            chat = get_chat(srv, summary["id"])
+            file = chat["messages"][0]["attachments"][0]
+            assert file["file_id"].startswith("doc-") and file["note"] == "read in parts"
+            assert chat["messages"][1]["stats"]["read"] == line
+            page.reload()                                    # a saved chat shows what was read
+            page.wait_for_selector("#app:not([hidden])")
+            if page.locator("#sidebar").is_hidden():         # at 390 px the list is behind its button
+                page.click("#sidebar-toggle")
+            page.locator("[data-testid=chat-item] .chat-open").first.click()
+            assert last_reply(page).locator("[data-testid=message-read]").inner_text() == line
+            assert page.problems == []
+    finally:
+        ctx.close()
+
+
+@pytest.mark.instruct
+def test_the_instruct_model_answers_from_page_217_in_the_page(browser, instruct_server: LiveServer, chat_data):
+    for width, height in WIDTHS:
+        ctx = browser.new_context(viewport={"width": width, "height": height})
+        page = new_page(ctx)
+        set_settings(page, instruct_server.model_id, temperature=0)   # greedy, as the API test
+        try:
+            page.goto(instruct_server.server.page_url)
+            page.wait_for_selector("#app:not([hidden])")
+            attach_contract(page)
+            ask(page, NEEDLE.question + " On which page?", 600_000)
+            answer = last_reply(page).locator(".content").inner_text()
+            assert "Kestrel Marine" in answer and "217" in answer, answer
+            assert "217" in last_reply(page).locator("[data-testid=message-read]").inner_text()
+            page.screenshot(path=str(ARTIFACTS / f"long-doc-{width}-instruct.png"))
+            fits(page, width)
+            assert page.problems == []
+        finally:
+            ctx.close()

@@ -1,0 +1,239 @@
+"""Spec for documents too long for the context (runtime/server/documents/chunks.py, index.py,
+excerpts.py): pieces that keep their page or heading, an FTS5 index that stores a file whole or
+not at all, private to this user, and the parts of it a question reads within a token budget.
+No model here: budgets are counted with `words`, a stand-in tokenizer the functions take as a
+parameter (the API tests count with the real one)."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+
+import pytest
+
+from doc_files import make_docx, make_pdf
+from long_docs import contract_pages
+from llmpack.runtime.server.documents import chunks as C
+from llmpack.runtime.server.documents import excerpts as E
+from llmpack.runtime.server.documents import extract as D
+from llmpack.runtime.server.documents import index as I
+from llmpack.runtime.server.documents import reading as R
+
+
+def words(text: str) -> int:
+    return len(text.split()) + 1
+
+
+@pytest.fixture(scope="module")
+def contract() -> tuple[D.Document, object]:
+    pages, needle = contract_pages()
+    return D.extract("contract.pdf", make_pdf(pages)), needle
+
+
+@pytest.fixture
+def index(tmp_path, monkeypatch) -> I.DocumentIndex:
+    monkeypatch.setenv("LLMPACK_DATA_DIR", str(tmp_path / "data"))
+    return I.DocumentIndex()
+
+
+def test_pdf_chunks_stay_on_their_page(contract):
+    doc, needle = contract
+    pieces = C.chunk(doc)
+    assert {c.page for c in pieces} == set(range(1, 301))
+    assert all(c.label == f"p. {c.page}" and c.text in doc.pages[c.page - 1] for c in pieces)
+    assert max(len(c.text) for c in pieces) <= C.CHUNK_CHARS + C.MIN_CHUNK_CHARS
+    assert [c.page for c in pieces if needle.text in c.text] == [217]
+    # nothing lost: every word of every page is in some chunk of that page
+    for n in (1, 217, 300):
+        assert " ".join(c.text for c in pieces if c.page == n).split() == doc.pages[n - 1].split()
+
+
+def test_docx_chunks_carry_their_heading_path():
+    styles = ('<w:styles xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
+              '<w:style w:type="paragraph" w:styleId="berschrift2"><w:name w:val="heading 2"/></w:style></w:styles>')
+    data = make_docx([("Title", "Lease"), "Parties and premises.", ("Heading1", "12. Termination"),
+                      "Either side may end the lease with three months' notice.",
+                      ("berschrift2", "12.1 Early exit"), "A fee of two months' rent applies."], styles=styles)
+    doc = D.extract("lease.docx", data)
+    assert [(lvl, title) for _, lvl, title in doc.headings] == [(1, "Lease"), (1, "12. Termination"),
+                                                                  (2, "12.1 Early exit")]
+    assert all(doc.text[at:].startswith(title) for at, _, title in doc.headings)
+    pieces = C.chunk(doc)
+    assert [(c.label, c.heading) for c in pieces] == [
+        ("§ Lease", "Lease"), ("§ 12. Termination", "12. Termination"),
+        ("§ 12.1 Early exit", "12. Termination > 12.1 Early exit")]
+    assert "two months' rent" in pieces[-1].text
+
+
+def test_a_styles_part_with_a_dtd_is_not_read():
+    bomb = ('<?xml version="1.0"?><!DOCTYPE s [<!ENTITY a "aaaaaaaaaa">]>'
+            '<w:styles xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">&a;</w:styles>')
+    doc = D.extract("x.docx", make_docx([("Custom", "Heading?"), "Body."], styles=bomb))
+    assert doc.text == "Heading?\nBody." and doc.headings == []
+
+
+def test_markdown_headings_outside_code_and_plain_text_lines():
+    md = "Intro line.\n\n# Setup\n\nInstall it.\n\n```sh\n# not a heading\n```\n\n## Windows\n\nRun setup.exe.\n"
+    pieces = C.chunk(D.extract("guide.md", md.encode()))
+    assert [(c.label, c.heading) for c in pieces] == [("the beginning", ""), ("§ Setup", "Setup"),
+                                                      ("§ Windows", "Setup > Windows")]
+    lines = "\n".join(f"row {i}: " + "x" * 40 for i in range(1, 101))
+    labels = [c.label for c in C.chunk(D.extract("log.csv", lines.encode()))]
+    spans = [tuple(map(int, label.removeprefix("lines ").split("-"))) for label in labels]
+    assert spans[0][0] == 1 and spans[-1][1] == 100 and len(spans) > 3   # every line, each once, in order
+    assert all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:]))
+
+
+def test_the_index_is_private_and_stores_a_document_once(index, contract, monkeypatch):
+    monkeypatch.setattr(os, "umask", os.umask)   # restored after the test
+    old = os.umask(0o022)
+    try:
+        first = index.add(contract[0], "model-a")
+        again = index.add(contract[0], "model-b")
+    finally:
+        os.umask(old)
+    assert first == again and first.pages == 300 and first.id == I.doc_id(contract[0])
+    assert stat.S_IMODE(index.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(index.path.parent.stat().st_mode) == 0o700
+    for sidecar in index.path.parent.glob(index.path.name + "-*"):
+        assert stat.S_IMODE(sidecar.stat().st_mode) == 0o600, sidecar
+    with sqlite3.connect(index.path) as con:
+        assert con.execute("SELECT COUNT(*) FROM documents").fetchone() == (1,)
+        assert con.execute("SELECT COUNT(*) FROM chunks").fetchone() == (first.chunks,)
+
+
+def test_a_document_that_fails_half_way_leaves_nothing(index, contract, monkeypatch):
+    calls = []
+
+    def failing_insert(con, key, pieces):
+        calls.append(key)
+        con.execute("INSERT INTO chunks (doc, ord, page, label, heading, text) VALUES (?, 0, 1, 'p. 1', '', 'x')",
+                    (key,))
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(I, "_insert", failing_insert)
+    with pytest.raises(I.IndexUnusable) as info:
+        index.add(contract[0], "model-a")
+    assert calls and "\n" not in str(info.value) and "contract.pdf" in str(info.value)
+    assert "free some disk space" in str(info.value)
+    with sqlite3.connect(index.path) as con:
+        assert con.execute("SELECT (SELECT COUNT(*) FROM documents) + (SELECT COUNT(*) FROM chunks) "
+                           "+ (SELECT COUNT(*) FROM owners)").fetchone() == (0,)
+
+
+def test_the_question_finds_page_217(index, contract):
+    doc, needle = contract
+    ix = index.add(doc, "m")
+    best = index.search([ix.id], needle.question)[0]
+    assert (best.page, best.label) == (217, "p. 217") and needle.text in best.text
+    reading, = E.read(index, [ix], needle.question, 600, words)
+    assert any(needle.text in h.text for h in reading.hits) and reading.matched
+    assert needle.text in reading.hits[0].text or needle.text in reading.hits[1].text   # its run comes first
+    runs = [h.ord for h in reading.hits]
+    assert len(set(runs)) == len(runs)
+    section = D.format_message([reading.section()], needle.question)
+    assert words(section) <= 600 + words(needle.question) + 2
+    assert "[p. 217]\n" in section and "contract.pdf (300 pages, too long to read whole" in section
+    report = reading.report()
+    assert 217 in [p["page"] for p in report["parts"]] and report["file_id"] == ix.id and report["pages"] == 300
+
+
+def test_a_named_page_is_read_and_an_unmatched_question_reads_the_beginning(index, contract):
+    ix = index.add(contract[0], "m")
+    named, = E.read(index, [ix], "What does page 12 say?", 2000, words)
+    assert {h.page for h in named.hits} >= {12} and named.hits[0].page in (11, 12)
+    vague, = E.read(index, [ix], "Summarise it for me", 2000, words)
+    assert not vague.matched and vague.hits[0].label == "p. 1"
+    assert "no part of it matches the question, so here is its beginning" in vague.title()
+
+
+def test_the_budget_is_kept_for_any_size(index, contract):
+    ix = index.add(contract[0], "m")
+    for budget in (200, 700, 3000):
+        readings = E.read(index, [ix], contract[1].question, budget, words)
+        text = D.format_message([r.section() for r in readings], "")
+        assert words(text) <= budget
+    assert E.read(index, [ix], contract[1].question, 20, words) == []   # not even a heading fits
+    small, = E.read(index, [ix], contract[1].question, 90, words)       # less than one chunk: the best, cut
+    assert len(small.hits) == 1 and small.hits[0].page == 217 and "Kestrel Marine" in small.hits[0].text
+    assert words(D.format_message([small.section()], "")) <= 90 and len(small.hits[0].text) < C.CHUNK_CHARS // 2
+
+
+def test_forget_removes_what_only_that_model_used(index, contract):
+    other = D.extract("notes.md", ("# Notes\n\n" + "Plain words here. " * 400).encode())
+    shared = index.add(contract[0], "model-a")
+    index.add(contract[0], "model-b")
+    mine = index.add(other, "model-a")
+    assert index.usage("model-a") == (1, sum(len(c.text.encode()) for c in C.chunk(other)))
+    assert index.forget("model-a") == 1
+    assert index.get(mine.id) is None and index.get(shared.id) == shared
+    assert index.search([mine.id], "plain words") == []
+    assert index.forget("model-b") == 1 and index.get(shared.id) is None
+    with sqlite3.connect(index.path) as con:   # the FTS rows went with the chunks
+        assert con.execute("SELECT COUNT(*) FROM chunk_text WHERE chunk_text MATCH 'generator'").fetchone() == (0,)
+
+
+def test_forget_and_usage_create_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMPACK_DATA_DIR", str(tmp_path / "none"))
+    index = I.DocumentIndex()
+    assert index.usage("m") == (0, 0) and index.forget("m") == 0 and not (tmp_path / "none").exists()
+
+
+def test_this_python_has_fts5():
+    assert I.fts5_available()
+
+
+# ---------------------------------------------------------------- a request's files (reading.arrange)
+def _arrange(index, messages, files_at, budget=3000):
+    file_messages = [R.FileMessage(at, files, text) for at, files, text in files_at]
+    return R.arrange(messages, file_messages, budget=budget, count=words, index=index, owner="m")
+
+
+def test_files_that_fit_are_read_whole_as_before(index):
+    note = D.extract("note.txt", b"The door code is 4711.")
+    got = _arrange(index, [{"role": "user", "content": []}], [(0, [R.Attached("note.txt", doc=note)], "Code?")])
+    assert got.messages[0]["content"] == D.format_message([("note.txt", "The door code is 4711.")], "Code?")
+    assert got.reports == [] and not index.path.exists()   # nothing indexed for a file read whole
+
+
+def test_a_file_too_long_is_searched_for_the_latest_question(index, contract):
+    doc, needle = contract
+    note = D.extract("note.txt", b"The door code is 4711.")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": []},
+                {"role": "assistant", "content": "I have read the files."}, {"role": "user", "content": needle.question}]
+    got = _arrange(index, messages, [(1, [R.Attached("contract.pdf", doc=doc), R.Attached("note.txt", doc=note)],
+                                      "Two files.")])
+    first, last = got.messages[1]["content"], got.messages[3]["content"]
+    assert first.startswith("## File: contract.pdf (300 pages, too long to read whole: the parts that match each "
+                            "question are given with it)") and "## File: note.txt\n\nThe door code is 4711." in first
+    assert "[p. 217]" in last and needle.text in last and last.endswith("---\n\n" + needle.question)
+    assert sum(words(m["content"]) + R.PER_MESSAGE for m in got.messages) <= 3000
+    report, = got.reports
+    assert report["filename"] == "contract.pdf" and 217 in [p["page"] for p in report["parts"]]
+    assert index.get(report["file_id"]).pages == 300
+
+
+def test_whole_and_excerpts_are_honoured(index, contract):
+    doc = contract[0]
+    with pytest.raises(R.ReadingError) as info:
+        _arrange(index, [{"role": "user", "content": []}], [(0, [R.Attached("contract.pdf", "whole", doc)], "Q")])
+    assert info.value.code == "attachments_too_long" and "contract.pdf" in str(info.value)
+    assert "\"read\": \"auto\"" in str(info.value) and not index.path.exists()
+    small = D.extract("guide.md", ("# Fees\n\nThe fee is 12 crowns.\n\n# Hours\n\nOpen at nine.\n").encode())
+    got = _arrange(index, [{"role": "user", "content": []}],
+                   [(0, [R.Attached("guide.md", "excerpts", small)], "What is the fee?")])
+    assert "[§ Fees]" in got.messages[0]["content"] and got.reports[0]["parts"][0]["label"] == "§ Fees"
+    known = index.get(got.reports[0]["file_id"])
+    again = _arrange(index, [{"role": "user", "content": []}],
+                     [(0, [R.Attached("guide.md", "auto", None, known)], "When does it open?")])
+    assert "Open at nine." in again.messages[0]["content"]   # by its file_id alone
+    with pytest.raises(R.ReadingError) as info:
+        _arrange(index, [{"role": "user", "content": []}], [(0, [R.Attached("guide.md", "whole", None, known)], "")])
+    assert info.value.code == "invalid_file" and "send it as file_data" in str(info.value)
+
+
+def test_a_full_conversation_leaves_no_room_and_says_so(index, contract):
+    long_chat = [{"role": "user", "content": "word " * 2990}, {"role": "user", "content": []}]
+    with pytest.raises(R.ReadingError) as info:
+        _arrange(index, long_chat, [(1, [R.Attached("contract.pdf", doc=contract[0])], "Q?")])
+    assert "start a new chat" in str(info.value) and "\n" not in str(info.value)

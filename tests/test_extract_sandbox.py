@@ -1,0 +1,54 @@
+"""Attachments are read in a worker process (runtime/server/documents/sandbox.py) that is killed
+at the deadline and runs under a memory limit: a PDF page that never ends costs one killed
+worker, and the next attachment is read at once by a fresh one."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from doc_files import make_docx, make_pdf, slow_pdf
+from llmpack.runtime.server.documents import extract as D
+from llmpack.runtime.server.documents.sandbox import GRACE_S, Sandbox
+
+
+@pytest.fixture
+def sandbox():
+    box = Sandbox(workers=1)
+    yield box
+    box.close()
+
+
+def test_normal_files_come_back_whole(sandbox: Sandbox):
+    doc = sandbox.extract("report.pdf", make_pdf(["Page one.", "Page two."]))
+    assert (doc.kind, doc.pages, doc.text) == ("pdf", ["Page one.", "Page two."], "Page one.\n\nPage two.")
+    assert sandbox.extract("notes.txt", "héllo".encode(), media_type="text/plain").text == "héllo"
+    with pytest.raises(D.DocumentError, match="is binary data"):
+        sandbox.extract("x.bin", bytes(range(256)) * 4)
+    assert sandbox.started == 1          # one warm worker served all three
+
+
+def test_a_page_that_never_ends_costs_one_killed_worker(sandbox: Sandbox):
+    hostile = slow_pdf()
+    sandbox.extract("warm.txt", b"warm up", media_type="text/plain")
+    start = time.monotonic()
+    with pytest.raises(D.DocumentError, match="took longer than"):
+        sandbox.extract("endless.pdf", hostile, time_limit=2.0)
+    assert time.monotonic() - start < 2.0 + GRACE_S + 3.0     # killed, not waited for
+    start = time.monotonic()
+    assert sandbox.extract("next.docx", make_docx(["Still here."])).text == "Still here."
+    assert sandbox.started == 2 and time.monotonic() - start < 15
+
+
+@pytest.mark.skipif(os.name == "nt", reason="setrlimit is POSIX; Windows uses a job object")
+def test_a_file_that_needs_too_much_memory_is_refused_and_the_next_one_works():
+    """30 MB of emoji become 30 MB of bytes plus a 30 MB string: more than a 64 MB worker has."""
+    box = Sandbox(workers=1, memory=64 << 20)
+    try:
+        with pytest.raises(D.DocumentError, match="needs more memory to read than llmpack allows"):
+            box.extract("emoji.txt", "😀".encode() * (30 << 18), media_type="text/plain")
+        assert box.extract("small.docx", make_docx(["Fine."])).text == "Fine."
+        assert box.started == 2
+    finally:
+        box.close()
