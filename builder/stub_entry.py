@@ -28,7 +28,7 @@ from pathlib import Path
 from llmpack import __version__
 from llmpack.builder import extract, packfile
 from llmpack.builder.mmproj import mmproj_source
-from llmpack.cli import add_model_args, add_serve_args, serve_config
+from llmpack.cli import RPC_PORT, add_model_args, add_serve_args, add_worker_args, serve_config
 from llmpack.errors import LlmpackError
 from llmpack.progress import human_bytes
 
@@ -125,6 +125,11 @@ def build_parser(manifest=None) -> argparse.ArgumentParser:
     parser.add_argument("--yes", action="store_true", help="with --forget: remove without asking")
     parser.add_argument("--new-instance", action="store_true",
                         help="start another copy even when this chat is already running")
+    worker = parser.add_argument_group("RPC worker", "lend this computer to `llmpack --rpc` elsewhere (docs/SCALING.md)")
+    worker.add_argument("--rpc-worker", action="store_true",
+                        help=f"serve this computer's GPU or processor as an RPC worker on --host (127.0.0.1) and "
+                             f"--port ({RPC_PORT} unless given), instead of chatting")
+    add_worker_args(worker, own_address=False)
     return parser
 
 
@@ -164,6 +169,12 @@ def run(argv: list[str]) -> int:
             raise LlmpackError(f"{exe.name} is llmpack's runtime stub, not a chat program; make one with "
                                "`llmpack build MODEL.gguf -o NAME`") from None
         raise problem
+    if args.rpc_worker:   # this program lends its devices; its own model is not used
+        from llmpack.runtime.hardware.rpc import cmd_rpc_worker   # lazy: only for --rpc-worker
+
+        if not any(a == "--port" or a.startswith("--port=") for a in argv):
+            args.port = RPC_PORT
+        return cmd_rpc_worker(args)
     if args.info:   # plus the disk a launch needs beyond this file ("disk": extract.DiskNeed)
         print(json.dumps({**manifest.to_dict(), "disk": extract.disk_need(manifest).to_dict()}, indent=2,
                          sort_keys=True))

@@ -15,6 +15,10 @@ from llmpack.runtime.chat.reasoning import REASONING_FORMATS   # names only, no 
 from llmpack.runtime.engine import config as engine_defaults
 from llmpack.runtime.server.config import DEFAULT_HOST, DEFAULT_PORT, ServeConfig   # plain dataclasses, no server
 
+RPC_PORT = 50052               # llama.cpp's rpc-server default (runtime/hardware/rpc.py DEFAULT_PORT)
+LOCAL_RAY = "local"            # `--ray` with no address: a Ray started here for this process
+DEFAULT_REPLICA_THREADS = 4    # `serve --ray` without --threads: llama.cpp threads (and Ray CPUs) per replica
+
 
 def _flag_type(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
     """An argparse type from a parser that raises LlmpackError: argparse then prints usage + error."""
@@ -44,6 +48,22 @@ def _whole_number(least: int, flag: str) -> Callable[[str], int]:
             raise LlmpackError(f"{flag} must be at least {least}, not {value}")
         return value
     return _flag_type(parse, "whole number")
+
+
+def _endpoints(text: str) -> tuple[str, ...]:
+    from llmpack.runtime.hardware.rpc import parse_endpoints   # lazy: `llmpack build` never needs it
+
+    return parse_endpoints(text)
+
+
+def _replicas(text: str) -> int | None:
+    """`--replicas N` or `auto` (None: Ray Serve's autoscaling)."""
+    if text.strip().lower() == "auto":
+        return None
+    value = int(text)
+    if value < 1:
+        raise LlmpackError(f"--replicas must be at least 1 or auto, not {value}")
+    return value
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -87,11 +107,35 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    "cpu for none, or auto (default: the discrete GPU with the most free memory)")
     p.add_argument("--verbose", action="store_true",
                    help="technical details on the console: why no GPU is used, the CPU backend")
+    p.add_argument("--threads", type=_whole_number(1, "--threads"), default=None,
+                   help="llama.cpp threads (default: every core)")
+    p.add_argument("--rpc", type=_flag_type(_endpoints, "HOST:PORT list"), default=(), metavar="HOST:PORT,...",
+                   help="put the model's layers on llmpack RPC workers (`llmpack rpc-worker` or `chat.exe "
+                        "--rpc-worker` on each machine); reach other PCs through an SSH tunnel: docs/SCALING.md")
     p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="auto",
                    help="how a reasoning model's thinking is told from its answer: auto (from the chat template; "
                         "default), none (leave it in the answer), think (<think> tags) or harmony (gpt-oss)")
     p.add_argument("--reasoning-budget", type=_whole_number(-1, "--reasoning-budget"), default=-1,
                    help="end a reasoning model's thinking after N tokens (0: no thinking; -1: no limit, the default)")
+
+
+def add_worker_args(p: argparse.ArgumentParser, *, own_address: bool = True) -> None:
+    """`llmpack rpc-worker` (and, without the address flags it already has, a built file's --rpc-worker)."""
+    if own_address:
+        p.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1; anything else needs --insecure-bind)")
+        p.add_argument("--port", type=int, default=RPC_PORT, help=f"port (default {RPC_PORT})")
+        p.add_argument("--threads", type=_whole_number(1, "--threads"), default=None,
+                       help="CPU threads when lending the processor (default: every core)")
+        p.add_argument("--device", default=None, help="GPU to lend, e.g. Vulkan0 (default: every GPU; cpu: the processor)")
+    p.add_argument("--mem", type=_whole_number(1, "--mem"), default=None, metavar="MB",
+                   help="memory offered, in MiB (default: the device's free memory); llama.cpp gives each worker "
+                        "layers in proportion to it")
+    p.add_argument("--insecure-bind", action="store_true",
+                   help="allow a --host other than 127.0.0.1: RPC has no password and no encryption, so anyone "
+                        "who reaches the port can run code here; only on a network you fully trust")
+    p.add_argument("--cache", action="store_true", help="keep the weights received on disk: the next load of the "
+                   "same model sends only their hashes")
 
 
 def serve_config(args: argparse.Namespace, *, display_name: str | None = None, recipe_data: Any = None,
@@ -106,7 +150,8 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
                        api_key=api_key(args), cors=args.cors, verbose=args.verbose,
                        reasoning_format=args.reasoning_format,
                        reasoning_budget=None if args.reasoning_budget < 0 else args.reasoning_budget,
-                       mmproj=Path(args.mmproj) if getattr(args, "mmproj", None) else None, **set_)
+                       mmproj=Path(args.mmproj) if getattr(args, "mmproj", None) else None,
+                       threads=args.threads, rpc=tuple(args.rpc or ()), **set_)
 
 
 def api_key(args: argparse.Namespace) -> str | None:
@@ -143,6 +188,45 @@ def cmd_run(args: argparse.Namespace) -> int:
     elif (hint := beside_hint(path)) is not None:
         print(f"llmpack: note: {hint}", flush=True)
     return serve(serve_config(args), lambda progress: path)
+
+
+def model_file(path: Path):
+    """A GGUF, or a built file whose model is stored uncompressed (read in place), as a ModelFile."""
+    # lazy: the builder's manifest reader and the GGUF check, only for `serve`
+    from llmpack.builder.packfile import read_manifest
+    from llmpack.runtime.model.gguf_check import validate_gguf
+    from llmpack.runtime.model.source import ModelFile
+
+    try:
+        m = read_manifest(path).model
+    except LlmpackError:
+        validate_gguf(path)
+        return ModelFile(path)
+    if m.location != "embedded" or m.compression != "none":
+        raise LlmpackError(f"{path.name} keeps its model {'beside it' if m.location != 'embedded' else 'compressed'}; "
+                           f"serve the .gguf itself (`{path.name} --extract-to DIR` writes it)")
+    validate_gguf(path, m.offset, m.size)
+    return ModelFile(path, m.offset, m.size, m.sha256)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """`llmpack serve MODEL`: the API without opening a browser; with --ray, replicas on a Ray cluster."""
+    if args.model is None and args.ray not in (None, LOCAL_RAY):   # `serve --ray MODEL`: argparse gave MODEL to --ray
+        args.model, args.ray = args.ray, LOCAL_RAY
+    if args.model is None:
+        raise LlmpackError("which model? llmpack serve [--ray [ADDRESS]] MODEL")
+    if args.ray is None:
+        args.no_browser = True
+        return cmd_run(args)
+    if args.rpc:
+        raise LlmpackError("--rpc and --ray do not go together: a Ray replica holds the whole model")
+    from llmpack.runtime.scale.launch import RaySettings, serve_ray   # lazy: Ray, the optional extra
+
+    threads = args.threads or DEFAULT_REPLICA_THREADS
+    settings = RaySettings(address=None if args.ray == LOCAL_RAY else args.ray, replicas=args.replicas,
+                           min_replicas=args.min_replicas, max_replicas=args.max_replicas, threads=threads,
+                           host=args.host, port=args.port, router=args.router)
+    return serve_ray(model_file(Path(args.model)), serve_config(args), settings)
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
@@ -213,6 +297,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     add_serve_args(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("serve", help="serve a model's API without opening a browser; --ray: replicas on a Ray cluster")
+    p.add_argument("model", nargs="?", help="a .gguf file, or a program made by `llmpack build` (read in place)")
+    add_model_args(p)
+    add_serve_args(p)
+    p.add_argument("--ray", nargs="?", const=LOCAL_RAY, default=None, metavar="ADDRESS",
+                   help="serve with Ray Serve replicas: a running cluster's ADDRESS (auto, HOST:6379), or none for a "
+                        "Ray on this machine; needs pip install 'llmpack[ray]' (docs/SCALING.md)")
+    p.add_argument("--replicas", type=_flag_type(_replicas, "replicas"), default=1,
+                   help="--ray: replicas, N or auto (Ray Serve's autoscaling between --min-replicas and --max-replicas)")
+    p.add_argument("--min-replicas", type=_whole_number(1, "--min-replicas"), default=1)
+    p.add_argument("--max-replicas", type=_whole_number(1, "--max-replicas"), default=4)
+    p.add_argument("--router", choices=["prefix", "pow2"], default="prefix",
+                   help="--ray: prefix-cache affinity (default) or Ray's power of two choices")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("rpc-worker", help="lend this computer's GPU (or processor) to `llmpack --rpc` on another")
+    add_worker_args(p)
+    p.set_defaults(func=_lazy("llmpack.runtime.hardware.rpc", "cmd_rpc_worker"))
 
     p = sub.add_parser("build", help="pack a GGUF model into one executable")
     p.add_argument("model", help="path to a .gguf file")

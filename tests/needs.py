@@ -9,7 +9,8 @@ from typing import NoReturn
 import pytest
 
 
-def skip_or_fail(why: str) -> NoReturn:
+def skip_or_fail(why: str, *, module: bool = False) -> NoReturn:
+    """`module`: called at a test module's top level (a missing package), for all of its tests."""
     if os.environ.get("CI", "").lower() not in ("", "0", "false"):
         pytest.fail(f"CI must run this test: {why}", pytrace=False)
-    pytest.skip(why)
+    pytest.skip(why, allow_module_level=module)

@@ -19,7 +19,7 @@ GiB = 1024 ** 3
 IGPU = Device("Vulkan0", "Intel(R) UHD Graphics 770", 16 * GiB, 15 * GiB, integrated=True)
 SMALL = Device("Vulkan1", "NVIDIA GeForce GTX 1650", 4 * GiB, 3 * GiB)
 BIG = Device("Vulkan2", "AMD Radeon RX 7900 XTX", 24 * GiB, 20 * GiB)
-HEALTH_KEYS = {"cpu_variant", "devices", "gpu_device", "gpu_layers", "n_layers", "note", "summary"}
+HEALTH_KEYS = {"cpu_variant", "devices", "gpu_device", "gpu_layers", "n_layers", "note", "summary", "remote"}
 
 
 def test_auto_prefers_a_discrete_gpu_then_the_most_free_memory():

@@ -42,6 +42,10 @@ def fake_health(page, **changes) -> None:
     ({"cpu_variant": "haswell", "devices": [{"id": "Vulkan0", "name": "Intel UHD 620"}],
       "gpu_device": "Vulkan0", "gpu_layers": 6, "n_layers": 18, "note": None},
      "Running partly on your graphics card (Intel UHD 620)", ["6 of 18 layers"]),
+    ({"cpu_variant": "haswell", "devices": [], "gpu_device": None, "gpu_layers": 18, "n_layers": 18, "note": None,
+      "remote": [{"id": "RPC0", "endpoint": "127.0.0.1:50052", "layers": 13},
+                 {"id": "RPC1", "endpoint": "10.0.0.2:50052", "layers": 5}]},   # --rpc: docs/SCALING.md
+     "Running on 2 RPC workers", ["127.0.0.1:50052 holds 13 of 18", "10.0.0.2:50052 holds 5 of 18"]),
     ({"cpu_variant": "haswell", "devices": [], "gpu_device": None, "gpu_layers": 0, "n_layers": 18,
       "note": "no Vulkan loader (libvulkan.so.1) found"}, "Running on your processor",
      ["haswell", "no Vulkan loader (libvulkan.so.1) found"]),

@@ -34,6 +34,7 @@ S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("core"
 PROTOCOLS = {f"{SERVER}.{room}" for room in ("openai", "responses", "anthropic", "ollama")}
 SERVER_ROOMS = {S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE, *PROTOCOLS}
 RUNTIME = {MODEL, HARDWARE, STRUCTURED, ENGINE, CHAT, LLM, SERVER, *SERVER_ROOMS}
+SCALE = "llmpack.runtime.scale"
 ALLOWED: dict[str, set[str]] = {
     "llmpack": {LLM, ENGINE},                     # the package exports LLM / SamplingParams, lazily
     "llmpack.errors": set(),
@@ -54,11 +55,12 @@ ALLOWED: dict[str, set[str]] = {
     S_PAGE: BASE | {S_CORE, S_HTTP, S_DOCS},
     SERVER: BASE | {ENGINE, S_CORE, S_HTTP, S_PAGE, *PROTOCOLS},     # the route table and ServeConfig
     S_LIFE: BASE | {MODEL, HARDWARE, ENGINE, CHAT, SERVER, S_CORE, S_HTTP, S_PAGE},
+    SCALE: BASE | RUNTIME,                        # Ray Serve replicas of the server's app (optional extra)
     "llmpack.webui": BASE,
     "llmpack.recipes": set(),
     "llmpack.builder": BASE | RUNTIME | {"llmpack.webui", "llmpack.demo_models", "llmpack.cli"},
-    "llmpack.bench": BASE | RUNTIME | {"llmpack.builder", "llmpack.demo_models"},
-    "llmpack.cli": BASE | RUNTIME | {"llmpack.builder", "llmpack.bench", "llmpack.demo_models"},
+    "llmpack.bench": BASE | RUNTIME | {SCALE, "llmpack.builder", "llmpack.demo_models"},
+    "llmpack.cli": BASE | RUNTIME | {SCALE, "llmpack.builder", "llmpack.bench", "llmpack.demo_models"},
     "llmpack.__main__": {"llmpack.cli"},
 }
 

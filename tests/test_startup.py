@@ -14,7 +14,7 @@ import pytest
 
 from ggufs import write_tiny_model
 
-HEAVY = ("numpy", "gguf", "llmpack.bench", "llmpack.runtime.server", "flask", "waitress", "llama_cpp")
+HEAVY = ("numpy", "gguf", "llmpack.bench", "llmpack.runtime.server", "flask", "waitress", "llama_cpp", "ray")
 NOT_FOR_A_BUILD = ("llmpack.bench", "llmpack.runtime.server", "flask", "waitress", "llama_cpp")
 # The server room's package and its plain-dataclass config, which cli.py declares the flags from,
 # are not the server.
@@ -53,7 +53,7 @@ def pulled_in(modules: set[str], names: tuple[str, ...]) -> list[str]:
     return sorted(m for m in modules - ALLOWED if any(m == n or m.startswith(n + ".") for n in names))
 
 
-@pytest.mark.parametrize("command", ["build", "run", "inspect", "stub", "demo", "recipes", "bench"])
+@pytest.mark.parametrize("command", ["build", "run", "serve", "rpc-worker", "inspect", "stub", "demo", "recipes", "bench"])
 def test_help_imports_nothing_heavy(command):
     assert pulled_in(imported(command, "--help"), HEAVY) == []
 

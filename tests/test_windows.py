@@ -171,7 +171,7 @@ def test_windows_stub_holds_python_orgs_runtime_our_dlls_and_no_wine_files(windo
     names = {n.replace("\\", "/") for n in archive.toc}   # the archive keeps Windows separators
     cpu = {n for n in names if re.fullmatch(r"llama_cpp/lib/ggml-cpu-[\w]+\.dll", n)}
     assert {"llama_cpp/lib/libllama.dll", "llama_cpp/lib/ggml.dll", "llama_cpp/lib/ggml-base.dll",
-            "llama_cpp/lib/ggml-vulkan.dll"} <= names
+            "llama_cpp/lib/ggml-vulkan.dll", "llama_cpp/lib/ggml-rpc.dll"} <= names
     assert len(cpu) >= 10 and "llama_cpp/lib/ggml-cpu-x64.dll" in cpu and "llama_cpp/lib/ggml-cpu-haswell.dll" in cpu
     assert not any(n.lower().endswith("vulkan-1.dll") for n in names)   # the GPU driver's, never ours
     # python.org's interpreter, byte for byte, and nothing of Wine's (its DLLs say so in their DOS stub)

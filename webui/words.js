@@ -61,6 +61,15 @@ export function backendWords(b) {
   if (!b || typeof b !== "object") return { text: "", title: "" };
   const details = [];
   if (typeof b.cpu_variant === "string" && b.cpu_variant) details.push("Processor code: " + b.cpu_variant + ".");
+  const remote = (Array.isArray(b.remote) ? b.remote : []).filter((r) => r && typeof r.endpoint === "string");
+  if (remote.length && num(b.gpu_layers) > 0) {   // --rpc: the layers are on other llmpack workers
+    const all = num(b.n_layers);
+    const partly = all !== undefined && b.gpu_layers < all;
+    const who = remote.length === 1 ? "an RPC worker" : remote.length + " RPC workers";
+    details.unshift("Layers on " + who + ": " + remote.map((r) => r.endpoint + " holds " + (num(r.layers) ?? "?") +
+      " of " + (all ?? "?")).join(", ") + (partly ? "; the rest on this processor." : "."));
+    return { text: "Running " + (partly ? "partly " : "") + "on " + who, title: details.join(" ") };
+  }
   if (num(b.gpu_layers) > 0) {
     const dev = (Array.isArray(b.devices) ? b.devices : []).find((d) => d && d.id === b.gpu_device);
     const name = (dev && typeof dev.name === "string" && dev.name) || "";

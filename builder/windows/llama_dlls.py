@@ -1,5 +1,6 @@
 """llama.cpp for Windows x64, cross-compiled here with mingw-w64: ``llama.dll``, ``ggml.dll``,
-``ggml-base.dll``, one ``ggml-cpu-<variant>.dll`` per x86-64 level and ``ggml-vulkan.dll``.
+``ggml-base.dll``, one ``ggml-cpu-<variant>.dll`` per x86-64 level, ``ggml-vulkan.dll`` and
+``ggml-rpc.dll`` (llama.cpp's RPC backend: `--rpc` and `chat.exe --rpc-worker`; it imports ws2_32).
 
 The same vendored llama.cpp and the same backend layout as the Linux wheel (./dev):
 GGML_BACKEND_DL with every CPU variant and Vulkan, so the runtime's ``load_backends`` picks the
@@ -162,7 +163,7 @@ def _vulkan_import_library(work: Path) -> Path:
 def _check(dlls: list[Path]) -> None:
     """The build made the DLLs the runtime loads, and they import nothing that is not on every PC."""
     names = {d.name for d in dlls}
-    wanted = {"ggml.dll", "ggml-base.dll", "ggml-vulkan.dll", "ggml-cpu-x64.dll", "ggml-cpu-haswell.dll"}
+    wanted = {"ggml.dll", "ggml-base.dll", "ggml-vulkan.dll", "ggml-rpc.dll", "ggml-cpu-x64.dll", "ggml-cpu-haswell.dll"}
     wanted.add("libllama.dll" if "libllama.dll" in names else "llama.dll")   # llama-cpp-python takes either
     if not wanted <= names:
         raise WindowsBuildError(f"the cross-build made {sorted(names)}, missing {sorted(wanted - names)}")

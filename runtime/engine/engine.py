@@ -45,6 +45,7 @@ from llmpack.runtime.engine.sequence import Sequence
 from llmpack.runtime.engine.speculative import NgramDrafter
 from llmpack.runtime.engine.step_trace import StepTrace
 from llmpack.runtime.hardware.placement import backend_report, plan_offload
+from llmpack.runtime.hardware.rpc import RpcWorkerLost, on_worker_lost
 from llmpack.runtime.model.model_info import ModelInfo
 
 __all__ = ["EngineConfig", "EngineStats", "LLMEngine", "EngineDeadError", "PromptTooLongError", "QueueFullError",
@@ -79,8 +80,8 @@ class LLMEngine(VisionClient):
         self.config = config
         plan = plan_offload(config.gpu_layers, config.model_path, config.n_ctx, config.device, info,
                             offset=config.model_offset, length=config.model_length,
-                            memory_fraction=config.gpu_memory_utilization)
-        self.runner = ModelRunner(config, plan.n_gpu_layers, plan.device.handle if plan.device else 0, progress)
+                            memory_fraction=config.gpu_memory_utilization, rpc=config.rpc)
+        self.runner = ModelRunner(config, plan.n_gpu_layers, plan.handles(), progress, plan.split())
         self.backend = backend_report(plan, self.runner)   # what /health and the start-up line say
         self.n_ctx = self.runner.n_ctx
         self.n_vocab = self.runner.n_vocab
@@ -114,6 +115,9 @@ class LLMEngine(VisionClient):
         self.failed_steps_total = 0
         self.steps = 0
         self.tokens_computed_total = 0         # prompt and generated tokens run through llama_decode
+        # a dead RPC worker leaves llama_decode blocked for good: end every request saying which
+        self._forget_rpc = (on_worker_lost(lambda why: self._die(why, RpcWorkerLost(why))) if plan.remote
+                            else lambda: None)
         # called on the stepping thread after every step (tests check invariants with it)
         self.on_step: Callable[[LLMEngine], None] | None = None
         self._thread: threading.Thread | None = None
@@ -227,7 +231,10 @@ class LLMEngine(VisionClient):
         self._stop = True
         self._wakeup.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=30 if self.failure is None else 1)
+        self._forget_rpc()
+        if self._thread is not None and self._thread.is_alive():   # inside llama.cpp (a lost RPC worker)
+            return
         if self.embedder is not None:   # its context uses the engine's model: free it first
             self.embedder.close()
         self.mm and self.mm.close()     # so does the projector

@@ -142,8 +142,11 @@ class ModelRunner:
     default devices). llama.cpp's own limits found at load time are attributes here (`n_ctx`,
     `n_batch`, `n_seq_max`), never written back into the config."""
 
-    def __init__(self, cfg: EngineConfig, n_gpu_layers: int = 0, gpu_device: int = 0,
-                 progress: Callable[[float], bool | None] | None = None) -> None:
+    def __init__(self, cfg: EngineConfig, n_gpu_layers: int = 0, gpu_device: int | list[int] = 0,
+                 progress: Callable[[float], bool | None] | None = None,
+                 tensor_split: list[float] | None = None) -> None:
+        """`gpu_device` may be several devices (a GPU and RPC workers' devices, `--rpc`), in order,
+        with `tensor_split` their shares of the offloaded layers (hardware/placement.OffloadPlan)."""
         global _backend_ready
         if not _backend_ready:
             load_backends()           # GGML_BACKEND_DL: CPU variant + GPU backends, before any model
@@ -153,9 +156,13 @@ class ModelRunner:
         self.cfg = cfg
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
-        if gpu_device and n_gpu_layers != 0:
-            self._devices = (ctypes.c_void_p * 2)(gpu_device, None)   # NULL-terminated; kept alive
+        handles = [gpu_device] if isinstance(gpu_device, int) else list(gpu_device)
+        if any(handles) and n_gpu_layers != 0:
+            self._devices = (ctypes.c_void_p * (len(handles) + 1))(*handles, None)   # NULL-terminated; kept alive
             mparams.devices = ctypes.addressof(self._devices)
+        if tensor_split and n_gpu_layers != 0:
+            self._split = (ctypes.c_float * lc.llama_max_devices())(*tensor_split)   # kept alive
+            mparams.tensor_split = self._split
         if progress is not None:
             def _on_progress(frac: float, _user: ctypes.c_void_p) -> bool:
                 return progress(float(frac)) is not False   # False: llama.cpp abandons the load
@@ -174,6 +181,7 @@ class ModelRunner:
             raise ModelLoadError(f"llama.cpp could not load {cfg.model_path}; run `llmpack inspect` on it for details")
         self.n_layer = lc.llama_model_n_layer(self.model)
         nextn = _model_int(self.model, "llama_model_n_layer_nextn") or 0   # MTP heads sit above the trunk
+        self.n_layer_all = self.n_layer + nextn
         devices = model_devices(self.model)
         # without llama_model_n_devices, trust the plan: it asks for layers only when it found a GPU
         self.gpu_layers = offloaded_layers(n_gpu_layers, self.n_layer, self.n_layer + nextn,

@@ -13,6 +13,8 @@ So `load_backends()` loads them by path, once, before any model, and remembers w
   `LLMPACK_CPU_VARIANT=haswell` (any variant's name) overrides the choice.
 * GPU: every other backend library is loaded; one that cannot load (no Vulkan loader, no driver)
   or finds no device leaves one line in `notes`, and the model runs on the CPU.
+* RPC (`libggml-rpc`): loaded too, but it is no GPU: it lists devices only once `--rpc` adds
+  another machine's (runtime/hardware/rpc.py), so having none is normal and says nothing.
 * A llama.cpp built without GGML_BACKEND_DL (backends compiled in) needs nothing loaded.
 """
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Backends:
     cpu_variant: str | None          # "haswell", "sse42", ...; None when compiled in
     gpu_backends: list[str] = field(default_factory=list)   # loaded, e.g. ["Vulkan"]
     notes: list[str] = field(default_factory=list)          # one line per GPU backend not usable
+    rpc_note: str | None = None      # why llama.cpp's RPC backend (--rpc, rpc-worker) cannot be used; None: it can
     cpu_skipped: list[str] = field(default_factory=list)    # better-scoring CPU variants passed over, and why
 
 
@@ -75,8 +78,8 @@ def lib_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "lib"
 
 
-def _ggml() -> SimpleNamespace:
-    """ggml's backend API as used by the libllama that llama_cpp loaded, typed.
+def _ggml(extra: dict | None = None) -> SimpleNamespace:
+    """ggml's backend API (plus `extra`: name -> (argtypes, restype)) as used by the libllama that llama_cpp loaded, typed.
 
     Linux: looked up through libllama's own handle, not llama_cpp._ggml.libggml: the wheel holds
     copies (libggml.so, libggml.so.0) rather than symlinks, and opening the other copy by path
@@ -102,7 +105,9 @@ def _ggml() -> SimpleNamespace:
             "ggml_backend_dev_name": ([ctypes.c_void_p], ctypes.c_char_p),
             "ggml_backend_dev_description": ([ctypes.c_void_p], ctypes.c_char_p),
             "ggml_backend_dev_memory": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                         ctypes.POINTER(ctypes.c_size_t)], None)}
+                                         ctypes.POINTER(ctypes.c_size_t)], None),
+            "ggml_backend_dev_backend_reg": ([ctypes.c_void_p], ctypes.c_void_p),
+            **(extra or {})}
     api = SimpleNamespace()
     for name, (args, res) in sigs.items():
         fn = next((getattr(lib, name) for lib in libs if hasattr(lib, name)), None)
@@ -182,9 +187,22 @@ def _explain(backend: str, error: str) -> str:
     return f"{backend} backend could not be loaded: {first}"
 
 
-def _load_gpu(g: ctypes.CDLL, path: Path, found: Backends) -> None:
+def _load_rpc(g: SimpleNamespace, path: Path, found: Backends) -> None:
+    """llama.cpp's RPC backend lists no device until `--rpc` adds a worker (runtime/hardware/rpc.py),
+    so it is no GPU backend and, unused, says nothing: only a failure to load is remembered, for
+    the one who asks for --rpc or rpc-worker."""
+    error = _dlopen_error(path)
+    if error is not None:
+        found.rpc_note = f"the RPC backend could not be loaded: {error.splitlines()[0]}"
+    elif not g.ggml_backend_load(str(path).encode()):
+        found.rpc_note = "the RPC backend could not be initialised"
+
+
+def _load_gpu(g: SimpleNamespace, path: Path, found: Backends) -> None:
     key = path.name[len(_PREFIX) + len("ggml-"):].split(_SUFFIX)[0]
     backend = _BACKEND_NAMES.get(key, key)
+    if backend == "RPC":
+        return _load_rpc(g, path, found)
     error = _dlopen_error(path)
     if error is not None:
         found.notes.append(_explain(backend, error))
@@ -266,13 +284,18 @@ def gpu_devices() -> list[Device]:
     for i in range(g.ggml_backend_dev_count()):
         dev = g.ggml_backend_dev_get(i)
         kind = g.ggml_backend_dev_type(dev)
-        if kind not in _GPU_TYPES:
+        if kind not in _GPU_TYPES or _reg_name(g, dev).startswith("RPC"):   # another machine's (--rpc): hardware/rpc.py
             continue
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
         g.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         devices.append(Device(g.ggml_backend_dev_name(dev).decode(), g.ggml_backend_dev_description(dev).decode(),
                               total.value, free.value, _GPU_TYPES[kind] == "IGPU", dev))
     return devices
+
+
+def _reg_name(g: SimpleNamespace, dev: int) -> str:
+    reg = g.ggml_backend_dev_backend_reg(dev)
+    return (g.ggml_backend_reg_name(reg) or b"").decode() if reg else ""
 
 
 def pick_device(devices: list[Device], wanted: str | None) -> Device | None:

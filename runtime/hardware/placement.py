@@ -8,11 +8,14 @@ what the loaded model reports (model_runner.offloaded_layers), never from llama.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+import numpy as np
 
 from llmpack.runtime.hardware.backends import Device, gpu_devices, load_backends, pick_device
 from llmpack.runtime.hardware.gpu_fit import fit_gpu_layers, fit_on
+from llmpack.runtime.hardware.rpc import RemoteDevice, RpcError, add_servers
 from llmpack.runtime.model.model_info import ModelInfo, read_model_info
 
 
@@ -25,6 +28,17 @@ class OffloadPlan:
     device: Device | None         # the one GPU the layers go to
     note: str | None = None       # why the GPU is not used, when it is not (technical: backends, drivers)
     why: str | None = None        # the same for anyone: the start-up line and /health's `summary`
+    remote: list[RemoteDevice] = field(default_factory=list)   # other machines' devices (--rpc), after `device`
+
+    def handles(self) -> list[int]:
+        """llama_model_params.devices, in order: the local GPU, then each worker's devices."""
+        return [d.handle for d in ([self.device] if self.device else []) + self.remote]   # type: ignore[misc]
+
+    def split(self) -> list[float] | None:
+        """llama_model_params.tensor_split with more than one device: each one's free memory, which
+        is llama.cpp's own default, made explicit so that layers_per_device() says what it did."""
+        devices = ([self.device] if self.device else []) + self.remote   # type: ignore[operator]
+        return [float(d.memory_free or 1) for d in devices] if len(devices) > 1 else None
 
 
 def no_gpu_reason() -> str:
@@ -50,13 +64,17 @@ def fit_report(info: ModelInfo) -> dict:
 
 def plan_offload(layers: int | str, model_path, n_ctx: int, device: str | None = None,
                  info: ModelInfo | None = None, devices: list[Device] | None = None,
-                 offset: int = 0, length: int | None = None, memory_fraction: float = 1.0) -> OffloadPlan:
+                 offset: int = 0, length: int | None = None, memory_fraction: float = 1.0,
+                 rpc: Sequence[str] = ()) -> OffloadPlan:
     """Resolve `--gpu-layers` (already parsed: N, -1, "all" or "auto") and `--device` against
     `devices` (default: this machine's GPUs, gpu_devices(); a caller that already listed them, or a
     test with chosen free memory, passes its own). `auto` needs the model's layer sizes: `info`
     when the caller has read the header already, else it is read here (at `offset`, for a GGUF
     inside a bigger file), and only then. `memory_fraction` (vLLM's gpu_memory_utilization) caps
-    what `auto` may fill at that share of the device's total memory."""
+    what `auto` may fill at that share of the device's total memory. `rpc`: workers' endpoints
+    (`--rpc`), whose devices take the layers together with the local GPU, if any (plan_remote)."""
+    if rpc:
+        return plan_remote(layers, model_path, n_ctx, device, info, devices, offset, length, add_servers(rpc))
     if layers == 0:
         return OffloadPlan(0, None, "--gpu-layers 0 keeps the model on the CPU", "as --gpu-layers 0 asks")
     chosen = pick_device(gpu_devices() if devices is None else devices, device)
@@ -78,9 +96,51 @@ def plan_offload(layers: int | str, model_path, n_ctx: int, device: str | None =
     return OffloadPlan(n, chosen)
 
 
+def plan_remote(layers: int | str, model_path, n_ctx: int, device: str | None, info: ModelInfo | None,
+                devices: list[Device] | None, offset: int, length: int | None,
+                remote: list[RemoteDevice]) -> OffloadPlan:
+    """`--rpc`: the layers go to the workers' devices (and a local GPU, first, if there is one), split
+    by free memory; `auto` offloads what fits in all of them together, the rest stays on the CPU."""
+    if layers == 0:
+        raise RpcError("--gpu-layers 0 keeps every layer here, so --rpc would not be used; leave one of them out")
+    local = pick_device(gpu_devices() if devices is None else devices, device)
+    plan = OffloadPlan(-1, local, remote=remote)
+    if isinstance(layers, int):
+        plan.n_gpu_layers = layers
+    elif layers == "auto":
+        info = info or read_model_info(model_path, ctx=n_ctx, offset=offset, length=length)
+        free = sum(d.memory_free for d in remote) + (local.memory_free if local else 0)
+        plan.n_gpu_layers = fit_gpu_layers(free, info.weight_bytes_per_layer, info.non_layer_weight_bytes,
+                                           info.kv_bytes_per_token_per_layer, n_ctx)
+        if plan.n_gpu_layers == 0:
+            raise RpcError(f"not one layer fits in the {free >> 20} MiB the RPC workers offer; give them more "
+                           "(--mem) or pass --gpu-layers N to try anyway")
+    return plan
+
+
+def layers_per_device(n_gpu_layers: int, n_layer: int, n_layer_all: int, split: list[float] | None,
+                      n_devices: int) -> list[int]:
+    """How many of the `n_layer` repeating layers each device holds, by llama.cpp's own rule
+    (llama_model_base::load_tensors): the offloaded layers are the top ones, and layer il goes to
+    the first device whose cumulative share of `split` exceeds (il - first) / offloaded."""
+    if n_devices == 0 or n_gpu_layers == 0:
+        return [0] * n_devices
+    wanted = n_gpu_layers if n_gpu_layers > 0 else n_layer_all + 1
+    first, act = max(n_layer_all + 1 - wanted, 0), min(wanted, n_layer_all + 1)
+    cumulative = np.cumsum(np.asarray(split or [1.0] * n_devices, dtype=np.float32), dtype=np.float32)
+    cumulative /= cumulative[-1]   # in float32, as llama.cpp computes its split points
+    counts = [0] * n_devices
+    for il in range(first, min(n_layer, first + act)):
+        at = np.float32(il - first) / np.float32(act)
+        counts[min(int(np.searchsorted(cumulative, at, side="right")), n_devices - 1)] += 1
+    return counts
+
+
 def backend_report(plan: OffloadPlan, runner: Any) -> dict:
     """/health's `backend` object (its shape: docs/PORTABILITY.md, "GPU offload") for a loaded ModelRunner."""
     found = load_backends()
+    if plan.remote:
+        return _remote_report(plan, runner, found.cpu_variant)
     offloaded = runner.gpu_layers if plan.device is not None else 0
     note, why = plan.note, plan.why
     if plan.device is not None and offloaded == 0 and plan.n_gpu_layers != 0:
@@ -94,7 +154,26 @@ def backend_report(plan: OffloadPlan, runner: Any) -> dict:
     return {"cpu_variant": found.cpu_variant,
             "devices": [d.to_dict() for d in gpu_devices()],
             "gpu_device": plan.device.id if plan.device is not None and offloaded else None,
-            "gpu_layers": offloaded, "n_layers": runner.n_layer, "note": note, "summary": summary + "."}
+            "gpu_layers": offloaded, "n_layers": runner.n_layer, "note": note, "summary": summary + ".",
+            "remote": []}
+
+
+def _remote_report(plan: OffloadPlan, runner: Any, cpu_variant: str | None) -> dict:
+    """backend_report with --rpc: `remote` names each worker's device and the layers it holds."""
+    counts = layers_per_device(plan.n_gpu_layers, runner.n_layer, getattr(runner, "n_layer_all", runner.n_layer),
+                               plan.split(), len(plan.handles()))
+    local = counts.pop(0) if plan.device is not None else 0
+    remote = [{**d.to_dict(), "layers": n} for d, n in zip(plan.remote, counts)]
+    parts = [f"{r['endpoint']}: {r['layers']}" for r in remote]
+    if local:
+        parts.insert(0, f"your graphics card ({plan.device.name}): {local}")   # type: ignore[union-attr]
+    summary = f"Running {sum(counts) + local} of {runner.n_layer} layers on RPC workers ({', '.join(parts)})"
+    if sum(counts) + local < runner.n_layer:
+        summary += "; the rest on your processor"
+    return {"cpu_variant": cpu_variant, "devices": [d.to_dict() for d in gpu_devices()],
+            "gpu_device": plan.device.id if plan.device is not None and local else None,
+            "gpu_layers": sum(counts) + local, "n_layers": runner.n_layer, "note": None, "summary": summary + ".",
+            "remote": remote}
 
 
 def startup_line(report: dict, verbose: bool = False) -> str:
@@ -104,7 +183,11 @@ def startup_line(report: dict, verbose: bool = False) -> str:
     otherwise."""
     line = f"llmpack: {report.get('summary') or 'Running on your processor.'}"
     cpu = f"CPU backend {report['cpu_variant']}" if report.get("cpu_variant") else "CPU backend built in"
-    if report.get("gpu_layers"):
+    if report.get("remote"):
+        workers = ", ".join(f"{r['id']} at {r['endpoint']} ({r['memory_free'] >> 20} MiB offered): {r['layers']}"
+                            for r in report["remote"])
+        detail = f"llmpack: RPC {workers} of {report['n_layers']} layers; {cpu}"
+    elif report.get("gpu_layers"):
         dev = next((d for d in report["devices"] if d["id"] == report["gpu_device"]), {"name": "?"})
         detail = (f"llmpack: GPU {report['gpu_device']} ({dev['name']}): "
                   f"{report['gpu_layers']}/{report['n_layers']} layers; {cpu}")

@@ -31,6 +31,8 @@ class ServeConfig:
     device: str | None = None                 # --device
     flash_attn: str = FLASH_ATTN              # --flash-attn
     max_waiting: int = MAX_WAITING            # --max-waiting
+    threads: int | None = None                # --threads: llama.cpp threads (None: every core)
+    rpc: tuple[str, ...] = ()                 # --rpc HOST:PORT,...: RPC workers that take layers (docs/SCALING.md)
     speculative: str = SPECULATIVE            # --speculative: auto | ngram | off
     trace_steps: str | None = None            # --trace-steps FILE: one JSON line per engine step
     # the server

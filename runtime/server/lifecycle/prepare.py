@@ -111,7 +111,7 @@ def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progr
     cfg = EngineConfig(str(path), n_ctx=n_ctx, max_num_seqs=config.parallel, gpu_layers=config.gpu_layers,
                        max_waiting=config.max_waiting, flash_attn=config.flash_attn, device=config.device,
                        speculative=config.speculative, trace_steps=config.trace_steps,
-                       model_offset=src.offset, model_length=src.length,
+                       model_offset=src.offset, model_length=src.length, n_threads=config.threads, rpc=config.rpc,
                        mmproj_path=str(src.mmproj or config.mmproj) if (src.mmproj or config.mmproj) else None)
     stage(0, METADATA_DONE)(1.0)
     if read_into_memory(path, stage(METADATA_DONE, READ_DONE), src.offset, src.length) and config.verbose:

@@ -1,0 +1,156 @@
+"""`llmpack serve --ray [ADDRESS] MODEL`: the model served by replicas on a Ray cluster, behind Ray
+Serve's HTTP proxy, with the single-machine API (deployments.py) and prefix-affinity routing
+(router.py). Ray is an optional extra (`pip install 'llmpack[ray]'`); a built file does not carry it.
+
+Ray is started quiet and closed: usage stats off (set before Ray is imported), no dashboard, the
+proxy on 127.0.0.1 unless --host says otherwise. ADDRESS joins a running cluster (`ray start
+--head` on one machine, `ray start --address` on the others: docs/SCALING.md); without it a
+one-machine Ray is started for this process and stopped with it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from llmpack.errors import LlmpackError
+from llmpack.runtime.model.source import ModelFile
+
+APP_NAME = "llmpack"
+DEFAULT_PORT = 8000            # Ray Serve's
+INGRESS_MAX_ONGOING = 4096     # the ingress only forwards; the replicas' limit is what counts
+ROUTING_STATS_S = 2.0          # how often each replica reports its engine's load to the router
+CONSTRUCTOR_TRIES = 3          # a replica that cannot load the model fails the start after this many tries
+HEAD_RESOURCE = "node:__internal_head__"   # Ray's marker resource of the head node
+# --replicas auto: Ray Serve's autoscaler on ongoing requests per replica. A replica is "full" at
+# its engine's slots (max_ongoing_requests); it asks for another one at half of them, within seconds.
+AUTOSCALE = {"upscale_delay_s": 3.0, "downscale_delay_s": 120.0, "metrics_interval_s": 1.0,
+             "look_back_period_s": 5.0}
+
+
+class RayUnavailable(LlmpackError):
+    pass
+
+
+@dataclass
+class RaySettings:
+    """What `serve --ray` adds to the single-machine ServeConfig."""
+    address: str | None = None          # a running cluster ("auto", "ray://...", "HOST:6379"); None: start one here
+    replicas: int | None = 1            # None: autoscaling between min_replicas and max_replicas
+    min_replicas: int = 1
+    max_replicas: int = 4
+    threads: int = 1                    # llama.cpp threads per replica = CPUs Ray reserves for it
+    host: str = "127.0.0.1"             # Ray Serve's HTTP proxy
+    port: int = DEFAULT_PORT
+    router: str = "prefix"              # "prefix" (router.PrefixAffinityRouter) or "pow2" (Ray's default)
+    init_kwargs: dict = field(default_factory=dict)   # extra ray.init arguments (tests: a Cluster's address)
+
+
+def import_ray() -> Any:
+    """Ray, quiet: usage stats off before its first import; a clear line when it is missing."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING", "0")
+    try:
+        import ray   # lazy: the optional extra
+        from ray import serve   # noqa: F401 - ray[serve], not only ray
+    except ImportError as exc:
+        raise RayUnavailable(f"`serve --ray` needs Ray Serve ({exc.name} is missing): "
+                             "pip install 'llmpack[ray]'") from None
+    return ray
+
+
+def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing: int, api_key: str | None,
+              cors: bool) -> Any:
+    """The Ray Serve application: Ingress -> LlmpackReplica (bound, not yet running)."""
+    from ray import serve   # lazy: see import_ray
+    from ray.serve.config import RequestRouterConfig
+
+    from llmpack.runtime.scale.deployments import Ingress, LlmpackReplica   # lazy: imports starlette (Ray's)
+
+    scaling: dict[str, Any]
+    if settings.replicas is None:
+        scaling = {"autoscaling_config": {"min_replicas": settings.min_replicas,
+                                          "max_replicas": settings.max_replicas,
+                                          "initial_replicas": settings.min_replicas,
+                                          "target_ongoing_requests": max(1, max_ongoing // 2), **AUTOSCALE}}
+    else:
+        scaling = {"num_replicas": settings.replicas}
+    router = {}
+    if settings.router == "prefix":
+        router = {"request_router_config": RequestRouterConfig(
+            request_router_class="llmpack.runtime.scale.router:PrefixAffinityRouter",
+            request_routing_stats_period_s=ROUTING_STATS_S)}
+    replica = serve.deployment(LlmpackReplica, name="replica", max_ongoing_requests=max_ongoing,
+                               ray_actor_options={"num_cpus": settings.threads},
+                               health_check_period_s=5, health_check_timeout_s=30,
+                               graceful_shutdown_timeout_s=5, max_constructor_retry_count=CONSTRUCTOR_TRIES,
+                               **scaling, **router)
+    # the ingress lives beside the proxy on the head node: a lost worker node takes replicas with it,
+    # never the HTTP side of the streams it was not serving
+    ingress = serve.deployment(Ingress, name="ingress", max_ongoing_requests=INGRESS_MAX_ONGOING,
+                               ray_actor_options={"num_cpus": 0, "resources": {HEAD_RESOURCE: 0.001}})
+    options = {"host": settings.host, "port": settings.port, "api_key": api_key, "cors": cors}
+    config = dataclasses.replace(config, threads=settings.threads)   # what Ray reserves is what llama.cpp uses
+    size = Path(model.path).stat().st_size
+    return ingress.bind(replica.bind(model, size, config, options), settings.port)
+
+
+def _on_this_machine(address: str | None) -> bool:
+    """A cluster started here (no ADDRESS) or at a loopback ADDRESS keeps its nodes on 127.0.0.1:
+    Ray would otherwise pick this machine's network address and talk to itself through it."""
+    if not address:
+        return True
+    host = address.split("://")[-1].rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
+
+
+def start(model: ModelFile, config: Any, settings: RaySettings, *, max_ongoing: int, api_key: str | None = None,
+          cors: bool = False) -> str:
+    """Connect to (or start) Ray, start Serve's proxy and the app; returns the base URL once every
+    replica has loaded the model."""
+    ray = import_ray()
+    from ray import serve   # lazy: see import_ray
+
+    if not ray.is_initialized():
+        local = {"_node_ip_address": "127.0.0.1"} if _on_this_machine(settings.address) else {}
+        ray.init(address=settings.address, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, **{**local, **settings.init_kwargs})
+    serve.start(proxy_location="HeadOnly", http_options={"host": settings.host, "port": settings.port})
+    app = build_app(model, config, settings, max_ongoing, api_key, cors)
+    serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)   # returns once every replica is up
+    return f"http://{settings.host}:{settings.port}"
+
+
+def stop() -> None:
+    import ray   # lazy: see import_ray
+    from ray import serve
+
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()
+
+
+def serve_ray(model: ModelFile, config: Any, settings: RaySettings, say: Callable[[str], None] = print) -> int:
+    """`llmpack serve --ray`: start, say where, serve until Ctrl+C, then stop Serve and Ray."""
+    how = (f"{settings.replicas} replica(s)" if settings.replicas is not None
+           else f"{settings.min_replicas} to {settings.max_replicas} replicas (autoscaling)")
+    say(f"llmpack: starting {how} of {model.path.name} on Ray ({settings.address or 'a local Ray'}), "
+        f"{settings.threads} thread(s) each, {settings.router} routing; this loads the model once per replica")
+    url = start(model, config, settings, max_ongoing=config.parallel, api_key=config.api_key, cors=config.cors)
+    try:
+        say(f"llmpack: OpenAI-compatible API at {url}/v1 (Ray Serve; Ctrl+C to stop)")
+        say(f"LLMPACK_LISTENING {url}")
+        if settings.host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
+            say("llmpack: WARNING: Ray Serve's proxy listens on the network WITHOUT an API key; add --api-key KEY")
+        sys.stdout.flush()
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop()
