@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-from llama_cpp import mtmd_cpp as mtmd
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.engine.images import ImageError, check_image
@@ -39,6 +38,26 @@ _TEXT_CHUNK, _IMAGE_CHUNK = 0, 1   # mtmd_input_chunk_type
 
 class ProjectorLoadError(LlmpackError):
     pass
+
+
+class _Mtmd:
+    """llama.cpp's mtmd library (llama_cpp.mtmd_cpp), loaded when a projector is first used, so a
+    build without it (the Windows DLLs are built without tools/mtmd) still serves text models."""
+
+    _lib = None
+
+    def __getattr__(self, name: str):
+        if _Mtmd._lib is None:
+            try:
+                from llama_cpp import mtmd_cpp   # lazy: loading it needs the mtmd library, only for images
+            except (OSError, ImportError) as exc:
+                raise ProjectorLoadError(f"this build of llmpack cannot read pictures (llama.cpp's mtmd library is "
+                                         f"missing: {exc}); start it without --mmproj") from None
+            _Mtmd._lib = mtmd_cpp
+        return getattr(_Mtmd._lib, name)
+
+
+mtmd = _Mtmd()
 
 
 @dataclass(eq=False)
