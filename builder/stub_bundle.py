@@ -49,6 +49,9 @@ RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
     "llmpack.runtime.server.openai": ("*.py",),
     "llmpack.runtime.server.page": ("*.py",),
     "llmpack.runtime.server.documents": ("*.py",),
+    "llmpack.runtime.server.responses": ("*.py",),
+    "llmpack.runtime.server.anthropic": ("*.py",),
+    "llmpack.runtime.server.ollama": ("*.py",),
     "llmpack.webui": ("*.py", "*.html", "*.css", "*.js", "*.svg", "vendor/*"),
     "llmpack.recipes": ("*.py", "*.toml"),
 }

@@ -94,3 +94,16 @@ def test_build_time_modules_stay_out_of_the_bundle():
     assert BUILD_TIME_MODULES <= set(EXCLUDES)
     assert "from llmpack.builder.stub_bundle import dedupe_shared_libs, strip_debug_info" in SPEC_TEMPLATE
     assert os.path.basename(__file__) not in {Path(rel).name for rel in staged}
+
+
+def test_every_runtime_package_is_staged_in_the_bundle():
+    """A built program imports every room of the runtime (a new protocol room missing here made
+    the Windows stub's self-test fail with ModuleNotFoundError); only the optional extras are left out."""
+    import tomllib
+
+    from llmpack.builder.stub_bundle import NOT_IN_BUILT_FILES
+
+    packages = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    staged = {str(Path(rel).parent).replace("/", ".") for rel, _ in runtime_sources() if rel.endswith("__init__.py")}
+    wanted = {p for p in packages if p.startswith("llmpack.runtime") and p not in NOT_IN_BUILT_FILES}
+    assert wanted <= staged, sorted(wanted - staged)
