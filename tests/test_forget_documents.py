@@ -24,10 +24,10 @@ def test_forget_removes_this_models_documents_and_keeps_others(tmp_path, monkeyp
     mine = index.add(D.extract("contract.pdf", make_pdf(contract_pages(pages=40, fact_page=17)[0])), SHA[:10])
     theirs = index.add(D.extract("notes.md", b"# Notes\n\nSomething else entirely."), "other-model")
     out = io.StringIO()
-    assert forget(SimpleNamespace(model=SimpleNamespace(sha256=SHA)), yes=True, out=out) == 0
+    assert forget(SimpleNamespace(model=SimpleNamespace(sha256=SHA), extra={}), yes=True, out=out) == 0
     said = out.getvalue()
     assert said.startswith("Removed the index of 1 long document its chats searched, in " + str(index.path)), said
     assert index.get(mine.id) is None and index.get(theirs.id) == theirs
     out = io.StringIO()
-    assert forget(SimpleNamespace(model=SimpleNamespace(sha256=SHA)), yes=True, out=out) == 0
+    assert forget(SimpleNamespace(model=SimpleNamespace(sha256=SHA), extra={}), yes=True, out=out) == 0
     assert out.getvalue().startswith("Nothing to remove")
