@@ -43,9 +43,15 @@ def dynamic_backends() -> None:
 
 def run_child(model: Path, *, qemu_cpu: str | None = None, env: dict | None = None, timeout: float = 900) -> dict:
     cmd = [sys.executable, str(CHILD), str(model), PROMPT]
+    child_env = {**os.environ, **(env or {})}
     if qemu_cpu:
         cmd = ["qemu-x86_64", "-cpu", qemu_cpu, *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+        # Some hosts pin OpenBLAS's kernels to their own core (OPENBLAS_CORETYPE=Haswell here, for
+        # OpenBLAS's sake); under an emulated older CPU that pin names the wrong core and numpy's
+        # import dies with SIGILL before llmpack runs. The emulated machine names its own core.
+        if "OPENBLAS_CORETYPE" in child_env:
+            child_env["OPENBLAS_CORETYPE"] = qemu_cpu
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env)
     assert proc.returncode == 0, f"{' '.join(cmd[:4])} ... exited {proc.returncode}:\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
