@@ -55,11 +55,9 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    # every node on 127.0.0.1: nothing of the test leaves the loopback interface
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                      "node_ip_address": "127.0.0.1"})
-    worker = c.add_node(num_cpus=1, node_ip_address="127.0.0.1")
-    ray.init(address=c.address, log_to_driver=False, configure_logging=False, _node_ip_address="127.0.0.1")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    worker = c.add_node(num_cpus=1)
+    ray.init(address=c.address, log_to_driver=False, configure_logging=False)
     yield c, worker
     launch.stop()
     c.shutdown()
@@ -197,7 +195,7 @@ def test_replicas_auto_scales_from_one_to_two_under_load(cluster, model, url, tm
     """Last: `llmpack serve --ray ADDRESS --replicas auto` (min 1, max 2) joins the cluster, which
     has a fresh second node, and replaces the app; load brings up the second replica."""
     c, _ = cluster
-    c.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    c.add_node(num_cpus=1)
     serve.delete(launch.APP_NAME)
     port = url.rsplit(":", 1)[1]   # Serve's proxy keeps the port it started with
     app = App([sys.executable, "-m", "llmpack", "serve", "--ray", c.address, str(model), "--replicas", "auto",
