@@ -127,17 +127,21 @@ def test_the_prompt_shape():
     assert D.format_message([("a.txt", "Alpha")], "") == "## File: a.txt\n\nAlpha"
 
 
+def refusal_and_peak(name: str, data: bytes) -> tuple[str, int]:
+    """The refusal's line and the peak memory Python allocated while reading the file."""
+    tracemalloc.start()
+    try:
+        return refusal(name, data), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_docx_that_declares_entities_is_refused_before_any_is_expanded():
     """A 3 KB DOCX with one entity used a million times once took 640 MB; Word never writes a DTD."""
     laughs = docx_from_body("<w:p><w:r><w:t>" + "&a;" * 1_000_000 + "</w:t></w:r></w:p>",
                             prolog='<!DOCTYPE w:document [<!ENTITY a "' + "x" * 290 + '">]>')
     assert len(laughs) < 8000
-    tracemalloc.start()
-    try:
-        message = refusal("laughs.docx", laughs)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    message, peak = refusal_and_peak("laughs.docx", laughs)
     assert "declares XML entities (a DOCTYPE), which Word never writes" in message
     assert peak < 32 << 20, peak
     assert "DOCTYPE" in refusal("dtd.docx", docx_from_body("<w:p/>", prolog="<!DOCTYPE w:document>"))
@@ -147,12 +151,7 @@ def test_docx_text_is_counted_as_it_arrives():
     """60 runs of a million characters in one paragraph are refused while they are read, not once
     the paragraph ends (by then they took 60 MB and more)."""
     huge = docx_from_body("<w:p>" + ("<w:r><w:t>" + "y" * 1_000_000 + "</w:t></w:r>") * 60 + "</w:p>")
-    tracemalloc.start()
-    try:
-        message = refusal("huge.docx", huge)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    message, peak = refusal_and_peak("huge.docx", huge)
     assert "holds more than 4,000,000 characters" in message and peak < 40 << 20, peak
 
 

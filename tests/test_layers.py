@@ -24,7 +24,7 @@ SOURCES = {"llmpack": "llmpack", "builder": "llmpack.builder", "runtime": "llmpa
            "webui": "llmpack.webui", "recipes": "llmpack.recipes"}
 
 # Each unit -> the units it may import (besides itself). A module's unit is the longest prefix here.
-BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpack.signals"}
+BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpack.signals", "llmpack.lru"}
 MODEL, HARDWARE, STRUCTURED = "llmpack.runtime.model", "llmpack.runtime.hardware", "llmpack.runtime.structured"
 ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "llmpack.runtime.llm",
                              "llmpack.runtime.server")
@@ -41,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "llmpack.paths": {"llmpack.errors"},
     "llmpack.progress": set(),
     "llmpack.signals": set(),
+    "llmpack.lru": set(),
     "llmpack.demo_models": BASE,
     MODEL: BASE,
     HARDWARE: BASE | {MODEL},

@@ -30,12 +30,12 @@ import ctypes
 import queue
 import threading
 import traceback
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Callable
 
 import llama_cpp as lc
 import numpy as np
 
+from llmpack.lru import LruCache
 from llmpack.runtime.engine.images import ImageError
 from llmpack.runtime.engine.model_runner import DecodeError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError
@@ -52,31 +52,9 @@ if TYPE_CHECKING:
 EMBD_CACHE_BYTES = 256 * 2**20     # encoded images kept for a later turn or a recompute
 
 
-class EmbeddingCache:
+def embedding_cache(max_bytes: int = EMBD_CACHE_BYTES) -> LruCache[bytes, np.ndarray]:
     """Encoded images by digest, least recently used evicted first, up to a byte budget."""
-
-    def __init__(self, max_bytes: int = EMBD_CACHE_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self._items: OrderedDict[bytes, np.ndarray] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, digest: bytes) -> np.ndarray | None:
-        with self._lock:
-            rows = self._items.get(digest)
-            if rows is not None:
-                self._items.move_to_end(digest)
-            return rows
-
-    def put(self, digest: bytes, rows: np.ndarray) -> None:
-        with self._lock:
-            if digest in self._items or rows.nbytes > self.max_bytes:
-                return
-            self._items[digest] = rows
-            self._bytes += rows.nbytes
-            while self._bytes > self.max_bytes:
-                _, old = self._items.popitem(last=False)
-                self._bytes -= old.nbytes
+    return LruCache(max_bytes, weigh=lambda rows: rows.nbytes)
 
 
 class Multimodal:
@@ -88,7 +66,7 @@ class Multimodal:
         self.projector = projector
         self.runner = runner
         self._wakeup = wakeup
-        self.cache = EmbeddingCache()
+        self.cache = embedding_cache()
         self._jobs: queue.SimpleQueue[tuple[ImageSpan, Request] | None] = queue.SimpleQueue()
         self.failures: queue.SimpleQueue[tuple[Request, str]] = queue.SimpleQueue()   # the engine drains it
         self.encode_seconds = 0.0          # time the encoder spent (benchmarks)

@@ -28,28 +28,26 @@ def _seq(*parts: str) -> str:
     return " ".join(p for p in parts if p)
 
 
-def _at_least(lo: str) -> str:
-    """Digit strings of len(lo) that are >= lo (leading zeros allowed: a tail of a number)."""
-    if lo.strip("0") == "":
-        return _free(len(lo))
-    if len(lo) == 1:
-        return f"[{lo}-9]"
-    alts = [_seq(f'"{lo[0]}"', f"({_at_least(lo[1:])})")]
-    if lo[0] != "9":
-        alts.append(_seq(f"[{int(lo[0]) + 1}-9]", _free(len(lo) - 1)))
+def _one_side(digits: str, low: bool) -> str:
+    """Digit strings of len(digits) that are >= digits (`low`) or <= digits (leading zeros allowed:
+    a tail of a number). Linear in the number of digits: each level adds one alternative."""
+    if digits.strip("0" if low else "9") == "":
+        return _free(len(digits))
+    first = int(digits[0])
+    if len(digits) == 1:
+        return f"[{first}-9]" if low else f"[0-{first}]"
+    alts = [_seq(f'"{digits[0]}"', f"({_one_side(digits[1:], low)})")]
+    if first != (9 if low else 0):
+        alts.append(_seq(f"[{first + 1}-9]" if low else f"[0-{first - 1}]", _free(len(digits) - 1)))
     return " | ".join(alts)
+
+
+def _at_least(lo: str) -> str:
+    return _one_side(lo, low=True)
 
 
 def _at_most(hi: str) -> str:
-    """Digit strings of len(hi) that are <= hi (leading zeros allowed)."""
-    if hi.strip("9") == "":
-        return _free(len(hi))
-    if len(hi) == 1:
-        return f"[0-{hi}]"
-    alts = [_seq(f'"{hi[0]}"', f"({_at_most(hi[1:])})")]
-    if hi[0] != "0":
-        alts.append(_seq(f"[0-{int(hi[0]) - 1}]", _free(len(hi) - 1)))
-    return " | ".join(alts)
+    return _one_side(hi, low=False)
 
 
 def _same_length(lo: str, hi: str) -> str:

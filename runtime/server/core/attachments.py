@@ -20,10 +20,9 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import threading
-from collections import OrderedDict
 from typing import Any
 
+from llmpack.lru import LruCache
 from llmpack.runtime.chat import untrusted
 from llmpack.runtime.server.core.errors import ApiError, bad
 from llmpack.runtime.server.core.served_model import ServedModel
@@ -45,30 +44,8 @@ def budget(n_ctx: int) -> int:
     return max(n_ctx - 1024, n_ctx // 2)
 
 
-class _Cache:
-    """The last few extractions by content, so a chat that re-sends its documents every turn
-    does not re-read them."""
-
-    def __init__(self, size: int = 8) -> None:
-        self._items: OrderedDict[bytes, D.Document] = OrderedDict()
-        self._lock = threading.Lock()
-        self._size = size
-
-    def get(self, key: bytes) -> D.Document | None:
-        with self._lock:
-            doc = self._items.get(key)
-            if doc is not None:
-                self._items.move_to_end(key)
-            return doc
-
-    def put(self, key: bytes, doc: D.Document) -> None:
-        with self._lock:
-            self._items[key] = doc
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-
-_CACHE = _Cache()
+# the last few extractions by content, so a chat that re-sends its documents every turn does not re-read them
+_CACHE: LruCache[bytes, D.Document] = LruCache(8)
 
 
 def extract(name: str, data: bytes, media_type: str = "") -> D.Document:

@@ -175,11 +175,9 @@ class Sandbox:
             raise _slow(name) from None
 
     def close(self) -> None:
-        while True:
-            try:
-                worker = self._idle.get_nowait()
-            except queue.Empty:
-                return
+        """Kill the idle workers (a busy one is killed by its own deadline)."""
+        while not self._idle.empty():
+            worker = self._idle.get_nowait()
             if worker is not None:
                 worker.kill()
 
