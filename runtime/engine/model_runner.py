@@ -30,6 +30,7 @@ from llmpack.errors import LlmpackError
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.llama_batch import BatchPlan, LlamaBatch
 from llmpack.runtime.hardware.backends import load_backends
+from llmpack.runtime.hardware.rpc import any_registered
 
 if TYPE_CHECKING:
     from llmpack.runtime.engine.scheduler import ScheduledChunk
@@ -159,6 +160,11 @@ class ModelRunner:
         handles = [gpu_device] if isinstance(gpu_device, int) else list(gpu_device)
         if any(handles) and n_gpu_layers != 0:
             self._devices = (ctypes.c_void_p * (len(handles) + 1))(*handles, None)   # NULL-terminated; kept alive
+            mparams.devices = ctypes.addressof(self._devices)
+        elif any_registered():
+            # ggml's registry is process-wide: a model that offloads nothing must not open backends
+            # on RPC workers an earlier model of this process registered (a gone one ends the process)
+            self._devices = (ctypes.c_void_p * 1)(None)
             mparams.devices = ctypes.addressof(self._devices)
         if tensor_split and n_gpu_layers != 0:
             self._split = (ctypes.c_float * lc.llama_max_devices())(*tensor_split)   # kept alive

@@ -201,6 +201,11 @@ def on_worker_lost(listener: Callable[[str], None]) -> Callable[[], None]:
     return lambda: _listeners.remove(listener) if listener in _listeners else None
 
 
+def any_registered() -> bool:
+    """Whether this process added RPC workers' devices to ggml's (process-wide) registry."""
+    return bool(_registered)
+
+
 def lost_reason(message: str, wait_s: float = 3.0) -> str:
     """Which worker is gone, found by asking each: a dead one refuses the connection (a live one,
     even busy, is accepted into its backlog). Asked again for a moment: the connection can break
