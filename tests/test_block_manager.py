@@ -253,3 +253,20 @@ def test_sampling_params_reject_out_of_range_values():
     for bad in (dict(temperature=-1), dict(top_p=0), dict(n=0), dict(max_tokens=0), dict(logprobs=99)):
         with pytest.raises(InvalidParameterError):
             SamplingParams(**bad)
+
+
+def test_an_id_whose_cached_blocks_are_all_shared_is_reclaimed_for_a_new_sequence():
+    """A parked id whose cached blocks a running sequence now holds too holds nothing of its own;
+    a new sequence must still get it (this once left 64 streams waiting forever behind an engine
+    that scheduled nothing: every id was parked)."""
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=16, block_size=4, num_llama_seqs=2, kv=kv)
+    prompt = list(range(1, 10))
+    first, second = make_seq(prompt), make_seq(prompt)
+    admit(bm, kv, first)
+    bm.free(first)                        # its id is parked, holding the cached prompt
+    admit(bm, kv, second)                 # reads the cached blocks: both ids hold them
+    assert not bm.idle_ids and bm.parked_ids
+    third = make_seq([50, 51, 52, 53, 54])
+    assert bm.assign_llama_seq(third)
+    assert len(second.block_table) == 3 and kv.seq_pos_max(second.llama_seq) == 8   # the reader keeps its cells

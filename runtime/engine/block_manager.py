@@ -124,6 +124,7 @@ class BlockManager:
                 self._drop_holder(block, sid)
             else:
                 self._evict(block)          # un-parks sid once it holds nothing
+        self._unpark_if_empty(sid)          # every block was shared with another holder: no evict un-parked it
 
     # ---- prefix cache -------------------------------------------------------------------
     def match_prefix(self, seq: Sequence) -> list[int]:
@@ -259,14 +260,17 @@ class BlockManager:
         assert block.ref_count == 0
         for sid in list(block.holders):
             self._drop_holder(block, sid)
-            if sid in self.parked_ids and not self.held_by[sid]:
-                del self.parked_ids[sid]
-                self.kv.seq_rm(sid, -1, -1)
-                self.idle_ids.append(sid)
+            self._unpark_if_empty(sid)
         self._clear(block)
         if queued:
             self.free_queue.remove(block)
             self.free_queue.appendleft(block)
+
+    def _unpark_if_empty(self, sid: int) -> None:
+        if sid in self.parked_ids and not self.held_by[sid]:
+            del self.parked_ids[sid]
+            self.kv.seq_rm(sid, -1, -1)
+            self.idle_ids.append(sid)
 
     def _clear(self, block: Block) -> None:
         if block.hash is not None and self.hash_to_block.get(block.hash) is block:
