@@ -10,14 +10,14 @@ MAX_RESPONSES per model and MAX_ENTRY_BYTES each; the oldest go first.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 import time
 from contextlib import closing
 from pathlib import Path
 
-import platformdirs
+from llmpack import paths
+
 
 MAX_RESPONSES = 1000        # per model; the oldest are dropped beyond it
 MAX_ENTRY_BYTES = 8 << 20   # one stored conversation
@@ -38,11 +38,6 @@ class StoreError(Exception):
     """The store could not keep or read a response (disk full, permissions); one line for the client."""
 
 
-def data_dir() -> Path:
-    override = os.environ.get("LLMPACK_DATA_DIR")
-    return Path(override) if override else Path(platformdirs.user_data_dir("llmpack", appauthor=False))
-
-
 class ResponseStore:
     def __init__(self, path: Path | None = None, limit: int = MAX_RESPONSES) -> None:
         self._path = path
@@ -52,15 +47,15 @@ class ResponseStore:
 
     @property
     def path(self) -> Path:
-        return self._path or data_dir() / "responses.sqlite3"
+        return self._path or paths.data_dir() / "responses.sqlite3"
 
     def _connect(self) -> sqlite3.Connection:
         path = self.path
         if self._ready != path:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)   # this user's only, before SQLite writes a byte
-            os.close(fd)
-            os.chmod(path, 0o600)
+            try:   # this user's only (folder 0700, file and sidecars 0600), before SQLite writes a byte
+                paths.private_store(path)
+            except paths.PathsError as exc:
+                raise OSError(str(exc)) from None
         conn = sqlite3.connect(path, timeout=10)
         if self._ready != path:
             conn.executescript(SCHEMA)
