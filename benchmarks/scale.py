@@ -1,26 +1,36 @@
 """Scaling out, as ratios measured in one run on the demo model (docs/BENCHMARKS.md, "Scaling out").
 
 1. replicas: Ray Serve with 2 replicas x 1 llama.cpp thread against 1 replica x 1 thread, both on
-   a local Ray of 2 CPUs, 16 concurrent streams of the random workload (`llmpack bench`'s client).
-   Target >= 1.7x the tokens/s: the replicas really decode in parallel.
+   a local Ray of 2 CPUs, 16 concurrent clients of the random workload. Target >= 1.7x the
+   tokens/s: the replicas really decode in parallel. The requests are NOT streamed: a stream costs
+   Ray's HTTP proxy and the ingress a message per token, which on a 2-core machine takes CPU the
+   replicas' two threads need; one response per request leaves only the replicas' own work
+   (--streamed measures through streams instead, and says so).
 2. routing: the same 2 replicas with prefix-affinity routing (runtime/scale/router.py) against
-   Ray's power-of-two choices, 16 chats sharing a long system prompt, arriving at once after one
-   earlier chat with that prompt: TTFT p50 of each. Each router gets fresh replicas. Target:
-   affinity lower.
+   Ray's power-of-two choices, 16 streamed chats sharing a long system prompt, arriving at once
+   after one earlier chat with that prompt (a running service): TTFT p50 of each, and how many
+   chats each replica served. Each router gets fresh replicas. Target: affinity lower.
 3. rpc: the engine's tokens/s with every layer on two local `llmpack rpc-worker`s against the
    same model in one process (reported, not a target: RPC is for models that do not fit).
 
-    ./dev bench scale [--part replicas,routing,rpc] [--streams 16] [--tokens 64]
+    ./dev bench scale [--part replicas,routing,rpc] [--streams 16] [--tokens 64] [--streamed]
+
+The whole run is bounded (--budget-s, 600 s by default): past it, it says which part was running
+and exits 3.
 """
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
 import platform
 import socket
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from llmpack.bench.client import Endpoint
@@ -40,9 +50,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ray_run(model: str, replicas: int, router: str, workload, streams: int, port: int, warm=None) -> RunStats:
+def ray_run(model: str, replicas: int, router: str, workload, streams: int, port: int, warm=None,
+            streamed: bool = True) -> tuple[RunStats, dict[str, int]]:
     """Deploy, warm every replica, measure, delete: each configuration starts from empty caches.
-    `warm`: requests sent one by one before the measurement (a service that has been running)."""
+    `warm`: requests sent one by one before the measurement (a service that has been running).
+    Returns the run's statistics and how many requests each replica finished during it."""
     from ray import serve
 
     from llmpack.runtime.scale import launch
@@ -57,17 +69,72 @@ def ray_run(model: str, replicas: int, router: str, workload, streams: int, port
         run(ep, make("random", 2 * replicas, input_len=8, output_len=4, seed=99), 2 * replicas)   # warm-up
         if warm is not None:
             run(ep, warm, 1)
-        return run(ep, workload, streams)
+        before = replica_requests()
+        stats = run(ep, workload, streams) if streamed else run_plain(ep, workload, streams)
+        after = replica_requests()
+        return stats, {r: after[r] - before.get(r, 0) for r in after}
     finally:
         serve.delete(launch.APP_NAME)
 
 
+def replica_requests() -> dict[str, int]:
+    """Each running replica's finished requests, from its engine (asked of its Ray actor directly)."""
+    import ray
+
+    from llmpack.runtime.scale import launch
+
+    prefix = f"SERVE_REPLICA::{launch.APP_NAME}#replica#"
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix)]
+    return {n.removeprefix(prefix): ray.get(ray.get_actor(n, namespace="serve").record_routing_stats.remote(),
+                                           timeout=60).get("requests_finished", 0) for n in names}
+
+
+def run_plain(ep: Endpoint, workload, concurrency: int) -> RunStats:
+    """`concurrency` clients sending the workload without streaming: completion tokens per second."""
+    todo, lock, tokens, errors = list(workload.requests), threading.Lock(), [0], []
+
+    def client() -> None:
+        conn = ep.connection()
+        while True:
+            with lock:
+                if not todo:
+                    return
+                path, body = todo.pop(0)
+            try:
+                conn.request("POST", ep.prefix + path, json.dumps({"model": ep.model, **body, "stream": False}),
+                             ep.headers())
+                resp = conn.getresponse()
+                data = json.loads(resp.read())
+                with lock:
+                    if resp.status == 200:
+                        tokens[0] += data["usage"]["completion_tokens"]
+                    else:
+                        errors.append(resp.status)
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                errors.append(exc)
+                conn = ep.connection()
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        for _ in range(concurrency):
+            pool.submit(client)
+    took = time.perf_counter() - t0
+    n = len(workload.requests)
+    return RunStats(workload=workload.name, description=workload.description, concurrency=concurrency,
+                    requests=n, errors=len(errors), duration_s=took, output_tokens=tokens[0],
+                    output_tok_s=tokens[0] / took, requests_per_s=(n - len(errors)) / took, prompt_tokens_mean=None,
+                    ttft_s=None, tpot_s=None, itl_s=None, e2e_s=None, first_errors=[str(e) for e in errors[:3]])
+
+
 def part_replicas(model: str, args) -> None:
     work = make("random", args.streams * 2, input_len=32, output_len=args.tokens)
-    one = ray_run(model, 1, "prefix", work, args.streams, args.port)
-    two = ray_run(model, 2, "prefix", work, args.streams, args.port)
-    print(f"replicas: 1 x 1 thread {one.output_tok_s:.1f} tok/s, 2 x 1 thread {two.output_tok_s:.1f} tok/s, "
-          f"ratio {two.output_tok_s / one.output_tok_s:.2f} (target >= 1.7); errors {one.errors + two.errors}")
+    (one, _), (two, split) = (ray_run(model, n, "prefix", work, args.streams, args.port, streamed=args.streamed)
+                              for n in (1, 2))
+    how = "streamed" if args.streamed else "not streamed (one response each)"
+    print(f"replicas: {len(work.requests)} requests of {args.tokens} tokens, {args.streams} at a time, {how}: "
+          f"1 x 1 thread {one.output_tok_s:.1f} tok/s, 2 x 1 thread {two.output_tok_s:.1f} tok/s "
+          f"(requests per replica {sorted(split.values())}), ratio {two.output_tok_s / one.output_tok_s:.2f} "
+          f"(target >= 1.7); errors {one.errors + two.errors}; load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def part_routing(model: str, args) -> None:
@@ -77,10 +144,13 @@ def part_routing(model: str, args) -> None:
     earlier, work = type(chats)("chat", "one earlier chat", chats.requests[:1]), \
         type(chats)(chats.name, chats.description, chats.requests[1:])
     res = {name: ray_run(model, 2, name, work, args.streams, args.port, warm=earlier) for name in ("pow2", "prefix")}
-    p50 = {k: v.ttft_s.p50 if v.ttft_s else float("nan") for k, v in res.items()}
+    p50 = {k: v.ttft_s.p50 if v.ttft_s else float("nan") for k, (v, _) in res.items()}
+    split = {k: sorted(s.values()) for k, (_, s) in res.items()}
     print(f"routing: {args.streams} chats sharing a ~{args.system_len}-word system prompt, 2 replicas: TTFT p50 "
-          f"power-of-two {p50['pow2']:.2f} s, prefix affinity {p50['prefix']:.2f} s, ratio "
-          f"{p50['prefix'] / p50['pow2']:.2f}; tok/s {res['pow2'].output_tok_s:.1f} vs {res['prefix'].output_tok_s:.1f}")
+          f"power-of-two {p50['pow2']:.2f} s (chats per replica {split['pow2']}), prefix affinity "
+          f"{p50['prefix']:.2f} s ({split['prefix']}), ratio {p50['prefix'] / p50['pow2']:.2f} (target < 1); "
+          f"tok/s {res['pow2'][0].output_tok_s:.1f} vs {res['prefix'][0].output_tok_s:.1f}; "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def part_rpc(model: str, args) -> None:
@@ -128,7 +198,18 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--system-len", type=int, default=1500, help="words in the shared system prompt")
     ap.add_argument("--port", type=int, default=free_port())
+    ap.add_argument("--streamed", action="store_true", help="replicas part: streamed requests (Ray's proxy per chunk)")
+    ap.add_argument("--budget-s", type=float, default=600, help="the whole run's bound, in seconds")
     args = ap.parse_args()
+    started, running = time.monotonic(), ["setting up"]
+
+    def watchdog() -> None:
+        while time.monotonic() - started < args.budget_s:
+            time.sleep(1)
+        print(f"scale bench: over its {args.budget_s:.0f} s bound during {running[0]}; stopping", flush=True)
+        os._exit(3)
+
+    threading.Thread(target=watchdog, daemon=True).start()
     model = str(demo_model_path("gemma"))
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load average "
           f"{os.getloadavg()[0]:.1f}; model {os.path.basename(model)}")
@@ -139,6 +220,7 @@ def main() -> None:
         launch.import_ray().init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         for part in parts:
+            running[0] = part
             {"replicas": part_replicas, "routing": part_routing, "rpc": part_rpc}[part](model, args)
     finally:
         if {"replicas", "routing"} & set(parts):
