@@ -16,6 +16,7 @@ import dataclasses
 import json
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -165,6 +166,11 @@ class Ingress:
                         headers={"Cache-Control": "no-store"})
 
     async def _ask(self, call: HttpCall, replica: str) -> Answer:
+        from ray.serve.context import _set_request_context   # lazy: see _is_gone (pinned ray 2.60.0)
+
+        # Ray matches a routing decision to its request by the request's internal id, which every
+        # call made for one HTTP request inherits: each call gets its own (this task's context only)
+        _set_request_context(_internal_request_id=f"{uuid.uuid4()}")
         response = self.plain.answer.remote(dataclasses.replace(call, replica=replica))
         try:
             return await asyncio.wait_for(response, ASK_S)
