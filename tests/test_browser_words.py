@@ -265,7 +265,7 @@ def test_the_chat_list_footer_names_the_other_computers_that_hold_layers(browser
 @pytest.mark.parametrize("remote, said", [
     ([], "Runs entirely on this computer."),
     ([{"id": "RPC0", "endpoint": "127.0.0.1:50052", "layers": 18}],
-     "Runs entirely on this computer, with part of the model in a helper program."),
+     "Uses this computer and a helper at 127.0.0.1:50052 (on this computer, or on another one through a tunnel)."),
     ([{"id": "RPC0", "endpoint": "10.0.0.7:50052", "layers": 18}, {"id": "RPC1", "endpoint": "10.0.0.8:50052", "layers": 0}],
      "Uses this computer and 1 other on your network (10.0.0.7)."),   # a worker that holds no layer is not used
 ])

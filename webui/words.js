@@ -89,7 +89,8 @@ export function backendWords(b) {
 const LOOPBACK = /^(127\.|localhost$|::1$|\[::1\]$)/;
 
 /** The chat list's footer: which computers do the work. With --rpc, the other computers that hold
- * layers, by address (a worker on this computer, reached at 127.0.0.1, is a helper program on it). */
+ * layers, by address; a worker reached at 127.0.0.1 may be on this computer or at the end of an SSH
+ * tunnel (docs/SCALING.md), which the page cannot tell apart, so it says both. */
 export function footerWords(b) {
   const remote = (b && Array.isArray(b.remote) ? b.remote : [])
     .filter((r) => r && typeof r.endpoint === "string" && num(r.layers) !== 0);
@@ -102,8 +103,11 @@ export function footerWords(b) {
       " on your network (" + others.join(", ") + ").", title };
   }
   if (remote.length) {
-    const helpers = remote.length === 1 ? "a helper program" : remote.length + " helper programs";
-    return { text: "Runs entirely on this computer, with part of the model in " + helpers + ".", title };
+    const at = remote.map((r) => r.endpoint).join(", ");
+    return { text: remote.length === 1
+      ? "Uses this computer and a helper at " + at + " (on this computer, or on another one through a tunnel)."
+      : "Uses this computer and " + remote.length + " helpers at " + at + " (on this computer, or on others through a tunnel).",
+    title };
   }
   return { text: "Runs entirely on this computer.", title: "" };
 }
