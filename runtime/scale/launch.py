@@ -81,8 +81,13 @@ def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing:
         scaling = {"num_replicas": settings.replicas}
     # both honour HttpCall.replica (the ingress's /health and /metrics ask every replica)
     policy = {"prefix": "PrefixAffinityRouter", "pow2": "PowerOfTwoRouter"}[settings.router]
+    # affinity holds until the holder has a full batch (max_ongoing) more in flight than the least-loaded
+    # replica: a replica without the prefix pays its whole prefill for every request that reaches it
+    # while it computes it (measured: docs/BENCHMARKS.md, "Scaling out"); SGLang's threshold is 32
+    kwargs = {"imbalance": max_ongoing} if settings.router == "prefix" else {}
     router = {"request_router_config": RequestRouterConfig(
-        request_router_class=f"llmpack.runtime.scale.router:{policy}", request_routing_stats_period_s=ROUTING_STATS_S)}
+        request_router_class=f"llmpack.runtime.scale.router:{policy}", request_routing_stats_period_s=ROUTING_STATS_S,
+        request_router_kwargs=kwargs)}
     replica = serve.deployment(LlmpackReplica, name="replica", max_ongoing_requests=max_ongoing,
                                ray_actor_options={"num_cpus": settings.threads},
                                health_check_period_s=5, health_check_timeout_s=30,

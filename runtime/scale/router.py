@@ -30,7 +30,8 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 
 logger = logging.getLogger("ray.serve")
 
-IMBALANCE = 4             # requests more than the least-loaded replica that forfeit affinity
+IMBALANCE = 4             # requests more than the least-loaded replica that forfeit affinity (launch.py
+                          # passes the replicas' slots instead: a full batch)
 MAX_KEYS_PER_REPLICA = 50_000
 RESERVATION_S = 60.0      # a placement Ray never confirmed (the request was cancelled while routed) is dropped
 
