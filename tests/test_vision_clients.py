@@ -62,6 +62,9 @@ def test_anthropic_image_blocks_reach_the_model_count_and_are_cached(vision_serv
     assert first.content[0].text != other.content[0].text          # the pictures' rows arrived
     prompt = lambda u: u.input_tokens + u.cache_read_input_tokens  # noqa: E731
     assert prompt(first.usage) == prompt(plain.usage) + IMAGE_ROWS + 1, first.usage   # + the joining "\n"
+    counted = _anthropic(vision_server).messages.count_tokens(model="m", messages=[
+        {"role": "user", "content": [{"type": "text", "text": "describe the picture"}, image_block(png(seed=11))]}])
+    assert counted.input_tokens == prompt(first.usage)
     encodes = vision_server.engine.mm.projector.encodes
     again = ask_anthropic(vision_server, image_block(png(seed=11)))
     assert again.content[0].text == first.content[0].text
