@@ -143,6 +143,9 @@ class BlockManager:
                 break
             hits.append(block.block_id)
             prev = h
+        mm = getattr(seq.request, "mm", None)
+        while hits and mm is not None and mm.resumable(len(hits) * bs) < len(hits) * bs:
+            hits.pop()                     # not into an M-RoPE image: its rows are decoded whole
         return hits
 
     def note_lookup(self, seq: Sequence, num_hit_blocks: int) -> None:
@@ -185,7 +188,7 @@ class BlockManager:
                 self.free_queue.remove(block)
             block.ref_count += 1
             src = next(iter(block.holders))
-            self.kv.seq_cp(src, seq.llama_seq, block.index * bs, (block.index + 1) * bs)
+            self.kv.seq_cp(src, seq.llama_seq, block.pos0, block.pos1)
             self._add_holder(block, seq.llama_seq)
             seq.block_table.append(bid)
             seq.block_hashes.append(block.hash)
@@ -206,7 +209,7 @@ class BlockManager:
             return False
         if not self.assign_llama_seq(child):
             return False
-        self.kv.seq_cp(parent.llama_seq, child.llama_seq, 0, n)
+        self.kv.seq_cp(parent.llama_seq, child.llama_seq, 0, parent.position(n))
         for bid in parent.block_table[:full]:
             block = self.blocks[bid]
             block.ref_count += 1
@@ -250,7 +253,9 @@ class BlockManager:
         if block.hash is not None:
             self._evict(block, queued=False)
         block.ref_count = 1
-        block.index = len(seq.block_table)
+        block.index = k = len(seq.block_table)
+        bs = self.block_size
+        block.pos0, block.pos1 = seq.position(k * bs), seq.position((k + 1) * bs)
         self._add_holder(block, seq.llama_seq)
         seq.block_table.append(block.block_id)
 
@@ -275,14 +280,14 @@ class BlockManager:
     def _clear(self, block: Block) -> None:
         if block.hash is not None and self.hash_to_block.get(block.hash) is block:
             del self.hash_to_block[block.hash]
-        block.hash, block.token_ids, block.index = None, (), -1
+        block.hash, block.token_ids, block.index, block.pos0, block.pos1 = None, (), -1, 0, 0
 
     def _add_holder(self, block: Block, sid: int) -> None:
         block.holders.add(sid)
         self.held_by[sid].add(block.block_id)
 
     def _drop_holder(self, block: Block, sid: int) -> None:
-        bs = self.block_size
-        self.kv.seq_rm(sid, block.index * bs, (block.index + 1) * bs)
+        if block.pos1 > block.pos0:        # inside an M-RoPE image a block has no positions of its own
+            self.kv.seq_rm(sid, block.pos0, block.pos1)
         block.holders.discard(sid)
         self.held_by[sid].discard(block.block_id)

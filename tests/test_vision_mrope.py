@@ -1,0 +1,242 @@
+"""M-RoPE models (the Qwen2-VL family) through the engine, with the test-made Qwen2-VL model
+(tests/vision_ggufs.py): an image's rows sit on a grid of positions at one temporal position
+and advance the sequence's position by max(nx, ny), not by their number, and everything the
+engine does by token index (block tables, prefix cache, forks, drafts, preemption) must hand
+llama.cpp those positions. The reference for "positions right" is llama.cpp's own
+mtmd_helper_eval_chunks on a fresh context."""
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import llama_cpp as lc
+import numpy as np
+import pytest
+from engine_invariants import check_consistency, run_checked
+from llama_cpp import mtmd_cpp as mtmd
+from picture_files import png
+from test_engine import assert_same_or_near_tie
+from vision_ggufs import write_tiny_qwen2vl_mmproj, write_tiny_qwen2vl_model
+
+from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
+from llmpack.runtime.engine.sampling_params import SamplingParams
+from llmpack.runtime.engine.vision import MultimodalPrompt
+from llmpack.runtime.llm import collect
+
+W, H = 64, 48                  # 8 x 6 rows of 8 x 8 pixels: 48 rows, 8 positions
+ROWS, N_POS = 48, 8
+
+
+def greedy(max_tokens: int = 12, **kw) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("qwen2vl")
+    return write_tiny_qwen2vl_model(folder / "tiny-qwen2vl.gguf"), write_tiny_qwen2vl_mmproj(folder / "mmproj.gguf")
+
+
+def make_engine(files: tuple[Path, Path], **kw) -> LLMEngine:
+    model, mmproj = files
+    background = kw.pop("background", True)
+    cfg = dict(n_ctx=1024, max_num_seqs=16, n_threads=2, gpu_layers=0, mmproj_path=str(mmproj), speculative="off")
+    return LLMEngine(EngineConfig(str(model), **(cfg | kw)), background=background)
+
+
+@pytest.fixture(scope="module")
+def vlm(files) -> LLMEngine:
+    eng = make_engine(files)
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def consistent(request):
+    yield
+    if "vlm" in request.fixturenames:
+        eng = request.getfixturevalue("vlm")
+        eng.wait_idle()
+        check_consistency(eng)
+        assert eng.stats().kv_blocks_used == 0
+
+
+def prompt(eng: LLMEngine, *parts) -> MultimodalPrompt:
+    return eng.mm.projector.prompt(list(parts), eng.bos_prefix)
+
+
+def ask(eng: LLMEngine, *parts, **kw):
+    return collect(eng.add_request(prompt(eng, *parts), greedy(**kw)))
+
+
+def mtmd_reference(eng: LLMEngine, mmproj: Path, text: str, image: bytes, n: int) -> tuple[list[int], list[int], np.ndarray]:
+    """What llama.cpp itself makes of `text` (with one image marker) and `image`: its prompt's text
+    tokens, its greedy continuation of n tokens and the log-probabilities of the first, through
+    mtmd_tokenize and mtmd_helper_eval_chunks on a context of its own (same weights), one
+    sequence, nothing of llmpack's in between."""
+    cparams = lc.llama_context_default_params()
+    cparams.n_ctx, cparams.n_batch, cparams.n_threads, cparams.n_threads_batch = 512, 512, 2, 2
+    ctx = lc.llama_init_from_model(eng.runner.model, cparams)
+    params = mtmd.mtmd_context_params_default()
+    params.use_gpu, params.n_threads, params.warmup, params.print_timings = False, 2, False, False
+    mctx = mtmd.mtmd_init_from_file(str(mmproj).encode(), eng.runner.model, params)
+    chunks = mtmd.mtmd_input_chunks_init()
+    batch = lc.llama_batch_init(1, 0, 1)
+    try:
+        assert ctx and mctx and mtmd.mtmd_decode_use_mrope(mctx)
+        buf = (ctypes.c_uint8 * len(image)).from_buffer_copy(image)
+        bmp = mtmd.mtmd_helper_bitmap_init_from_buf(mctx, buf, len(image), False)
+        raw = text.replace("<image>", mtmd.mtmd_default_marker().decode()).encode()
+        inp = mtmd.mtmd_input_text(raw, len(raw), True, True)
+        assert mtmd.mtmd_tokenize(mctx, chunks, ctypes.byref(inp), (mtmd.mtmd_bitmap_p_ctypes * 1)(bmp), 1) == 0
+        mtmd.mtmd_bitmap_free(bmp)
+        text_ids: list[int] = []
+        for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+            if mtmd.mtmd_input_chunk_get_type(chunk) == 0:
+                k = ctypes.c_size_t()
+                text_ids += mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(k))[:k.value]
+        n_past = lc.llama_pos(0)
+        assert mtmd.mtmd_helper_eval_chunks(mctx, ctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) == 0
+        out: list[int] = []
+        first = None
+        for _ in range(n):
+            row = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1), shape=(eng.n_vocab,)).astype(np.float64)
+            if first is None:
+                first = row - row.max() - np.log(np.exp(row - row.max()).sum())
+            out.append(int(row.argmax()))
+            batch.n_tokens = 1
+            batch.token[0], batch.pos[0], batch.n_seq_id[0], batch.logits[0] = out[-1], n_past.value, 1, True
+            batch.seq_id[0][0] = 0
+            assert lc.llama_decode(ctx, batch) == 0
+            n_past.value += 1
+        return text_ids, out, first
+    finally:
+        lc.llama_batch_free(batch)
+        mtmd.mtmd_input_chunks_free(chunks)
+        if mctx:
+            mtmd.mtmd_free(mctx)
+        if ctx:
+            lc.llama_free(ctx)
+
+
+def test_the_engine_places_image_rows_as_llama_cpps_own_mtmd_helper_does(vlm: LLMEngine, files) -> None:
+    """Same prompt and picture: llmpack's engine and llama.cpp's mtmd_helper_eval_chunks reach the
+    same next-token distribution and greedy text. With token indices for positions the text after
+    the image would sit 40 positions further on (48 rows, 8 positions) and the image rows on a line
+    instead of a grid: the distributions then differ by far more than batching noise."""
+    image = png(W, H, seed=7)
+    mm = prompt(vlm, "describe ", image, " it is the")
+    assert [img.grid for img in mm.images] == [(8, 6)] and mm.images[0].n_pos == N_POS
+    ref_text, ref_tokens, ref_first = mtmd_reference(vlm, files[1], "describe <image> it is the", image, 12)
+    img = mm.images[0]
+    assert mm.token_ids[:img.start] + mm.token_ids[img.end:] == ref_text   # the same prompt
+    out = collect(vlm.add_request(mm, greedy(12, logprobs=5))).outputs[0]
+    first = out.logprobs[0]
+    assert first.token_id == ref_tokens[0]
+    gaps = [abs(lp - ref_first[tok]) for tok, _, lp in first.top]
+    assert max(gaps) < 1e-3, f"first-token log-probabilities differ from llama.cpp's own by {max(gaps):.3f}"
+
+    class Ref:   # the reference in the shape assert_same_or_near_tie reads
+        token_ids, logprobs = ref_tokens, out.logprobs
+    assert_same_or_near_tie([Ref], [out])
+    assert out.token_ids[:4] == ref_tokens[:4]
+
+
+def test_image_rows_count_as_prompt_tokens_and_text_continues_after_n_pos(vlm: LLMEngine) -> None:
+    text_only = collect(vlm.add_request(vlm.tokenize_prompt("what is in the picture ? the answer is"), greedy()))
+    mm = prompt(vlm, "what is in the picture ", png(W, H, seed=11), "? the answer is")
+    img = mm.images[0]
+    assert mm.position(img.start) == mm.position(img.end - 1) == img.start
+    assert mm.position(img.end) == img.start + N_POS
+    with_image = collect(vlm.add_request(mm, greedy()))
+    # mtmd wraps the rows in <|vision_start|> / <|vision_end|> text, which this vocabulary spells in pieces
+    assert with_image.num_prompt_tokens >= text_only.num_prompt_tokens + ROWS
+    assert with_image.num_prompt_tokens == len(mm.token_ids)
+    assert len(with_image.outputs[0].token_ids) == 12
+
+
+def test_two_pictures_give_different_greedy_continuations(vlm: LLMEngine) -> None:
+    a = ask(vlm, "describe ", png(W, H, seed=1), " it is", max_tokens=16).outputs[0].token_ids
+    b = ask(vlm, "describe ", png(W, H, seed=2), " it is", max_tokens=16).outputs[0].token_ids
+    again = ask(vlm, "describe ", png(W, H, seed=1), " it is", max_tokens=16).outputs[0].token_ids
+    assert a != b, "the image rows did not reach the model"
+    assert a == again
+
+
+def test_the_same_picture_next_turn_hits_the_cache_and_is_not_encoded_again(vlm: LLMEngine) -> None:
+    turn1 = ["a long conversation about the weather and the sea " * 3, png(W, H, seed=21), " what is it ?"]
+    encodes = vlm.mm.projector.encodes
+    first = ask(vlm, *turn1, logprobs=5)
+    assert vlm.mm.projector.encodes == encodes + 1
+    turn2 = turn1 + [" and what colour ?"]
+    second = ask(vlm, *turn2, logprobs=5)
+    assert vlm.mm.projector.encodes == encodes + 1, "the picture was encoded again"
+    img = prompt(vlm, *turn1).images[0]
+    # the hit covers the whole image: blocks after it carry its cells at their positions
+    assert second.num_cached_tokens >= img.end
+    assert first.num_cached_tokens <= img.start
+    # and what it read from the cache is what it would have computed: a fresh engine, no cache
+    fresh = make_engine(vlm_files(vlm), enable_prefix_cache=False)
+    try:
+        uncached = collect(fresh.add_request(prompt(fresh, *turn2), greedy(logprobs=5)))
+    finally:
+        fresh.shutdown()
+    assert_same_or_near_tie([uncached.outputs[0]], [second.outputs[0]])
+
+
+def vlm_files(eng: LLMEngine) -> tuple[Path, Path]:
+    return Path(eng.config.model_path), Path(eng.config.mmproj_path)
+
+
+def test_a_cache_hit_never_ends_inside_an_m_rope_image(vlm: LLMEngine) -> None:
+    """Two prompts that share text and the picture's first rows' blocks but not the whole picture
+    cannot happen (the digest names the picture); what can is a prompt whose cached blocks end
+    inside the image because the first request's later blocks were never filled. The image is then
+    decoded again, whole, from its start."""
+    text = "one two three four five six seven eight nine ten "
+    mm = prompt(vlm, text, png(W, H, seed=23), " ok")
+    img = mm.images[0]
+    bs = vlm.config.block_size
+    assert img.start // bs < (img.end - 1) // bs       # the image spans blocks
+    for k in range(img.start // bs + 1, img.end // bs + 1):
+        assert mm.resumable(k * bs) == img.start
+    ask(vlm, text, png(W, H, seed=23), " ok")
+    again = ask(vlm, text, png(W, H, seed=23), " no")
+    assert again.num_cached_tokens >= img.end or again.num_cached_tokens <= img.start
+
+
+def test_an_image_stream_among_eight_text_streams_leaves_their_text_unchanged(vlm: LLMEngine) -> None:
+    prompts = [vlm.tokenize_prompt(f"the {w} of the world is") for w in
+               ("water", "time", "people", "number", "word", "way", "day", "part")]
+    params = greedy(24, logprobs=5)
+    alone = [collect(vlm.add_request(p, params)).outputs[0] for p in prompts]
+    image_alone = collect(vlm.add_request(prompt(vlm, "tell me ", png(W, H, seed=31), " now"), params)).outputs[0]
+    streams = [vlm.add_request(prompt(vlm, "tell me ", png(W, H, seed=31), " now"), params)] + \
+        [vlm.add_request(p, params) for p in prompts]
+    together = [collect(s).outputs[0] for s in streams]
+    assert_same_or_near_tie(alone, together[1:])
+    assert_same_or_near_tie([image_alone], together[:1])
+
+
+def test_forks_drafts_and_preemption_keep_positions(files) -> None:
+    """n > 1 samples fork the prompt (seq_cp up to the position after the image), n-gram drafts
+    are rejected by position (seq_rm), and a cache too small for every stream preempts and
+    recomputes them - each checked against llama.cpp's memory after every step."""
+    eng = make_engine(files, n_ctx=256, max_num_seqs=8, speculative="ngram", background=False)
+    try:
+        mm = prompt(eng, "say it again and again: ", png(W, H, seed=41), " again and again and again and")
+        forked = eng.add_request(mm, SamplingParams(temperature=0.8, max_tokens=20, n=3, seed=5, ignore_eos=True))
+        drafted = eng.add_request(prompt(eng, "say ", png(W, H, seed=41), " again and again and again and"),
+                                  greedy(40))
+        crowd = [eng.add_request(prompt(eng, f"{w} ", png(W, H, seed=50 + i), " is"), greedy(30))
+                 for i, w in enumerate(("one", "two", "three"))]
+        run_checked(eng)
+        assert len(collect(forked).outputs) == 3
+        assert eng.stats().spec_draft_tokens_total > 0, "nothing was drafted: the draft path went untested"
+        assert eng.stats().num_preemptions > 0, "nothing was preempted: the recompute path went untested"
+        for s in [drafted] + crowd:
+            assert len(collect(s).outputs[0].token_ids) in (30, 40)
+        assert eng.stats().kv_blocks_used == 0
+    finally:
+        eng.shutdown()
