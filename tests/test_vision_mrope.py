@@ -120,15 +120,29 @@ def mtmd_reference(eng: LLMEngine, mmproj: Path, text: str, image: bytes, n: int
             lc.llama_free(ctx)
 
 
-def test_the_engine_places_image_rows_as_llama_cpps_own_mtmd_helper_does(vlm: LLMEngine, files) -> None:
+@pytest.mark.parametrize("version", ["2", "2.5"])
+def test_the_engine_places_image_rows_as_llama_cpps_own_mtmd_helper_does(vlm: LLMEngine, files, version: str,
+                                                                         tmp_path: Path) -> None:
     """Same prompt and picture: llmpack's engine and llama.cpp's mtmd_helper_eval_chunks reach the
-    same next-token distribution and greedy text. With token indices for positions the text after
-    the image would sit 40 positions further on (48 rows, 8 positions) and the image rows on a line
-    instead of a grid: the distributions then differ by far more than batching noise."""
+    same next-token distribution and greedy text, for a Qwen2-VL and a Qwen2.5-VL projector. With
+    token indices for positions the text after the image would sit 40 positions further on (48
+    rows, 8 positions), and with the rows on a line instead of a grid the image itself would read
+    differently: either moves the distribution by far more than the tolerance (checked)."""
+    if version == "2.5":
+        mmproj = write_tiny_qwen2vl_mmproj(tmp_path / "mmproj-qwen25vl.gguf", version="2.5")
+        eng = make_engine((files[0], mmproj))
+        try:
+            return check_against_mtmd(eng, mmproj)
+        finally:
+            eng.shutdown()
+    check_against_mtmd(vlm, files[1])
+
+
+def check_against_mtmd(vlm: LLMEngine, mmproj: Path) -> None:
     image = png(W, H, seed=7)
     mm = prompt(vlm, "describe ", image, " it is the")
     assert [img.grid for img in mm.images] == [(8, 6)] and mm.images[0].n_pos == N_POS
-    ref_text, ref_tokens, ref_first = mtmd_reference(vlm, files[1], "describe <image> it is the", image, 12)
+    ref_text, ref_tokens, ref_first = mtmd_reference(vlm, mmproj, "describe <image> it is the", image, 12)
     img = mm.images[0]
     assert mm.token_ids[:img.start] + mm.token_ids[img.end:] == ref_text   # the same prompt
     out = collect(vlm.add_request(mm, greedy(12, logprobs=5))).outputs[0]
@@ -240,3 +254,21 @@ def test_forks_drafts_and_preemption_keep_positions(files) -> None:
         assert eng.stats().kv_blocks_used == 0
     finally:
         eng.shutdown()
+
+
+def test_greedy_text_after_an_image_is_the_same_with_drafts_on_and_off(vlm: LLMEngine, files) -> None:
+    """Drafts after an M-RoPE image sit at positions, not token indices: rejected ones are removed
+    by position (else their cells stay and llama.cpp refuses the next step), accepted ones leave
+    the text exactly as without drafting."""
+    words = " the cat sat on the mat and the dog sat on the log" * 4
+    parts = [("look ", png(W, H, seed=61), words), ("see ", png(W, H, seed=62), words + " again")]
+    want = [ask(vlm, *p, max_tokens=48).outputs[0].token_ids for p in parts]
+    on = make_engine(files, speculative="ngram")
+    try:
+        got = [ask(on, *p, max_tokens=48).outputs[0].token_ids for p in parts]
+        assert on.stats().spec_draft_tokens_total > 0
+        assert got == want
+        on.wait_idle()
+        check_consistency(on)
+    finally:
+        on.shutdown()

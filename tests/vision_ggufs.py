@@ -106,6 +106,7 @@ def write_tiny_qwen2vl_model(path: str | Path, *, n_embd: int = 64, n_head: int 
 def write_tiny_qwen2vl_mmproj(
     path: str | Path, *, n_embd_text: int = 64, n_embd: int = 32, n_head: int = 4, n_ff: int = 64,
     n_layer: int = 2, patch_size: int = 4, seed: int = 3, name: str = "tiny-test-qwen2vl-mmproj",
+    version: str = "2",
 ) -> Path:
     """Write a random-weight Qwen2-VL projector (`qwen2vl_merger`): two conv patch embeddings
     (the temporal pair of frames; a still image goes through both), a ViT whose attention rotates
@@ -114,7 +115,12 @@ def write_tiny_qwen2vl_mmproj(
     model's width. So an image of W x H pixels (resized by llama.cpp to multiples of 2 * patch)
     becomes a grid of nx = W / (2 * patch) by ny = H / (2 * patch) rows: 8 x 6 for 64 x 48 with
     the defaults, which advance the text's position by max(nx, ny) = 8, not by the 48 rows.
+    version="2.5": Qwen2.5-VL's tower instead (`qwen2.5vl_merger`): RMS norms, a gated SiLU MLP and
+    window attention in every layer but each n_wa_pattern-th (here: the second).
     Tensor names and keys: llama.cpp's tools/mtmd/clip-impl.h and clip.cpp."""
+    if version not in ("2", "2.5"):
+        raise ValueError(f"version must be '2' or '2.5', not {version!r}")
+    v25 = version == "2.5"
     path = Path(path)
     rng = np.random.default_rng(seed)
     w = GGUFWriter(path, "clip")
@@ -122,8 +128,10 @@ def write_tiny_qwen2vl_mmproj(
     w.add_description("random weights for llmpack's tests")
     w.add_bool("clip.has_vision_encoder", True)
     w.add_bool("clip.has_audio_encoder", False)
-    w.add_string("clip.projector_type", "qwen2vl_merger")
-    w.add_bool("clip.use_gelu", True)
+    w.add_string("clip.projector_type", "qwen2.5vl_merger" if v25 else "qwen2vl_merger")
+    w.add_bool("clip.use_silu" if v25 else "clip.use_gelu", True)
+    if v25:
+        w.add_uint32("clip.vision.n_wa_pattern", 2)
     w.add_uint32("clip.vision.embedding_length", n_embd)
     w.add_uint32("clip.vision.feed_forward_length", n_ff)
     w.add_uint32("clip.vision.block_count", n_layer)
@@ -145,16 +153,19 @@ def write_tiny_qwen2vl_mmproj(
         p = f"v.blk.{i}"
         for norm in ("ln1", "ln2"):
             tensor(f"{p}.{norm}.weight", n_embd, mean=1.0, scale=0.05)
-            tensor(f"{p}.{norm}.bias", n_embd, scale=0.02)
+            if not v25:                      # Qwen2.5-VL's norms are RMS norms, without a bias
+                tensor(f"{p}.{norm}.bias", n_embd, scale=0.02)
         for proj in ("attn_q", "attn_k", "attn_v", "attn_out"):
             tensor(f"{p}.{proj}.weight", n_embd, n_embd)
             tensor(f"{p}.{proj}.bias", n_embd, scale=0.02)
-        tensor(f"{p}.ffn_up.weight", n_ff, n_embd)
-        tensor(f"{p}.ffn_up.bias", n_ff, scale=0.02)
+        for ffn in ("ffn_up", "ffn_gate") if v25 else ("ffn_up",):
+            tensor(f"{p}.{ffn}.weight", n_ff, n_embd)
+            tensor(f"{p}.{ffn}.bias", n_ff, scale=0.02)
         tensor(f"{p}.ffn_down.weight", n_embd, n_ff)
         tensor(f"{p}.ffn_down.bias", n_embd, scale=0.02)
     tensor("v.post_ln.weight", n_embd, mean=1.0, scale=0.05)
-    tensor("v.post_ln.bias", n_embd, scale=0.02)
+    if not v25:
+        tensor("v.post_ln.bias", n_embd, scale=0.02)
     merged = 4 * n_embd       # a 2 x 2 block of patches, side by side
     tensor("mm.0.weight", merged, merged, scale=0.15)
     tensor("mm.0.bias", merged, scale=0.02)

@@ -159,7 +159,7 @@ class Multimodal:
     def decode_images(self, chunks: "list[ScheduledChunk]") -> list[int]:
         """Decode the image rows at the head of each chunk (one llama_decode each) and return,
         per chunk, the index of its first text token."""
-        text_starts = []
+        text_starts: list[int] = []
         for c in chunks:
             mm = c.seq.request.mm
             img = mm.image_at(c.start) if mm is not None else None
@@ -169,7 +169,11 @@ class Multimodal:
             end = min(img.end, c.start + c.num_tokens)
             rows = img.embd[c.start - img.start:end - img.start]
             pos = c.start if img.grid is None else img.mrope_positions(c.seq.position(img.start))
-            self.decode_embd(rows, pos, c.seq.llama_seq, img.non_causal)
+            try:
+                self.decode_embd(rows, pos, c.seq.llama_seq, img.non_causal)
+            except Exception:
+                self.undo_images(chunks[:len(text_starts)], text_starts)   # the step fails whole
+                raise
             text_starts.append(end)
         return text_starts
 
