@@ -4,7 +4,9 @@ llama.cpp keeps one pool of n_ctx KV cells (kv_unified=True); a cell can belong 
 sequence ids at once, and `seq_cp` shares cells rather than copying them. We split the
 pool into fixed-size blocks of `block_size` cells for accounting, vLLM-style:
 
-- every running Sequence has a block table; block k holds positions [k*bs, (k+1)*bs);
+- every running Sequence has a block table; block k holds tokens [k*bs, (k+1)*bs), whose cells
+  llama.cpp keeps at positions block.pos0..pos1 (the same numbers, except after and inside M-RoPE
+  images: docs/ARCHITECTURE.md, "Images and positions");
 - blocks are allocated on demand and reference-counted; a block shared by several
   sequences (a cached prefix, or a prompt shared by n samples) is counted once;
 - a full block is keyed by a sha256 digest chained over the previous block's digest and its
@@ -20,7 +22,7 @@ pool into fixed-size blocks of `block_size` cells for accounting, vLLM-style:
 A block's cells live in llama.cpp only as members of some sequence id, so each block records
 its `holders`. When a sequence ends, its id stays a holder of the cached blocks nobody else
 holds: the id is *parked* (`parked_ids`) until those blocks are evicted or the id is needed
-again; reusing a cached block is `seq_cp(holder, new_seq, k*bs, (k+1)*bs)`. Because our count
+again; reusing a cached block is `seq_cp(holder, new_seq, block.pos0, block.pos1)`. Because our count
 of used cells is never below llama.cpp's, llama.cpp never runs out of cells before we do.
 """
 from __future__ import annotations
