@@ -16,7 +16,7 @@ from engine_invariants import check_consistency, run_checked
 from llama_cpp import mtmd_cpp as mtmd
 from picture_files import png
 from test_engine import assert_same_or_near_tie
-from vision_ggufs import write_tiny_qwen2vl_mmproj, write_tiny_qwen2vl_model
+from vision_ggufs import write_tiny_mmproj, write_tiny_qwen2vl_mmproj, write_tiny_qwen2vl_model
 
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.engine.sampling_params import SamplingParams
@@ -120,7 +120,7 @@ def mtmd_reference(eng: LLMEngine, mmproj: Path, text: str, image: bytes, n: int
             lc.llama_free(ctx)
 
 
-@pytest.mark.parametrize("version", ["2", "2.5"])
+@pytest.mark.parametrize("version", ["2", "2.5", "mlp"])
 def test_the_engine_places_image_rows_as_llama_cpps_own_mtmd_helper_does(vlm: LLMEngine, files, version: str,
                                                                          tmp_path: Path) -> None:
     """Same prompt and picture: llmpack's engine and llama.cpp's mtmd_helper_eval_chunks reach the
@@ -128,8 +128,9 @@ def test_the_engine_places_image_rows_as_llama_cpps_own_mtmd_helper_does(vlm: LL
     token indices for positions the text after the image would sit 40 positions further on (48
     rows, 8 positions), and with the rows on a line instead of a grid the image itself would read
     differently: either moves the distribution by far more than the tolerance (checked)."""
-    if version == "2.5":
-        mmproj = write_tiny_qwen2vl_mmproj(tmp_path / "mmproj-qwen25vl.gguf", version="2.5")
+    if version != "2":   # mlp: a LLaVA-style projector on the M-RoPE model: one row of n positions
+        mmproj = (write_tiny_mmproj(tmp_path / "mmproj-mlp.gguf", n_embd_text=64) if version == "mlp" else
+                  write_tiny_qwen2vl_mmproj(tmp_path / "mmproj-qwen25vl.gguf", version="2.5"))
         eng = make_engine((files[0], mmproj))
         try:
             return check_against_mtmd(eng, mmproj)
@@ -141,7 +142,8 @@ def test_the_engine_places_image_rows_as_llama_cpps_own_mtmd_helper_does(vlm: LL
 def check_against_mtmd(vlm: LLMEngine, mmproj: Path) -> None:
     image = png(W, H, seed=7)
     mm = prompt(vlm, "describe ", image, " it is the")
-    assert [img.grid for img in mm.images] == [(8, 6)] and mm.images[0].n_pos == N_POS
+    grid = [img.grid for img in mm.images]
+    assert grid == [(16, 1)] if "mlp" in str(mmproj) else grid == [(8, 6)] and mm.images[0].n_pos == N_POS
     ref_text, ref_tokens, ref_first = mtmd_reference(vlm, mmproj, "describe <image> it is the", image, 12)
     img = mm.images[0]
     assert mm.token_ids[:img.start] + mm.token_ids[img.end:] == ref_text   # the same prompt
@@ -272,3 +274,4 @@ def test_greedy_text_after_an_image_is_the_same_with_drafts_on_and_off(vlm: LLME
         check_consistency(on)
     finally:
         on.shutdown()
+

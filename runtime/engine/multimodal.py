@@ -251,6 +251,7 @@ def load_multimodal(config: "EngineConfig", runner: "ModelRunner", wakeup: Calla
         return None
     projector = Projector(config.mmproj_path, runner, config.n_threads, use_gpu=runner.gpu_layers > 0)
     arch = runner.meta("general.architecture")
+    # mtmd takes M-RoPE from the text model's rope type, whatever the projector: the two agree
     if projector.mrope and arch not in MROPE_ARCHS:
         projector.close()
         raise ProjectorLoadError(
