@@ -206,53 +206,74 @@ def vlm_files(eng: LLMEngine) -> tuple[Path, Path]:
 
 
 def test_a_cache_hit_never_ends_inside_an_m_rope_image(vlm: LLMEngine) -> None:
-    """Two prompts that share text and the picture's first rows' blocks but not the whole picture
-    cannot happen (the digest names the picture); what can is a prompt whose cached blocks end
-    inside the image because the first request's later blocks were never filled. The image is then
-    decoded again, whole, from its start."""
-    text = "one two three four five six seven eight nine ten "
-    mm = prompt(vlm, text, png(W, H, seed=23), " ok")
-    img = mm.images[0]
+    """The same text and picture, then different words: the blocks that match end inside the
+    image (its last block holds the different words). All of the image's cells sit at one position
+    and belong to that last block, so the hit is cut back to before the image, which is decoded
+    again, whole - and the answer is the one computed without any cache."""
     bs = vlm.config.block_size
-    assert img.start // bs < (img.end - 1) // bs       # the image spans blocks
-    for k in range(img.start // bs + 1, img.end // bs + 1):
-        assert mm.resumable(k * bs) == img.start
+
+    def matching(text: str) -> tuple[MultimodalPrompt, int]:   # a prompt, and the tokens a hit could cover
+        a, b = (prompt(vlm, text, png(W, H, seed=23), end) for end in (" ok", " no"))
+        common = next(i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y)
+        return a, common // bs * bs
+
+    # mtmd writes <|vision_end|> after the rows: find a text length that puts the first differing
+    # token in the image's last block
+    text, mm, inside = next((t, *matching(t)) for t in ("word " * n for n in range(1, bs + 1))
+                            if (lambda m, k: m.images[0].start < k < m.images[0].end)(*matching(t)))
+    img = mm.images[0]
+    assert mm.resumable(inside) == img.start and mm.resumable(img.start) == img.start
     ask(vlm, text, png(W, H, seed=23), " ok")
-    again = ask(vlm, text, png(W, H, seed=23), " no")
-    assert again.num_cached_tokens >= img.end or again.num_cached_tokens <= img.start
+    again = ask(vlm, text, png(W, H, seed=23), " no", logprobs=5)
+    assert again.num_cached_tokens == img.start // bs * bs
+    fresh = make_engine(vlm_files(vlm), enable_prefix_cache=False)
+    try:
+        uncached = collect(fresh.add_request(prompt(fresh, text, png(W, H, seed=23), " no"), greedy(logprobs=5)))
+    finally:
+        fresh.shutdown()
+    assert_same_or_near_tie([uncached.outputs[0]], [again.outputs[0]])
 
 
-def test_an_image_stream_among_eight_text_streams_leaves_their_text_unchanged(vlm: LLMEngine) -> None:
-    prompts = [vlm.tokenize_prompt(f"the {w} of the world is") for w in
-               ("water", "time", "people", "number", "word", "way", "day", "part")]
+def test_an_image_stream_among_eight_text_streams_leaves_their_text_unchanged(vlm: LLMEngine, files) -> None:
+    """The image stream and 8 text streams in one engine stepped here, the engine's bookkeeping
+    checked against llama.cpp's memory after every step; each stream's greedy text is what it is
+    alone (up to llama.cpp's batch near-ties)."""
+    texts = [f"the {w} of the world is" for w in ("water", "time", "people", "number", "word", "way", "day", "part")]
     params = greedy(24, logprobs=5)
-    alone = [collect(vlm.add_request(p, params)).outputs[0] for p in prompts]
+    alone = [collect(vlm.add_request(vlm.tokenize_prompt(t), params)).outputs[0] for t in texts]
     image_alone = collect(vlm.add_request(prompt(vlm, "tell me ", png(W, H, seed=31), " now"), params)).outputs[0]
-    streams = [vlm.add_request(prompt(vlm, "tell me ", png(W, H, seed=31), " now"), params)] + \
-        [vlm.add_request(p, params) for p in prompts]
-    together = [collect(s).outputs[0] for s in streams]
+    eng = make_engine(files, background=False)
+    try:
+        streams = [eng.add_request(prompt(eng, "tell me ", png(W, H, seed=31), " now"), params)] + \
+            [eng.add_request(eng.tokenize_prompt(t), params) for t in texts]
+        run_checked(eng)
+        together = [collect(s).outputs[0] for s in streams]
+    finally:
+        eng.shutdown()
     assert_same_or_near_tie(alone, together[1:])
     assert_same_or_near_tie([image_alone], together[:1])
 
 
-def test_forks_drafts_and_preemption_keep_positions(files) -> None:
+def test_forks_drafts_and_preemption_keep_positions(vlm: LLMEngine, files) -> None:
     """n > 1 samples fork the prompt (seq_cp up to the position after the image), n-gram drafts
     are rejected by position (seq_rm), and a cache too small for every stream preempts and
-    recomputes them - each checked against llama.cpp's memory after every step."""
+    recomputes them (from their own cached blocks, at their positions) - each checked against
+    llama.cpp's memory after every step, and the recomputed streams' text against each alone."""
+    crowd_parts = [(f"{w} ", png(W, H, seed=50 + i), " is") for i, w in enumerate(("one", "two", "three"))]
+    want = [ask(vlm, *p, max_tokens=30, logprobs=5).outputs[0] for p in crowd_parts]
     eng = make_engine(files, n_ctx=256, max_num_seqs=8, speculative="ngram", background=False)
     try:
         mm = prompt(eng, "say it again and again: ", png(W, H, seed=41), " again and again and again and")
         forked = eng.add_request(mm, SamplingParams(temperature=0.8, max_tokens=20, n=3, seed=5, ignore_eos=True))
         drafted = eng.add_request(prompt(eng, "say ", png(W, H, seed=41), " again and again and again and"),
                                   greedy(40))
-        crowd = [eng.add_request(prompt(eng, f"{w} ", png(W, H, seed=50 + i), " is"), greedy(30))
-                 for i, w in enumerate(("one", "two", "three"))]
+        crowd = [eng.add_request(prompt(eng, *p), greedy(30, logprobs=5)) for p in crowd_parts]
         run_checked(eng)
         assert len(collect(forked).outputs) == 3
         assert eng.stats().spec_draft_tokens_total > 0, "nothing was drafted: the draft path went untested"
         assert eng.stats().num_preemptions > 0, "nothing was preempted: the recompute path went untested"
-        for s in [drafted] + crowd:
-            assert len(collect(s).outputs[0].token_ids) in (30, 40)
+        assert len(collect(drafted).outputs[0].token_ids) == 40
+        assert_same_or_near_tie(want, [collect(s).outputs[0] for s in crowd])
         assert eng.stats().kv_blocks_used == 0
     finally:
         eng.shutdown()

@@ -122,6 +122,8 @@ class BlockManager:
         """Un-park an id: its cached blocks that no one else holds are evicted."""
         for bid in list(self.held_by[sid]):
             block = self.blocks[bid]
+            if sid not in block.holders:    # dropped with an M-RoPE image on the way (_drop_image)
+                continue
             if len(block.holders) > 1:
                 self._drop_holder(block, sid)
             else:
@@ -258,6 +260,9 @@ class BlockManager:
         block.index = k = len(seq.block_table)
         bs = self.block_size
         block.pos0, block.pos1 = seq.position(k * bs), seq.position((k + 1) * bs)
+        mm = getattr(seq.request, "mm", None)
+        end = (k + 1) * bs
+        block.image_pos = -1 if mm is None or (start := mm.resumable(end)) == end else seq.position(start)
         self._add_holder(block, seq.llama_seq)
         seq.block_table.append(block.block_id)
 
@@ -282,7 +287,7 @@ class BlockManager:
     def _clear(self, block: Block) -> None:
         if block.hash is not None and self.hash_to_block.get(block.hash) is block:
             del self.hash_to_block[block.hash]
-        block.hash, block.token_ids, block.index, block.pos0, block.pos1 = None, (), -1, 0, 0
+        block.hash, block.token_ids, block.index, block.pos0, block.pos1, block.image_pos = None, (), -1, 0, 0, -1
 
     def _add_holder(self, block: Block, sid: int) -> None:
         block.holders.add(sid)
@@ -293,3 +298,20 @@ class BlockManager:
             self.kv.seq_rm(sid, block.pos0, block.pos1)
         block.holders.discard(sid)
         self.held_by[sid].discard(block.block_id)
+        if block.image_pos >= 0:
+            self._drop_image(sid, block.image_pos)
+
+    def _drop_image(self, sid: int, pos: int) -> None:
+        """sid stops holding some rows of the M-RoPE image at `pos`. All of the image's cells sit at
+        that one position, inside the range of the image's last block: they leave sid now (else
+        llama.cpp would keep cells no block of sid counts), and so does that last block, so that it
+        is never copied from sid without them. A cached last block nobody else holds is evicted."""
+        self.kv.seq_rm(sid, pos, pos + 1)
+        last = next((b for b in map(self.blocks.__getitem__, self.held_by[sid]) if b.pos0 == pos < b.pos1), None)
+        if last is None:
+            return
+        self._drop_holder(last, sid)
+        if not last.holders and last.ref_count == 0 and last.hash is not None:
+            self._clear(last)
+            self.free_queue.remove(last)
+            self.free_queue.appendleft(last)

@@ -29,6 +29,7 @@ class Block:
     index: int = -1
     pos0: int = 0
     pos1: int = 0
+    image_pos: int = -1                    # holds rows of an M-RoPE image ending in a later block, at this position
     holders: set[int] = field(default_factory=set)
     prev: "Block | None" = None            # links of the free queue; None when not in it
     next: "Block | None" = None
