@@ -296,3 +296,32 @@ def test_greedy_text_after_an_image_is_the_same_with_drafts_on_and_off(vlm: LLME
     finally:
         on.shutdown()
 
+
+
+def test_over_http_a_qwen2vl_model_counts_the_image_and_caches_it_for_the_next_turn(tmp_path: Path) -> None:
+    """`llmpack run` with the M-RoPE pair: OpenAI image_url parts count their rows in usage, and
+    the second turn of the chat reads the picture from the prefix cache, encoded once."""
+    import base64
+
+    from ggufs import CHATML_TEMPLATE
+    from server_fixtures import live_server
+
+    model = write_tiny_qwen2vl_model(tmp_path / "tiny-qwen2vl-chat.gguf", chat_template=CHATML_TEMPLATE)
+    mmproj = write_tiny_qwen2vl_mmproj(tmp_path / "mmproj.gguf")
+    url = "data:image/png;base64," + base64.b64encode(png(W, H, seed=71)).decode()
+    turn1 = [{"role": "user", "content": [{"type": "text", "text": "what is it ?"},
+                                          {"type": "image_url", "image_url": {"url": url}}]}]
+    with live_server(model, "--mmproj", str(mmproj), "--ctx", "512") as srv:
+        def chat(messages):
+            return srv.post("/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0}).json()
+
+        plain = chat([{"role": "user", "content": "what is it ?"}])
+        first = chat(turn1)
+        assert first["usage"]["prompt_tokens"] >= plain["usage"]["prompt_tokens"] + ROWS
+        turn2 = turn1 + [{"role": "assistant", "content": first["choices"][0]["message"]["content"]},
+                         {"role": "user", "content": "and the colour ?"}]
+        second = chat(turn2)
+        assert second["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"] - 16
+        assert srv.engine.mm.projector.encodes == 1
+        srv.engine.wait_idle()
+        check_consistency(srv.engine)

@@ -90,16 +90,16 @@ def write_tiny_mmproj(
 
 
 def write_tiny_qwen2vl_model(path: str | Path, *, n_embd: int = 64, n_head: int = 4, seed: int = 0,
-                             sections: tuple[int, int, int, int] = (2, 3, 3, 0)) -> Path:
+                             sections: tuple[int, int, int, int] = (2, 3, 3, 0), **kw) -> Path:
     """A random-weight text model of llama.cpp's `qwen2vl` architecture (Qwen2-VL / Qwen2.5-VL's
     language half): the llama layout with M-RoPE, whose rotary pairs are split into `sections`
     (temporal, height, width, unused) - at most head_dim / 2 pairs in all, as in the real models'
-    [16, 24, 24, 0] of 64."""
+    [16, 24, 24, 0] of 64. `kw`: more of write_tiny_model's arguments (a chat_template)."""
     head_dim = n_embd // n_head
     if sum(sections) > head_dim // 2:
         raise ValueError(f"the sections {sections} hold more than the {head_dim // 2} rotary pairs of a head")
     return write_tiny_model(path, arch="qwen2vl", n_embd=n_embd, n_head=n_head, seed=seed,
-                            name="tiny-test-qwen2vl",
+                            name="tiny-test-qwen2vl", **kw,
                             extra_kv={"qwen2vl.rope.dimension_sections": (list(sections), GGUFValueType.ARRAY)})
 
 
