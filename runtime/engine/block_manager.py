@@ -6,7 +6,7 @@ pool into fixed-size blocks of `block_size` cells for accounting, vLLM-style:
 
 - every running Sequence has a block table; block k holds tokens [k*bs, (k+1)*bs), whose cells
   llama.cpp keeps at positions block.pos0..pos1 (the same numbers, except after and inside M-RoPE
-  images: docs/ARCHITECTURE.md, "Images and positions");
+  images: docs/ARCHITECTURE.md, "Images and positions in the block tables");
 - blocks are allocated on demand and reference-counted; a block shared by several
   sequences (a cached prefix, or a prompt shared by n samples) is counted once;
 - a full block is keyed by a sha256 digest chained over the previous block's digest and its

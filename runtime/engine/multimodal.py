@@ -25,9 +25,10 @@ How an image travels (vLLM's design, on llama.cpp):
   temporal position (ImageSpan.mrope_positions), and advance the sequence's position by the
   image's n_pos (max(nx, ny)), not its n_tokens; text after it continues from there.
   Sequence.position maps a token index to its position, and every KV range the block manager
-  and the runner hand llama.cpp goes through it (docs/ARCHITECTURE.md, "Positions"). llama.cpp
-  cannot tell one row of such an image from another by position, so the image is decoded whole
-  and neither a cache hit nor a chunk ends inside it (MultimodalPrompt.resumable).
+  and the runner hand llama.cpp goes through it (docs/ARCHITECTURE.md, "Images and positions in
+  the block tables"). llama.cpp cannot tell one row of such an image from another by position,
+  so the image is decoded whole and neither a cache hit nor a chunk ends inside it
+  (MultimodalPrompt.resumable).
 """
 from __future__ import annotations
 
