@@ -279,6 +279,23 @@ def test_forks_drafts_and_preemption_keep_positions(vlm: LLMEngine, files) -> No
         eng.shutdown()
 
 
+def test_n_samples_fork_the_image_prompt_at_its_positions(vlm: LLMEngine, files) -> None:
+    """n = 3 greedy samples: the first reads the prompt, the others fork from it (seq_cp of every
+    cell up to the position after the prompt, image included: checked against llama.cpp's memory
+    after every step); all three continue as one alone."""
+    parts = ("count: ", png(W, H, seed=81), " one two three")
+    alone = ask(vlm, *parts, max_tokens=16, logprobs=5).outputs[0]
+    eng = make_engine(files, background=False)
+    try:
+        stream = eng.add_request(prompt(eng, *parts), greedy(16, n=3, logprobs=5))
+        run_checked(eng)
+        samples = collect(stream).outputs
+    finally:
+        eng.shutdown()
+    assert len(samples) == 3
+    assert_same_or_near_tie([alone] * 3, samples)
+
+
 def test_greedy_text_after_an_image_is_the_same_with_drafts_on_and_off(vlm: LLMEngine, files) -> None:
     """Drafts after an M-RoPE image sit at positions, not token indices: rejected ones are removed
     by position (else their cells stay and llama.cpp refuses the next step), accepted ones leave
