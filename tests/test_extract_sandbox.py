@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from doc_files import make_docx, make_pdf, slow_pdf
+from doc_files import endless_pdf, make_docx, make_pdf
 from llmpack.runtime.server.documents import extract as D
 from llmpack.runtime.server.documents.sandbox import GRACE_S, Sandbox
 
@@ -30,7 +30,7 @@ def test_normal_files_come_back_whole(sandbox: Sandbox):
 
 
 def test_a_page_that_never_ends_costs_one_killed_worker(sandbox: Sandbox):
-    hostile = slow_pdf()
+    hostile = endless_pdf()
     sandbox.extract("warm.txt", b"warm up", media_type="text/plain")
     start = time.monotonic()
     with pytest.raises(D.DocumentError, match="took longer than"):
