@@ -97,8 +97,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    metavar="ORIGIN[,ORIGIN...]",
                    help="let pages of these web sites (e.g. https://app.example,http://localhost:3000) call this "
                         "server from a browser and read the answers; off by default: only the chat page itself and "
-                        "tools that are not browsers (curl, SDKs) can. `--cors '*'`, or --cors alone (put it after "
-                        "the model), lets EVERY web page you visit use this server (without --api-key: all it can do)")
+                        "tools that are not browsers (curl, SDKs) can. `--cors '*'`, or a bare --cors (not just before "
+                        "the model file), lets EVERY web page you visit use this server (without --api-key: all it can do)")
     p.add_argument("--max-waiting", type=_whole_number(1, "--max-waiting"), default=engine_defaults.MAX_WAITING,
                    help="queued requests beyond which new ones get 503")
     p.add_argument("--flash-attn", choices=["auto", "on", "off"], default=engine_defaults.FLASH_ATTN,

@@ -100,6 +100,13 @@ def test_a_bad_cors_origin_is_one_clear_line(value: str, fault: str, capsys: pyt
     assert stop.value.code == 2 and "argument --cors:" in err and fault in err, err
 
 
+def test_cors_origins_are_kept_as_a_browser_writes_them():
+    """A browser's Origin is lower case, has no default port and an IDN host in punycode: the
+    origins given are compared in that form."""
+    args = build_parser().parse_args(["run", "m.gguf", "--cors", "HTTPS://Bücher.Example:443/,http://[::1]:8080"])
+    assert args.cors == ("https://xn--bcher-kva.example", "http://[::1]:8080")
+
+
 def test_cors_origins_reach_a_built_file_as_given():
     """`llmpack demo` and `build --run` pass the serve flags on to the built file: the origins
     (or `*`) arrive parsed the same."""

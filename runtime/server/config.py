@@ -38,6 +38,10 @@ def parse_origin(text: str) -> str:
     if not _SCHEME.match(scheme) or not host or parts.path or parts.query or parts.fragment or "@" in parts.netloc \
             or "*" in raw:
         raise ValueError(hint)
+    try:
+        host = host.encode("idna").decode("ascii")   # a browser writes an IDN host in punycode
+    except UnicodeError:
+        raise ValueError(hint) from None
     host = f"[{host}]" if ":" in host else host
     return f"{scheme}://{host}" + ("" if port is None or DEFAULT_PORTS.get(scheme) == port else f":{port}")
 
