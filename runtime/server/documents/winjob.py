@@ -14,6 +14,7 @@ worker allocates in one POLL_S.
 from __future__ import annotations
 
 import ctypes
+import functools
 import subprocess
 from ctypes import wintypes
 from typing import Any
@@ -41,7 +42,9 @@ class _MemoryCounters(ctypes.Structure):   # PROCESS_MEMORY_COUNTERS
                 ("PagefileUsage", ctypes.c_size_t), ("PeakPagefileUsage", ctypes.c_size_t)]
 
 
+@functools.cache
 def _kernel32() -> Any:
+    """kernel32, loaded once: `committed` runs every POLL_S while a file is read."""
     k = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
     k.CreateJobObjectW.restype = wintypes.HANDLE
     return k
