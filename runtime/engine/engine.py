@@ -265,7 +265,10 @@ class LLMEngine(VisionClient):
             self.mm and self._thread and self._wakeup.wait(0.5)   # only images being encoded: the encoder wakes us
             return []
         trace.lap("schedule")
-        starts = self.mm.decode_images(out.chunks) if self.mm is not None else None   # image rows first
+        try:     # image rows first; a failure there (undone by decode_images) fails only this step
+            starts = self.mm.decode_images(out.chunks) if self.mm is not None else None
+        except Exception as exc:  # noqa: BLE001
+            return self._step_failed(out, exc)
         plan = self.runner.build(out.chunks, starts)
         trace.lap("build")
         self.output.flush()               # the last step's outputs: their threads wake during the decode

@@ -272,7 +272,8 @@ class ModelRunner:
             plan.tokens += seq.token_ids[t0:t0 + n]
             if d:
                 plan.tokens += c.draft
-            plan.positions += range(t0, t0 + n + d)
+            p0 = seq.position(t0)          # t0 itself, but for text after an M-RoPE image
+            plan.positions += range(p0, p0 + n + d)
             plan.seq_ids += [seq.llama_seq] * (n + d)
             if c.samples:
                 plan.want_logits += [False] * (n - 1) + [True] * (d + 1)
