@@ -41,8 +41,9 @@ class ProjectorLoadError(LlmpackError):
 
 
 class _Mtmd:
-    """llama.cpp's mtmd library (llama_cpp.mtmd_cpp), loaded when a projector is first used, so a
-    build without it (the Windows DLLs are built without tools/mtmd) still serves text models."""
+    """llama.cpp's mtmd library (llama_cpp.mtmd_cpp), loaded when a projector is first used: a text
+    model never loads it, and a llama-cpp-python built without it (LLAVA_BUILD=OFF) still serves
+    text models. Every built file has it (the stub's self-test loads it)."""
 
     _lib = None
 
