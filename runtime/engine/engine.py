@@ -280,7 +280,6 @@ class LLMEngine(VisionClient):
         trace.lap("llama_decode")
         self.steps += 1
         self.tokens_computed_total += sum(c.num_tokens for c in out.chunks)
-        generated = self.output.generation_tokens_total
         try:
             outputs = self.output.process(out.chunks, plan)
         except Exception as exc:  # noqa: BLE001
@@ -288,8 +287,7 @@ class LLMEngine(VisionClient):
         trace.lap("emit")
         trace.move(self.output.sample_s, "emit", "sample")
         if not any(c.is_prefill for c in out.chunks):   # a decode-only step: what drafting is judged on
-            self.drafter.observe_step(len(out.chunks), any(c.draft for c in out.chunks),
-                                      self.output.generation_tokens_total - generated, sum(trace.ms.values()))
+            self.drafter.observe_step(plan.n_outputs, any(c.draft for c in out.chunks), sum(trace.ms.values()))
         trace.write(self.steps, out, self)
         return outputs
 
