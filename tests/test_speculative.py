@@ -125,7 +125,7 @@ def test_auto_stops_drafting_when_the_batch_is_busy_or_acceptance_is_low():
     seq = fake_sequence(params, [7, 8, 9, 7, 8], seed=1)
     auto = NgramDrafter("auto", 32)
     auto.start_step(num_running=1)
-    assert auto.draft(seq, room=100) == [9, 7, 8]          # "7 8" was seen before: what followed it
+    assert auto.draft(seq, room=100) == [9]    # "7 8" was seen before: what followed it (a 1-token probe: no costs known)
     auto.start_step(num_running=BUSY_ROWS + 1)
     assert auto.draft(seq, room=100) == []
     forced = NgramDrafter("ngram", 32)
@@ -159,6 +159,9 @@ def test_auto_drafts_only_where_the_measured_cost_of_a_row_lets_drafts_pay():
     cpu.start_step(num_running=1)
     assert cpu.draft(seq, room=100) == [9, 7, 8][:PROBE_ROWS]
 
+    fresh = NgramDrafter("auto", 32)    # nothing measured yet: a probe
+    fresh.start_step(num_running=1)
+    assert fresh.draft(fake_sequence(params, [7, 8, 9, 7, 8], seed=1), room=100) == [9, 7, 8][:PROBE_ROWS]
     gpu = NgramDrafter("auto", 32)
     for _ in range(3):
         gpu.observe_step(1, False, 20.0)       # nine rows cost 10 % more than one
