@@ -141,12 +141,12 @@ def run_model(key: str, binary: Path, args: argparse.Namespace) -> dict:
             proc.terminate()
         for proc, _ in servers.values():
             proc.wait(timeout=30)
-    sizes = tuple(plan[2] for plan, _ in measured if plan[0].endswith("streams"))
+    sizes = tuple(plan[2] for plan, _ in measured if plan[1] == "random" and plan[2] > 1)
     doc["bare_tok_s"] = bare(model, sizes) if sizes else {}
     print("\nbare llama_decode loop (same CPU variant, servers stopped): "
           + ", ".join(f"{n} streams {v:.1f} tok/s" for n, v in doc["bare_tok_s"].items()))
-    for (label, _, conc, _, _, target, ttft_rule), got in measured:
-        if conc in doc["bare_tok_s"]:
+    for (label, name, conc, _, _, target, ttft_rule), got in measured:
+        if name == "random" and conc in doc["bare_tok_s"]:
             print_row(label, target, ttft_rule, got, doc["bare_tok_s"][conc])
     ours, peer = doc["idle_rss_mb"].get("llmpack"), doc["idle_rss_mb"].get("llama-server")
     if ours and peer:
