@@ -151,6 +151,7 @@ def test_auto_drafts_only_where_the_measured_cost_of_a_row_lets_drafts_pay():
     for _ in range(3):
         cpu.observe_step(1, False, 20.0)       # a 1-row step: 20 ms; a 5-row step: 100 ms
         cpu.observe_step(5, True, 100.0)
+        cpu.observe_step(32, False, 150.0)    # a busy server's steps: not where drafting is decided
     seq = fake_sequence(params, [7, 8, 9, 7, 8], seed=1)
     cpu.start_step(num_running=1)
     assert cpu.draft(seq, room=100) == []

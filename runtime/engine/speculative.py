@@ -134,8 +134,10 @@ class NgramDrafter:
             self.rows_left = self.max_draft_rows
 
     def observe_step(self, rows: int, drafted: bool, ms: float) -> None:
-        """A decode-only step of `rows` logits rows took `ms`: what "auto" chooses draft lengths by."""
-        if self.mode == "auto" and ms > 0:
+        """A decode-only step of `rows` logits rows took `ms`: what "auto" chooses draft lengths by.
+        Only steps as small as a drafting one count: the CPU's cost is not linear in rows (one row
+        takes ggml's matrix-vector path), and 32-row steps would flatten the line where it matters."""
+        if self.mode == "auto" and ms > 0 and rows <= BUSY_ROWS + MAX_DRAFT + 1:
             self.cost.observe(rows, ms)
             if drafted:
                 self.last_draft_step = self.steps
