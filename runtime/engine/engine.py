@@ -203,15 +203,14 @@ class LLMEngine(VisionClient):
         self._wakeup.set()
 
     def stats(self) -> EngineStats:
+        bm, sched, drafter = self.bm, self.scheduler, self.drafter
         return EngineStats(
-            num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting + self._pending,
-            kv_blocks_used=self.bm.num_used_blocks,
-            kv_blocks_total=self.bm.num_blocks, prefix_cache_queries=self.bm.prefix_queries,
-            prefix_cache_hits=self.bm.prefix_hits, num_preemptions=self.scheduler.num_preemptions,
-            prompt_tokens_total=self.prompt_tokens_total,
-            generation_tokens_total=self.output.generation_tokens_total,
+            num_running=sched.num_running, num_waiting=sched.num_waiting + self._pending,
+            kv_blocks_used=bm.num_used_blocks, kv_blocks_total=bm.num_blocks, prefix_cache_queries=bm.prefix_queries,
+            prefix_cache_hits=bm.prefix_hits, num_preemptions=sched.num_preemptions,
+            prompt_tokens_total=self.prompt_tokens_total, generation_tokens_total=self.output.generation_tokens_total,
             requests_finished_total=self.requests_finished_total, speculative=self.config.speculative,
-            spec_draft_tokens_total=self.drafter.drafted_total, spec_accepted_tokens_total=self.drafter.accepted_total,
+            spec_draft_tokens_total=drafter.drafted_total, spec_accepted_tokens_total=drafter.accepted_total,
             failed_steps_total=self.failed_steps_total)
 
     def is_alive(self) -> bool:
