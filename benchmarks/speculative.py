@@ -11,6 +11,10 @@ the targets of issue 30.
 Greedy throughout, so both sides must produce the same tokens (checked: a difference is printed).
 Modes alternate per repetition, so the machine's load hits both alike.
 
+First it prints what a decode step of one sequence costs with 1, 2, 3, 5 and 9 logits rows (one
+token plus 0-8 draft tokens): `rows / cost` is the most speculative decoding can gain with every
+draft token accepted, so where it stays below 1.5 the 1.5x target cannot be met on this machine.
+
     ./dev bench speculative [--model gemma|qwen] [--reps 2] [--mode auto|ngram] [--max-tokens 200]
 """
 from __future__ import annotations
@@ -21,6 +25,8 @@ import sys
 import time
 
 from llmpack.demo_models import demo_model_path
+from llmpack.runtime.engine.config import EngineConfig
+from llmpack.runtime.engine.model_runner import ModelRunner
 from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.llm import LLM
 
@@ -72,6 +78,27 @@ WORKLOADS = [
 ]
 
 
+def row_costs(model, rows=(1, 2, 3, 5, 9), reps: int = 7, context: int = 300) -> dict[int, float]:
+    """Median ms of one llama_decode of a sequence `context` tokens long with `rows` new tokens,
+    all asking for logits (what a step with rows - 1 draft tokens costs), sizes interleaved."""
+    runner = ModelRunner(EngineConfig(model_path=str(model), n_ctx=2048, max_num_seqs=1))
+    try:
+        prompt = runner.tokenize(DOCUMENT)[:context]
+        runner.decode(prompt, list(range(len(prompt))), [0] * len(prompt), [False] * (len(prompt) - 1) + [True])
+        times: dict[int, list[float]] = {r: [] for r in rows}
+        for _ in range(reps):
+            for r in rows:
+                n = len(prompt)
+                start = time.perf_counter()
+                runner.decode(prompt[:r], list(range(n, n + r)), [0] * r, [True] * r)
+                runner.logits(r).argmax(axis=1)
+                times[r].append((time.perf_counter() - start) * 1000)
+                runner.seq_rm(0, n, -1)
+        return {r: sorted(t)[len(t) // 2] for r, t in times.items()}
+    finally:
+        runner.close()
+
+
 def timed(llm: LLM, convs: list[list[dict]], params: SamplingParams) -> tuple[float, list[list[int]]]:
     start = time.perf_counter()
     outs = llm.chat(convs, params)
@@ -89,6 +116,11 @@ def main() -> int:
     model = demo_model_path(args.model)
     print(f"{os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"model {model.name}; speculative {args.mode} vs off; greedy, up to {args.max_tokens} tokens", flush=True)
+    costs = row_costs(model)
+    print("| logits rows in the step | ms | x one row | most gain with every draft accepted |")
+    print("|---:|---:|---:|---:|")
+    for r, ms in costs.items():
+        print(f"| {r} | {ms:.1f} | {ms / costs[1]:.2f} | {r * costs[1] / ms:.2f}x |", flush=True)
     llms = {mode: LLM(model, n_ctx=8192, max_num_seqs=32, gpu_layers=0, speculative=mode)
             for mode in ("off", args.mode)}
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)

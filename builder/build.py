@@ -285,8 +285,9 @@ def serve_flags(args: argparse.Namespace) -> list[str]:
         flags.append("--no-browser")
     if getattr(args, "api_key", None):
         flags += ["--api-key", args.api_key]
-    if getattr(args, "cors", False):
-        flags.append("--cors")
+    cors = getattr(args, "cors", False)
+    if cors:
+        flags += ["--cors", "*" if cors is True else ",".join(cors)]
     if getattr(args, "max_waiting", None) is not None:
         flags += ["--max-waiting", str(args.max_waiting)]
     return flags

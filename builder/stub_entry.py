@@ -252,6 +252,8 @@ def selftest() -> int:
         import llama_cpp
         import pypdf       # PDF attachments (runtime/server/documents/extract.py imports it on first use)
         import zstandard   # models built with --compress
+        from llama_cpp import mtmd_cpp   # pictures (--mmproj): llama.cpp's mtmd library loads from the bundle
+        from PIL import Image            # noqa: F401 - WebP pictures (runtime/engine/vision.py)
 
         from llmpack.runtime.engine import engine  # noqa: F401
         from llmpack.runtime.chat.recipes import load_recipes
@@ -267,7 +269,8 @@ def selftest() -> int:
                    system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
                    recipes=sorted(load_recipes()), webui=sorted(p.name for p in web.iterdir()),
                    frozen=_frozen(), cpu_variant=backends.cpu_variant, gpu_notes=backends.notes,
-                   sqlite_fts5=fts5_available())   # long documents are searched with FTS5 (documents/index.py)
+                   sqlite_fts5=fts5_available(),   # long documents are searched with FTS5 (documents/index.py)
+                   mtmd=os.path.basename(mtmd_cpp._libmtmd._name))
         out["ok"] = (web / "index.html").is_file() and (web / "vendor" / "markdown-it.js").is_file() \
             and bool(out["recipes"]) and out["sqlite_fts5"]
     except Exception as exc:  # noqa: BLE001 - reported to the builder

@@ -13,7 +13,7 @@ from llmpack import __version__
 from llmpack.errors import LlmpackError
 from llmpack.runtime.chat.reasoning import REASONING_FORMATS   # names only, no dependencies
 from llmpack.runtime.engine import config as engine_defaults
-from llmpack.runtime.server.config import DEFAULT_HOST, DEFAULT_PORT, ServeConfig   # plain dataclasses, no server
+from llmpack.runtime.server.config import DEFAULT_HOST, DEFAULT_PORT, ServeConfig, parse_cors   # plain, no server
 
 RPC_PORT = 50052               # llama.cpp's rpc-server default (runtime/hardware/rpc.py DEFAULT_PORT)
 LOCAL_RAY = "local"            # `--ray` with no address: a Ray started here for this process
@@ -93,7 +93,12 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    "(other users can read a command line: prefer --api-key-file or LLMPACK_API_KEY)")
     p.add_argument("--api-key-file", default=None, metavar="FILE",
                    help="read the API key from the first line of FILE (keep it readable by you only)")
-    p.add_argument("--cors", action="store_true", help="allow cross-origin browser requests (off by default)")
+    p.add_argument("--cors", nargs="?", const="*", default=False, type=_flag_type(parse_cors, "origins"),
+                   metavar="ORIGIN[,ORIGIN...]",
+                   help="let pages of these web sites (e.g. https://app.example,http://localhost:3000) call this "
+                        "server from a browser and read the answers; off by default: only the chat page itself and "
+                        "tools that are not browsers (curl, SDKs) can. `--cors '*'`, or a bare --cors (not just before "
+                        "the model file), lets EVERY web page you visit use this server (without --api-key: all it can do)")
     p.add_argument("--max-waiting", type=_whole_number(1, "--max-waiting"), default=engine_defaults.MAX_WAITING,
                    help="queued requests beyond which new ones get 503")
     p.add_argument("--flash-attn", choices=["auto", "on", "off"], default=engine_defaults.FLASH_ATTN,

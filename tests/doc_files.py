@@ -60,14 +60,6 @@ def bomb_pdf(unpacked: int = 200 * 1024 * 1024) -> bytes:
     return make_pdf(["Nothing to see here."], extra_stream=data)
 
 
-def slow_pdf(operations: int = 8_000_000) -> bytes:
-    """A small PDF whose first page draws one character `operations` times: pypdf takes minutes
-    on that one page, and nothing inside pypdf can stop it (a page that never ends)."""
-    z = zlib.compressobj(9)
-    data = z.compress(b"BT /F1 12 Tf ") + b"".join(z.compress(b"(x) Tj " * 100_000) for _ in range(operations // 100_000))
-    return make_pdf(["Start."], extra_stream=data + z.compress(b" ET") + z.flush())
-
-
 def encrypted_pdf(text: str = "A secret.") -> bytes:
     """make_pdf(...) encrypted with a user password (pypdf writes it; RC4 needs no extra library)."""
     from pypdf import PdfReader, PdfWriter
@@ -127,3 +119,33 @@ def _esc(text: str) -> str:
 
 PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
                         "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
+
+
+def endless_pdf(draws: int = 4000, moves: int = 50_000) -> bytes:
+    """A 30 KB PDF whose one page never ends: it draws a form XObject `draws` times, and the form
+    is `moves` transformations (`1 0 0 1 0 0 cm`) and one letter, parsed again and applied on
+    every draw (200 million operations with the defaults: hours). It stays inside every limit pypdf
+    7 has (work per stream, form draws per page, output size) and grows no memory: only a kill
+    stops it."""
+    z = zlib.compressobj(9)
+    form = z.compress(b"1 0 0 1 0 0 cm " * moves + b"BT /F1 12 Tf (x) Tj ET") + z.flush()   # text: pypdf skips a form without
+    page = b"BT /F1 12 Tf 56 760 Td (Start.) Tj ET " + b"/X Do " * draws
+    font = b"/Font << /F1 6 0 R >>"
+    objs = [b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << %s >> /Filter /FlateDecode "
+            b"/Length %d >>\nstream\n" % (font, len(form)) + form + b"\nendstream",
+            b"<< /Length %d >>\nstream\n%s\nendstream" % (len(page), page),
+            b"<< /Type /Page /Parent 4 0 R /MediaBox [0 0 612 792] /Resources << %s /XObject << /X 1 0 R >> >> "
+            b"/Contents 2 0 R >>" % font,
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Catalog /Pages 4 0 R >>",
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"]
+    out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for i, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 5 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+    return bytes(out)

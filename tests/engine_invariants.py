@@ -12,6 +12,7 @@ def check_consistency(engine: LLMEngine) -> None:
     bm, bs, runner = engine.bm, engine.config.block_size, engine.runner
     running = {s.llama_seq: s for s in engine.scheduler.running}
     assert len(running) == len(engine.scheduler.running), "two running sequences share a llama.cpp id"
+    mrope = engine.mm is not None and engine.mm.projector.mrope
     refs = {b.block_id: 0 for b in bm.blocks}
     for s in running.values():
         assert len(s.block_table) * bs >= s.num_computed_tokens, "computed tokens outside the block table"
@@ -39,11 +40,22 @@ def check_consistency(engine: LLMEngine) -> None:
     for sid, held in bm.held_by.items():
         pos_max = runner.seq_pos_max(sid)
         if sid in running:
-            assert pos_max == running[sid].num_computed_tokens - 1, (sid, pos_max, running[sid].num_computed_tokens)
+            s = running[sid]    # positions are token indices, but after and inside M-RoPE images
+            want = s.position(s.num_computed_tokens - 1) if s.num_computed_tokens else -1
+            assert pos_max == want, (sid, pos_max, s.num_computed_tokens)
         elif held:
             assert sid in bm.parked_ids
             assert all(bm.blocks[b].ref_count == 0 or len(bm.blocks[b].holders) > 1 for b in held)
-            assert pos_max == max(bm.blocks[b].index for b in held) * bs + bs - 1, (sid, pos_max)
+            # the cells of the last block that has positions of its own (inside an M-RoPE image a
+            # block has none) end right before that block's end position, or at the image's one
+            last = max((bm.blocks[b] for b in held if bm.blocks[b].pos1 > bm.blocks[b].pos0),
+                       key=lambda b: b.pos1, default=None)
+            if last is None:   # only blocks inside an M-RoPE image whose last block was dropped
+                assert mrope and pos_max == -1, (sid, pos_max)
+                continue
+            assert last.pos0 <= pos_max < last.pos1, (sid, pos_max)
+            if not mrope:   # without M-RoPE exactly to the block's end
+                assert pos_max == last.pos1 - 1 == last.index * bs + bs - 1, (sid, pos_max)
         else:
             assert pos_max == -1, f"llama.cpp sequence {sid} holds cells the block manager doesn't know"
 

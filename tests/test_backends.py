@@ -69,7 +69,7 @@ def test_the_reason_no_gpu_is_used_names_every_gpu_backend(monkeypatch):
     notes = ["CUDA found no GPU: no NVIDIA driver (libcuda.so.1 is not installed)",
              "no usable Vulkan loader (libvulkan.so.1: not found); install your GPU driver's Vulkan support"]
     monkeypatch.setattr(placement, "load_backends",
-                        lambda: backends.Backends("/lib", True, "haswell", ["CUDA"], notes))
+                        lambda **_: backends.Backends("/lib", True, "haswell", ["CUDA"], notes))
     assert no_gpu_reason() == "; ".join(notes)
 
 
@@ -105,7 +105,7 @@ def test_no_gpu_is_said_in_plain_words_with_the_technical_reason_behind_verbose(
     # the CPU-only VM's case: Vulkan loads but lists only software renderers
     vulkan = _no_gpu_note("Vulkan")
     monkeypatch.setattr(placement, "load_backends",
-                        lambda: backends.Backends("/lib", True, "haswell", ["Vulkan"], [vulkan]))
+                        lambda **_: backends.Backends("/lib", True, "haswell", ["Vulkan"], [vulkan]))
     monkeypatch.setattr(placement, "gpu_devices", lambda: [])
     plan = placement.plan_offload("auto", "model.gguf", 4096)
     report = backend_report(plan, SimpleNamespace(gpu_layers=0, n_layer=24))
@@ -147,3 +147,23 @@ def test_the_console_says_where_the_model_runs_in_words_and_verbose_says_why(tin
     assert sum(ln.startswith(f"llmpack: {backend['summary']}") for ln in lines) == 1, app.stdout
     if backend["gpu_layers"] == 0 and backend["note"]:
         assert (backend["note"] in app.stdout) is verbose, app.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_a_model_kept_on_the_cpu_loads_no_gpu_backend(tiny_model):
+    """Probing Vulkan maps every installed driver (Mesa's lavapipe and RADV bring LLVM: ~55 MB of
+    resident memory); `--gpu-layers 0` needs none of it, and /health then lists no devices."""
+    import subprocess   # lazy: only this test starts a child
+
+    code = ("import json; from types import SimpleNamespace as N; "
+            "from llmpack.runtime.engine.config import EngineConfig; "
+            "from llmpack.runtime.engine.model_runner import ModelRunner; "
+            "from llmpack.runtime.hardware.backends import gpu_probed; "
+            "from llmpack.runtime.hardware.placement import OffloadPlan, backend_report; "
+            f"r = ModelRunner(EngineConfig({str(tiny_model)!r}, n_ctx=256, max_num_seqs=2)); "
+            "maps = open('/proc/self/maps').read(); "
+            "report = backend_report(OffloadPlan(0, None), N(gpu_layers=0, n_layer=r.n_layer)); "
+            "print(json.dumps([gpu_probed(), 'ggml-vulkan' in maps or 'libvulkan' in maps, report['devices']]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[false, false, []]"

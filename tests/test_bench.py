@@ -88,3 +88,24 @@ def test_bench_against_llama_server(tiny_chat_model: Path, capsys):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_peers_judges_issue_30s_targets():
+    """benchmarks/peers.py's verdicts: 1.2x llama-server with TTFT no worse, 0.95x the bare loop,
+    TTFT alone for the long prompt."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from peers import verdict
+
+    from llmpack.bench.runner import Percentiles, RunStats
+
+    def stats(tok_s: float, ttft: float) -> RunStats:
+        return RunStats("random", "", 16, 16, 0, 1.0, 64, tok_s, 1.0, 16.0, Percentiles(ttft, ttft, ttft),
+                        None, None, None, [])
+
+    assert verdict("16 streams", 1.2, "no worse", stats(250, 0.5), stats(200, 0.5), 260)[1] is True
+    assert verdict("16 streams", 1.2, "no worse", stats(230, 0.5), stats(200, 0.5), 240)[1] is False   # 1.15x
+    assert verdict("16 streams", 1.2, "no worse", stats(250, 0.6), stats(200, 0.5), 260)[1] is False   # TTFT worse
+    words, met = verdict("16 streams", 1.2, "no worse", stats(250, 0.5), stats(200, 0.5), 300)
+    assert met is False and "0.83x (>= 0.95)" in words                                                 # bare loop
+    assert verdict("long", None, "only", stats(10, 4.0), stats(12, 4.1), None)[1] is True
+    assert verdict("1 stream", None, None, stats(70, 0.1), stats(80, 0.1), None)[1] is None

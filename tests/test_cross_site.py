@@ -15,6 +15,8 @@ import requests
 from browser_fixtures import *  # noqa: F401,F403
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import LiveServer, live_server
+from llmpack.builder.build import serve_flags
+from llmpack.cli import build_parser
 
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
@@ -46,9 +48,72 @@ def test_the_page_itself_and_other_tools_are_served(chat_server: LiveServer):
 
 
 def test_cors_lets_other_origins_in(tiny_chat_model: Path):
+    """A bare `--cors` (the same as `--cors '*'`) lets every web site in."""
     with live_server(tiny_chat_model, "--cors") as srv:
         r = post(srv, {"Sec-Fetch-Site": "cross-site", "Origin": "https://app.example"})
         assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == "*"
+
+
+def test_cors_origins_let_only_those_sites_in(tiny_chat_model: Path):
+    """`--cors ORIGIN,ORIGIN`: those sites may call the server and read the answers (their own
+    origin echoed, never `*`); any other site is refused with a reason and gets no CORS header."""
+    with live_server(tiny_chat_model, "--cors", "https://App.example:443,http://localhost:3000/") as srv:
+        for origin in ("https://app.example", "http://localhost:3000"):
+            r = post(srv, {"Sec-Fetch-Site": "cross-site", "Origin": origin})
+            assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == origin, r.text
+            assert "Origin" in r.headers["Vary"]
+            pre = requests.options(srv.url + "/v1/extract", timeout=30, headers={
+                "Origin": origin, "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "content-type, x-filename"})
+            assert pre.status_code == 204 and pre.headers["Access-Control-Allow-Origin"] == origin
+            assert "X-Filename" in pre.headers["Access-Control-Allow-Headers"]
+        for origin in ("https://evil.example", "http://localhost:3001", "http://app.example", "null"):
+            r = post(srv, {"Sec-Fetch-Site": "cross-site", "Origin": origin})
+            assert r.status_code == 403, (origin, r.text)
+            err = r.json()["error"]
+            assert err["code"] == "cross_site_request" and origin in err["message"], err
+            assert "not among those --cors allows (https://app.example, http://localhost:3000)" in err["message"]
+            assert "Access-Control-Allow-Origin" not in r.headers
+            pre = requests.options(srv.url + "/v1/chat/completions", timeout=30, headers={
+                "Origin": origin, "Access-Control-Request-Method": "POST"})
+            assert pre.status_code == 403 and "Access-Control-Allow-Origin" not in pre.headers
+            read = requests.get(srv.url + "/v1/models", headers={"Origin": origin}, timeout=30)
+            assert read.status_code == 200 and "Access-Control-Allow-Origin" not in read.headers  # its page reads nothing
+        assert post(srv, {}).status_code == 200                              # curl, the SDKs: unchanged
+
+
+@pytest.mark.parametrize("value, fault", [
+    ("model.gguf", "'model.gguf' is not a web origin"),         # a bare --cors before the model takes it
+    ("https://app.example/chat", "is not a web origin"),
+    ("localhost:3000", "is not a web origin"),
+    ("https://user@app.example", "is not a web origin"),
+    ("https://app.example:99999", "is not a web origin"),
+    ("https://*.example", "is not a web origin"),
+    ("null", "'null' is the origin of every sandboxed frame"),
+    ("*,https://app.example", "'*' already allows every web site"),
+    (",", "give an origin"),
+])
+def test_a_bad_cors_origin_is_one_clear_line(value: str, fault: str, capsys: pytest.CaptureFixture):
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(["run", "m.gguf", "--cors", value])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and "argument --cors:" in err and fault in err, err
+
+
+def test_cors_origins_are_kept_as_a_browser_writes_them():
+    """A browser's Origin is lower case, has no default port and an IDN host in punycode: the
+    origins given are compared in that form."""
+    args = build_parser().parse_args(["run", "m.gguf", "--cors", "HTTPS://Bücher.Example:443/,http://[::1]:8080"])
+    assert args.cors == ("https://xn--bcher-kva.example", "http://[::1]:8080")
+
+
+def test_cors_origins_reach_a_built_file_as_given():
+    """`llmpack demo` and `build --run` pass the serve flags on to the built file: the origins
+    (or `*`) arrive parsed the same."""
+    for flags in (["--cors"], ["--cors", "http://localhost:3000,https://app.example"], []):
+        args = build_parser().parse_args(["run", "m.gguf", *flags])
+        again = build_parser().parse_args(["run", "m.gguf", *serve_flags(args)])
+        assert again.cors == args.cors and args.cors in (True, False, ("http://localhost:3000", "https://app.example"))
 
 
 class _Attacker(BaseHTTPRequestHandler):
@@ -95,3 +160,40 @@ def test_a_no_cors_post_from_another_origin_in_chromium_is_refused(chat_server: 
     finally:
         ctx.close()
         attacker.shutdown()
+
+
+def test_a_page_of_an_allowed_origin_may_call_the_server_in_chromium_and_another_may_not(tiny_chat_model: Path,
+                                                                                          browser, monkeypatch):
+    """`--cors http://localhost:A`: Chromium's own CORS checks, with the server's answers. The page
+    on port A uploads a file with X-Filename (a preflight) and reads the text; the page on port B
+    gets no answer to its preflight, and its no-cors POST does not make the server read anything."""
+    from llmpack.runtime.server.page import extract_routes as attachments   # lazy: the route module, to count its reads
+
+    reads = []
+    real = attachments.extract
+    monkeypatch.setattr(attachments, "extract", lambda *a, **kw: (reads.append(a[0]), real(*a, **kw))[1])
+    sites = []
+    for _ in range(2):
+        site = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Attacker,), {"page": b"<!doctype html><title>site</title>"}))
+        threading.Thread(target=site.serve_forever, daemon=True).start()
+        sites.append(site)
+    allowed, other = (f"http://localhost:{s.server_address[1]}" for s in sites)
+    send = ("fetch(%r, {method: 'POST', mode: %r, headers: {'Content-Type': 'text/plain', 'X-Filename': 'notes.txt'}, "
+            "body: 'Some notes.'}).then(async r => r.type + ' ' + r.status + ' ' + (r.type == 'opaque' ? '' : "
+            "(await r.json()).text), e => 'error ' + e.name)")
+    ctx = browser.new_context()
+    try:
+        with live_server(tiny_chat_model, "--cors", allowed) as srv:
+            page = ctx.new_page()
+            page.goto(other + "/")
+            assert page.evaluate(send % (srv.url + "/v1/extract", "cors")) == "error TypeError"
+            assert page.evaluate(send % (srv.url + "/v1/extract", "no-cors")) == "opaque 0 "
+            page.wait_for_timeout(500)
+            assert reads == [], "a page of an origin --cors does not name made the server read a file"
+            page.goto(allowed + "/")
+            assert page.evaluate(send % (srv.url + "/v1/extract", "cors")) == "cors 200 Some notes."
+            assert reads == ["notes.txt"]
+    finally:
+        ctx.close()
+        for site in sites:
+            site.shutdown()

@@ -4,13 +4,15 @@ worker, and the next attachment is read at once by a fresh one."""
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
 
-from doc_files import make_docx, make_pdf, slow_pdf
+from doc_files import endless_pdf, make_docx, make_pdf
 from llmpack.runtime.server.documents import extract as D
-from llmpack.runtime.server.documents.sandbox import GRACE_S, Sandbox
+from llmpack.errors import LlmpackError
+from llmpack.runtime.server.documents.sandbox import GRACE_S, MEMORY_BYTES, MEMORY_ENV, Sandbox
 
 
 @pytest.fixture
@@ -30,7 +32,7 @@ def test_normal_files_come_back_whole(sandbox: Sandbox):
 
 
 def test_a_page_that_never_ends_costs_one_killed_worker(sandbox: Sandbox):
-    hostile = slow_pdf()
+    hostile = endless_pdf()
     sandbox.extract("warm.txt", b"warm up", media_type="text/plain")
     start = time.monotonic()
     with pytest.raises(D.DocumentError, match="took longer than"):
@@ -52,3 +54,16 @@ def test_a_file_that_needs_too_much_memory_is_refused_and_the_next_one_works():
         assert box.started == 2
     finally:
         box.close()
+
+
+def test_the_memory_cap_is_set_by_llmpack_extract_memory_mb(monkeypatch: pytest.MonkeyPatch):
+    """LLMPACK_EXTRACT_MEMORY_MB: the cap in MiB (the Windows test under Wine sets it low); a value
+    that is no size is one line that says what to give, not a reader with no cap."""
+    monkeypatch.setenv(MEMORY_ENV, "64")
+    assert Sandbox(workers=1).memory == 64 << 20
+    monkeypatch.delenv(MEMORY_ENV)
+    assert Sandbox(workers=1).memory == MEMORY_BYTES
+    for bad in ("lots", "-5", "8", "1.5"):
+        monkeypatch.setenv(MEMORY_ENV, bad)
+        with pytest.raises(LlmpackError, match=rf"{MEMORY_ENV}='{re.escape(bad)}': give the memory .* in MiB"):
+            Sandbox(workers=1)

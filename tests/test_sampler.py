@@ -130,3 +130,12 @@ def test_penalties_lower_repeated_tokens():
     s = SequenceSampler(SamplingParams(temperature=0, presence_penalty=1.0, frequency_penalty=0.5), seed=0)
     s.apply_penalties(row, context=[1, 1], output=[1, 1])
     assert row[1] == pytest.approx(2.0 - 1.0 - 2 * 0.5) and s.sample(row) == 2
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-310, 1e-6])
+def test_a_temperature_too_small_to_divide_by_is_greedy(temperature):
+    """1 / 5e-324 is inf and 0 * inf is NaN: the best token's weight would be NaN."""
+    row = np.linspace(-3.0, 3.0, 1000, dtype=np.float32)[::-1].copy()
+    sampler = SequenceSampler(SamplingParams(temperature=temperature), seed=3)
+    with np.errstate(all="raise"):
+        assert [sampler.sample(row.copy()) for _ in range(5)] == [0] * 5

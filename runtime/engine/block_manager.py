@@ -4,7 +4,9 @@ llama.cpp keeps one pool of n_ctx KV cells (kv_unified=True); a cell can belong 
 sequence ids at once, and `seq_cp` shares cells rather than copying them. We split the
 pool into fixed-size blocks of `block_size` cells for accounting, vLLM-style:
 
-- every running Sequence has a block table; block k holds positions [k*bs, (k+1)*bs);
+- every running Sequence has a block table; block k holds tokens [k*bs, (k+1)*bs), whose cells
+  llama.cpp keeps at positions block.pos0..pos1 (the same numbers, except after and inside M-RoPE
+  images: docs/ARCHITECTURE.md, "Images and positions in the block tables");
 - blocks are allocated on demand and reference-counted; a block shared by several
   sequences (a cached prefix, or a prompt shared by n samples) is counted once;
 - a full block is keyed by a sha256 digest chained over the previous block's digest and its
@@ -20,7 +22,7 @@ pool into fixed-size blocks of `block_size` cells for accounting, vLLM-style:
 A block's cells live in llama.cpp only as members of some sequence id, so each block records
 its `holders`. When a sequence ends, its id stays a holder of the cached blocks nobody else
 holds: the id is *parked* (`parked_ids`) until those blocks are evicted or the id is needed
-again; reusing a cached block is `seq_cp(holder, new_seq, k*bs, (k+1)*bs)`. Because our count
+again; reusing a cached block is `seq_cp(holder, new_seq, block.pos0, block.pos1)`. Because our count
 of used cells is never below llama.cpp's, llama.cpp never runs out of cells before we do.
 """
 from __future__ import annotations
@@ -120,6 +122,8 @@ class BlockManager:
         """Un-park an id: its cached blocks that no one else holds are evicted."""
         for bid in list(self.held_by[sid]):
             block = self.blocks[bid]
+            if sid not in block.holders:    # dropped with an M-RoPE image on the way (_drop_image)
+                continue
             if len(block.holders) > 1:
                 self._drop_holder(block, sid)
             else:
@@ -143,6 +147,9 @@ class BlockManager:
                 break
             hits.append(block.block_id)
             prev = h
+        mm = getattr(seq.request, "mm", None)
+        while hits and mm is not None and mm.resumable(len(hits) * bs) < len(hits) * bs:
+            hits.pop()                     # not into an M-RoPE image: its rows are decoded whole
         return hits
 
     def note_lookup(self, seq: Sequence, num_hit_blocks: int) -> None:
@@ -185,7 +192,7 @@ class BlockManager:
                 self.free_queue.remove(block)
             block.ref_count += 1
             src = next(iter(block.holders))
-            self.kv.seq_cp(src, seq.llama_seq, block.index * bs, (block.index + 1) * bs)
+            self.kv.seq_cp(src, seq.llama_seq, block.pos0, block.pos1)
             self._add_holder(block, seq.llama_seq)
             seq.block_table.append(bid)
             seq.block_hashes.append(block.hash)
@@ -206,7 +213,7 @@ class BlockManager:
             return False
         if not self.assign_llama_seq(child):
             return False
-        self.kv.seq_cp(parent.llama_seq, child.llama_seq, 0, n)
+        self.kv.seq_cp(parent.llama_seq, child.llama_seq, 0, parent.position(n))
         for bid in parent.block_table[:full]:
             block = self.blocks[bid]
             block.ref_count += 1
@@ -250,7 +257,12 @@ class BlockManager:
         if block.hash is not None:
             self._evict(block, queued=False)
         block.ref_count = 1
-        block.index = len(seq.block_table)
+        block.index = k = len(seq.block_table)
+        bs = self.block_size
+        block.pos0, block.pos1 = seq.position(k * bs), seq.position((k + 1) * bs)
+        mm = getattr(seq.request, "mm", None)
+        end = (k + 1) * bs
+        block.image_pos = -1 if mm is None or (start := mm.resumable(end)) == end else seq.position(start)
         self._add_holder(block, seq.llama_seq)
         seq.block_table.append(block.block_id)
 
@@ -275,14 +287,31 @@ class BlockManager:
     def _clear(self, block: Block) -> None:
         if block.hash is not None and self.hash_to_block.get(block.hash) is block:
             del self.hash_to_block[block.hash]
-        block.hash, block.token_ids, block.index = None, (), -1
+        block.hash, block.token_ids, block.index, block.pos0, block.pos1, block.image_pos = None, (), -1, 0, 0, -1
 
     def _add_holder(self, block: Block, sid: int) -> None:
         block.holders.add(sid)
         self.held_by[sid].add(block.block_id)
 
     def _drop_holder(self, block: Block, sid: int) -> None:
-        bs = self.block_size
-        self.kv.seq_rm(sid, block.index * bs, (block.index + 1) * bs)
+        if block.pos1 > block.pos0:        # inside an M-RoPE image a block has no positions of its own
+            self.kv.seq_rm(sid, block.pos0, block.pos1)
         block.holders.discard(sid)
         self.held_by[sid].discard(block.block_id)
+        if block.image_pos >= 0:
+            self._drop_image(sid, block.image_pos)
+
+    def _drop_image(self, sid: int, pos: int) -> None:
+        """sid stops holding some rows of the M-RoPE image at `pos`. All of the image's cells sit at
+        that one position, inside the range of the image's last block: they leave sid now (else
+        llama.cpp would keep cells no block of sid counts), and so does that last block, so that it
+        is never copied from sid without them. A cached last block nobody else holds is evicted."""
+        self.kv.seq_rm(sid, pos, pos + 1)
+        last = next((b for b in map(self.blocks.__getitem__, self.held_by[sid]) if b.pos0 == pos < b.pos1), None)
+        if last is None:
+            return
+        self._drop_holder(last, sid)
+        if not last.holders and last.ref_count == 0 and last.hash is not None:
+            self._clear(last)
+            self.free_queue.remove(last)
+            self.free_queue.appendleft(last)

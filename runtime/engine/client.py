@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, runtime_checkable
 
 from llmpack.runtime.engine.embeddings import EmbeddingError
-from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, check_image
+from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, check_image, sniff
 from llmpack.runtime.engine.outputs import RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
@@ -20,7 +20,7 @@ from llmpack.runtime.structured.grammar import GrammarError
 # The errors a client of the engine handles, importable from here with the protocol.
 __all__ = ["EngineClient", "OutputStream", "EmbeddingError", "EngineDeadError", "GrammarError",
            "InvalidParameterError", "PromptTooLongError", "QueueFullError",
-           "ImageError", "MAX_IMAGE_BYTES", "MultimodalPrompt", "check_image"]   # images (runtime/engine/images.py)
+           "ImageError", "MAX_IMAGE_BYTES", "MultimodalPrompt", "check_image", "sniff"]   # images (runtime/engine/images.py)
 
 if TYPE_CHECKING:
     import numpy as np

@@ -203,15 +203,14 @@ class LLMEngine(VisionClient):
         self._wakeup.set()
 
     def stats(self) -> EngineStats:
+        bm, sched, drafter = self.bm, self.scheduler, self.drafter
         return EngineStats(
-            num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting + self._pending,
-            kv_blocks_used=self.bm.num_used_blocks,
-            kv_blocks_total=self.bm.num_blocks, prefix_cache_queries=self.bm.prefix_queries,
-            prefix_cache_hits=self.bm.prefix_hits, num_preemptions=self.scheduler.num_preemptions,
-            prompt_tokens_total=self.prompt_tokens_total,
-            generation_tokens_total=self.output.generation_tokens_total,
+            num_running=sched.num_running, num_waiting=sched.num_waiting + self._pending,
+            kv_blocks_used=bm.num_used_blocks, kv_blocks_total=bm.num_blocks, prefix_cache_queries=bm.prefix_queries,
+            prefix_cache_hits=bm.prefix_hits, num_preemptions=sched.num_preemptions,
+            prompt_tokens_total=self.prompt_tokens_total, generation_tokens_total=self.output.generation_tokens_total,
             requests_finished_total=self.requests_finished_total, speculative=self.config.speculative,
-            spec_draft_tokens_total=self.drafter.drafted_total, spec_accepted_tokens_total=self.drafter.accepted_total,
+            spec_draft_tokens_total=drafter.drafted_total, spec_accepted_tokens_total=drafter.accepted_total,
             failed_steps_total=self.failed_steps_total)
 
     def is_alive(self) -> bool:
@@ -265,7 +264,10 @@ class LLMEngine(VisionClient):
             self.mm and self._thread and self._wakeup.wait(0.5)   # only images being encoded: the encoder wakes us
             return []
         trace.lap("schedule")
-        starts = self.mm.decode_images(out.chunks) if self.mm is not None else None   # image rows first
+        try:     # image rows first; a failure there (undone by decode_images) fails only this step
+            starts = self.mm.decode_images(out.chunks) if self.mm is not None else None
+        except Exception as exc:  # noqa: BLE001
+            return self._step_failed(out, exc)
         plan = self.runner.build(out.chunks, starts)
         trace.lap("build")
         self.output.flush()               # the last step's outputs: their threads wake during the decode
@@ -280,7 +282,6 @@ class LLMEngine(VisionClient):
         trace.lap("llama_decode")
         self.steps += 1
         self.tokens_computed_total += sum(c.num_tokens for c in out.chunks)
-        generated = self.output.generation_tokens_total
         try:
             outputs = self.output.process(out.chunks, plan)
         except Exception as exc:  # noqa: BLE001
@@ -288,8 +289,7 @@ class LLMEngine(VisionClient):
         trace.lap("emit")
         trace.move(self.output.sample_s, "emit", "sample")
         if not any(c.is_prefill for c in out.chunks):   # a decode-only step: what drafting is judged on
-            self.drafter.observe_step(len(out.chunks), any(c.draft for c in out.chunks),
-                                      self.output.generation_tokens_total - generated, sum(trace.ms.values()))
+            self.drafter.observe_step(plan.n_outputs, any(c.draft for c in out.chunks), sum(trace.ms.values()))
         trace.write(self.steps, out, self)
         return outputs
 

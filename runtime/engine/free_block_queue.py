@@ -17,13 +17,19 @@ from dataclasses import dataclass, field
 @dataclass(slots=True, eq=False)
 class Block:
     """A block of `block_size` KV cells. `index`: where it sits in its sequences' block tables
-    (position index*bs onward); `holders`: the llama.cpp sequence ids whose memory holds its
-    cells (running sequences referencing it, and at most one parked id keeping it cached)."""
+    (token index*bs onward); `pos0`..`pos1`: the positions llama.cpp keeps its cells at, which
+    seq_rm and seq_cp take (index*bs..(index+1)*bs, except after M-RoPE images: every sequence
+    sharing the block has the same images before it, so the same positions); `holders`: the
+    llama.cpp sequence ids whose memory holds its cells (running sequences referencing it, and at
+    most one parked id keeping it cached)."""
     block_id: int
     ref_count: int = 0
     hash: bytes | None = None              # set once full and registered in the prefix cache
     token_ids: tuple[int, ...] = ()
     index: int = -1
+    pos0: int = 0
+    pos1: int = 0
+    image_pos: int = -1                    # holds rows of an M-RoPE image ending in a later block, at this position
     holders: set[int] = field(default_factory=set)
     prev: "Block | None" = None            # links of the free queue; None when not in it
     next: "Block | None" = None

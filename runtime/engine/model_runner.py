@@ -12,9 +12,12 @@ Context choices, and why:
   those that slid out of the window, so a cached prefix is still complete when reused.
 - flash attention "auto" (on wherever the backend supports it): see FLASH_ATTN below.
 - `n_outputs_max = n_seq_max`: llama.cpp sizes its logits buffer as rows x vocabulary
-  x 4 bytes (1 MiB per row for a 262k vocabulary); we only ever ask for one row per
-  sequence per step, so reserving n_batch rows would waste hundreds of MiB. (llama.cpp
-  asserts n_outputs_max >= n_seq_max, which is why n_seq_max is not simply 256.)
+  x 4 bytes (1 MiB per row for a 262k vocabulary) and writes it all at start-up; we ask for
+  one row per sequence per step plus speculative draft rows, so reserving n_batch rows would
+  waste hundreds of MiB. llama.cpp makes the buffer at least n_seq_max rows, so n_seq_max is
+  max_num_seqs + SPARE_SEQ_IDS, not 256: the spare ids hold ended sequences' cached prefixes
+  (block_manager's parked ids) and make room for draft rows. 16 spare rows rather than 32
+  are 16 MiB less resident memory for Gemma 3 (docs/BENCHMARKS.md, idle RSS).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ _backend_ready = False
 # decodes up to ~20 % faster on the CPU at 32 sequences, so "auto" - on wherever supported,
 # as in llama-server, vLLM and Ollama - is the default.
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+SPARE_SEQ_IDS = 16   # llama.cpp sequence ids beyond --parallel (see the module's docstring)
 
 
 class ModelLoadError(LlmpackError):
@@ -150,7 +154,7 @@ class ModelRunner:
         with `tensor_split` their shares of the offloaded layers (hardware/placement.OffloadPlan)."""
         global _backend_ready
         if not _backend_ready:
-            load_backends()           # GGML_BACKEND_DL: CPU variant + GPU backends, before any model
+            load_backends(gpu=n_gpu_layers != 0)   # GGML_BACKEND_DL: CPU variant (+ GPU backends), before any model
             _route_llama_log(cfg.verbose)
             lc.llama_backend_init()
             _backend_ready = True
@@ -201,7 +205,7 @@ class ModelRunner:
         cparams.n_ctx = cfg.n_ctx
         cparams.n_batch = cfg.n_batch
         cparams.n_ubatch = min(cfg.n_ubatch, cfg.n_batch)
-        self.n_seq_max = cfg.n_seq_max or min(lc.llama_max_parallel_sequences(), max(64, 2 * cfg.max_num_seqs))
+        self.n_seq_max = cfg.n_seq_max or min(lc.llama_max_parallel_sequences(), cfg.max_num_seqs + SPARE_SEQ_IDS)
         cparams.n_seq_max = self.n_seq_max
         cparams.n_outputs_max = self.n_seq_max
         threads = cfg.n_threads or max(1, os.cpu_count() or 1)
@@ -272,7 +276,8 @@ class ModelRunner:
             plan.tokens += seq.token_ids[t0:t0 + n]
             if d:
                 plan.tokens += c.draft
-            plan.positions += range(t0, t0 + n + d)
+            p0 = seq.position(t0)          # t0 itself, but for text after an M-RoPE image
+            plan.positions += range(p0, p0 + n + d)
             plan.seq_ids += [seq.llama_seq] * (n + d)
             if c.samples:
                 plan.want_logits += [False] * (n - 1) + [True] * (d + 1)

@@ -20,9 +20,15 @@ How an image travels (vLLM's design, on llama.cpp):
   image: the rest of its rows are decoded from its embeddings (the LRU), in one decode when the
   image is non-causal; the cached rows' K/V were computed seeing the whole image, so the
   rest sees exactly what it saw the first time.
-- Positions are token indices. Models that need M-RoPE (Qwen2-VL family) are refused at load
-  time with that reason: their image rows share positions, which this engine's block tables
-  (one position per token) cannot express yet.
+- Positions are token indices, except with M-RoPE (the Qwen2-VL family, as llama.cpp's
+  mtmd_helper_eval_chunks places them): an image's rows get 4 positions each, a grid at one
+  temporal position (ImageSpan.mrope_positions), and advance the sequence's position by the
+  image's n_pos (max(nx, ny)), not its n_tokens; text after it continues from there.
+  Sequence.position maps a token index to its position, and every KV range the block manager
+  and the runner hand llama.cpp goes through it (docs/ARCHITECTURE.md, "Images and positions in
+  the block tables"). llama.cpp cannot tell one row of such an image from another by position,
+  so the image is decoded whole and neither a cache hit nor a chunk ends inside it
+  (MultimodalPrompt.resumable).
 """
 from __future__ import annotations
 
@@ -50,6 +56,9 @@ if TYPE_CHECKING:
     from llmpack.runtime.engine.sequence import Sequence
 
 EMBD_CACHE_BYTES = 256 * 2**20     # encoded images kept for a later turn or a recompute
+# text models whose M-RoPE image rows this engine places (llama.cpp's arch for Qwen2-VL and
+# Qwen2.5-VL alike); Qwen3-VL's rows are wider than its n_embd (deepstack) and are not handled
+MROPE_ARCHS = ("qwen2vl",)
 
 
 def embedding_cache(max_bytes: int = EMBD_CACHE_BYTES) -> LruCache[bytes, np.ndarray]:
@@ -137,7 +146,7 @@ class Multimodal:
             if img.embd is None:
                 self.request_encode(img, seq.request)     # after a preemption, or a trimmed cache hit
                 return 0
-            if img.non_causal and n < img.end - start:
+            if (img.non_causal or img.grid is not None) and n < img.end - start:
                 return 0                     # the rest of it in one decode, in a step with room for it
             first_text = min(img.end, start + n)
         else:
@@ -151,7 +160,7 @@ class Multimodal:
     def decode_images(self, chunks: "list[ScheduledChunk]") -> list[int]:
         """Decode the image rows at the head of each chunk (one llama_decode each) and return,
         per chunk, the index of its first text token."""
-        text_starts = []
+        text_starts: list[int] = []
         for c in chunks:
             mm = c.seq.request.mm
             img = mm.image_at(c.start) if mm is not None else None
@@ -160,30 +169,46 @@ class Multimodal:
                 continue
             end = min(img.end, c.start + c.num_tokens)
             rows = img.embd[c.start - img.start:end - img.start]
-            self.decode_embd(rows, c.start, c.seq.llama_seq, img.non_causal)
+            pos = c.start if img.grid is None else img.mrope_positions(c.seq.position(img.start))
+            try:
+                self.decode_embd(rows, pos, c.seq.llama_seq, img.non_causal)
+            except Exception:
+                self.undo_images(chunks[:len(text_starts)], text_starts)   # the step fails whole
+                raise
             text_starts.append(end)
         return text_starts
 
-    def decode_embd(self, rows: np.ndarray, pos0: int, seq_id: int, non_causal: bool = False) -> None:
-        """One llama_decode over embedding rows (an image's) at positions pos0.. of one sequence; no
-        logits. `non_causal`: the rows attend to each other both ways (Gemma 3), so all are in it."""
+    def decode_embd(self, rows: np.ndarray, pos0: int | np.ndarray, seq_id: int, non_causal: bool = False) -> None:
+        """One llama_decode over embedding rows (an image's) at positions pos0.. of one sequence, or
+        at the 4 x n M-RoPE positions `pos0` holds, section-major; no logits. `non_causal`: the rows
+        attend to each other both ways (Gemma 3), so all are in it."""
         r = self.runner
         n = len(rows)
         if not 0 < n <= r.n_batch:
             raise ValueError(f"a batch holds 1 to {r.n_batch} rows, got {n}")
         if self._batch is None:
             self._batch = lc.llama_batch_init(r.n_batch, r.n_embd, 1)
+            self._own_pos = ctypes.cast(self._batch.pos, ctypes.c_void_p).value
+            self._pos4 = np.zeros(4 * r.n_batch, dtype=np.int32)
         b = self._batch
         b.n_tokens = n
         ctypes.memmove(b.embd, np.ascontiguousarray(rows, dtype=np.float32).ctypes.data, rows.size * 4)
+        mrope = isinstance(pos0, np.ndarray)
         for i in range(n):
-            b.pos[i], b.n_seq_id[i], b.logits[i] = pos0 + i, 1, False
+            b.pos[i], b.n_seq_id[i], b.logits[i] = 0 if mrope else pos0 + i, 1, False
             b.seq_id[i][0] = seq_id
+        if mrope:   # llama_batch_init made room for one position a row: lend it 4 x n for this call
+            if len(pos0) != 4 * n:
+                raise ValueError(f"M-RoPE rows take 4 positions each: {len(pos0)} for {n} rows")
+            self._pos4[:4 * n] = pos0
+            b.pos = ctypes.cast(self._pos4.ctypes.data, ctypes.POINTER(lc.llama_pos))
         if non_causal:
             lc.llama_set_causal_attn(r.ctx, False)
         try:
             rc = lc.llama_decode(r.ctx, b)
         finally:
+            if mrope:   # by address: a pointer read from the struct is a view of the field itself
+                b.pos = ctypes.cast(self._own_pos, ctypes.POINTER(lc.llama_pos))   # llama_batch_free frees it
             if non_causal:
                 lc.llama_set_causal_attn(r.ctx, True)
         if rc != 0:
@@ -193,7 +218,7 @@ class Multimodal:
         """Remove the image rows decode_images put in llama.cpp (the step failed after it)."""
         for c, t0 in zip(chunks, text_starts):
             if t0 > c.start:
-                self.runner.seq_rm(c.seq.llama_seq, c.start, t0)
+                self.runner.seq_rm(c.seq.llama_seq, c.seq.position(c.start), c.seq.position(t0))
 
     def close(self) -> None:
         self._jobs.put(None)
@@ -226,12 +251,14 @@ def load_multimodal(config: "EngineConfig", runner: "ModelRunner", wakeup: Calla
     if not config.mmproj_path:
         return None
     projector = Projector(config.mmproj_path, runner, config.n_threads, use_gpu=runner.gpu_layers > 0)
-    if projector.mrope:
+    arch = runner.meta("general.architecture")
+    # mtmd takes M-RoPE from the text model's rope type, whatever the projector: the two agree
+    if projector.mrope and arch not in MROPE_ARCHS:
         projector.close()
         raise ProjectorLoadError(
-            f"{config.mmproj_path} is for a model that places image rows with M-RoPE (the Qwen2-VL family); "
-            f"llmpack's engine does not support that yet. Gemma 3, LLaVA-style, SmolVLM, Pixtral and "
-            f"most other vision models work")
+            f"{config.mmproj_path} places image rows with M-RoPE, and llmpack's engine does that for "
+            f"Qwen2-VL and Qwen2.5-VL only, not for this {arch} model (Qwen3-VL's rows carry extra "
+            f"layers' inputs). Gemma 3, LLaVA-style, SmolVLM, Pixtral and most other vision models work")
     return Multimodal(projector, runner, wakeup)
 
 

@@ -60,7 +60,7 @@ class OutputProcessor:
             tokens = self.drafter.verify(seq, c.draft, [self._logits[row_index + i] for i in range(len(c.draft) + 1)])
             accepted = c.num_accepted = len(tokens) - 1
             if accepted < len(c.draft):    # the rejected drafts' cells leave llama.cpp's memory
-                self.runner.seq_rm(seq.llama_seq, c.start + c.num_tokens + accepted, -1)
+                self.runner.seq_rm(seq.llama_seq, seq.position(c.start + c.num_tokens + accepted), -1)
             self.sample_s += time.perf_counter() - t0
             for token in tokens:           # the accepted drafts, then the token after them
                 self._append(seq, token, None, deltas)

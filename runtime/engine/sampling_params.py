@@ -18,6 +18,9 @@ class InvalidParameterError(LlmpackError, ValueError):
 COMPLETION_MAX_TOKENS = 16           # /v1/completions and SamplingParams(), as OpenAI and vLLM
 CHAT_MAX_TOKENS: int | None = None   # chat (the API, the page, LLM.chat): until the turn ends or the context is full
 CONTINUE_MAX_TOKENS = 256            # the page's Complete mode: a base model rarely stops by itself
+# Below this temperature sampling is greedy, as in vLLM (_SAMPLING_EPS): dividing logits by a
+# temperature near the smallest float gives inf, and 0 * inf turns the best token's weight into NaN.
+GREEDY_BELOW = 1e-5
 
 
 @dataclass(slots=True)
@@ -47,7 +50,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        return self.temperature < GREEDY_BELOW
 
     def validate(self) -> None:
         def check(ok: bool, param: str, message: str) -> None:

@@ -49,6 +49,13 @@ class Sequence:
     num_failed_steps: int = 0                   # decode steps that failed with this sequence in them
     spec: object = None                         # speculative.SpecState once it has drafted
 
+    def position(self, index: int) -> int:
+        """Where token `index` sits in llama.cpp's memory: its index, except after and inside
+        M-RoPE images (vision.MultimodalPrompt.position). Every KV range the engine hands
+        llama.cpp (seq_rm, seq_cp, a batch's positions) goes through here."""
+        mm = getattr(self.request, "mm", None)    # unit tests' sequences may have no request
+        return index if mm is None else mm.position(index)
+
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)

@@ -16,14 +16,20 @@ Verification keeps the output exactly what the model would have produced without
   exactly as the target's samples (tests/test_speculative.py checks it statistically).
 
 Modes (EngineConfig.speculative): "off"; "ngram" drafts whenever a match exists; "auto" (the
-default) also stops drafting for a sequence whose acceptance stays low, for every sequence while
-more than BUSY_ROWS sequences decode together (a full batch already keeps the cores busy: extra
-rows would cost throughput), and whenever drafting turns out slower than not drafting on this
-machine. That last rule is measured, not assumed: a draft row costs a whole row of the output
-layer, and on a CPU with a large vocabulary (Gemma 3's 262k tokens) nine rows cost several times
-one (docs/BENCHMARKS.md), while on a GPU they cost about as much as one. So "auto" keeps the
-tokens per second of steps with and without drafts (every PLAIN_EVERY-th step decodes without
-them) and pauses drafting for PAUSE_STEPS steps when it does not pay.
+default) drafts only where it is expected to pay, from two measured things:
+- what a step costs by its number of rows: `StepCost` fits ms = c0 + c1 x rows over the
+  decode-only steps the engine runs anyway (and the few with drafts). On a GPU a row costs
+  almost nothing next to the step (c1 << c0); on a CPU with a large vocabulary each row pays the
+  whole output layer (Gemma 3's 262k tokens: nine rows cost about 8.9 times one,
+  docs/BENCHMARKS.md), so c1 dominates;
+- how likely the sequence's next draft token is accepted, p (its record, or every sequence's
+  until it has one): k draft tokens are expected to yield p + p^2 + ... + p^k more tokens.
+The draft length k maximises (N + expected extra tokens) / (c0 + c1 x (N + k)) for a step of N
+sequences; when k = 0 wins, nothing is drafted. Until steps of two row counts were measured, and
+once every PROBE_EVERY steps while drafting is off, a probe of PROBE_ROWS draft tokens measures
+what rows cost (on this 2-core CPU a probe costs ~2.4 steps' time, under 1 % of the steps). Also off for every
+sequence while more than BUSY_ROWS decode together, and for a sequence whose acceptance stays
+below MIN_ACCEPTANCE.
 Sequences with penalties, a grammar, logprobs or n > 1 never draft (their sampling state would
 have to be rewound).
 """
@@ -40,10 +46,48 @@ MAX_DRAFT = 8              # tokens proposed per step
 BUSY_ROWS = 4              # auto: no drafting while more sequences than this decode together
 PROBE = 24                 # auto: judge a sequence's acceptance after this many drafted tokens...
 MIN_ACCEPTANCE = 0.35      # ...and stop drafting for it below this rate
-PLAIN_EVERY = 8            # auto: one step in this many decodes without drafts, to keep its speed known
-PAUSE_STEPS = 256          # auto: steps without drafting once drafting measured slower
-MIN_SAMPLES = 3            # auto: steps of each kind measured before comparing
-EMA = 0.3                  # weight of the newest step in the speed averages
+PROBE_EVERY = 256          # auto: steps between probes with drafts while the cost model says no
+PROBE_ROWS = 1             # auto: draft tokens in such a probe
+PRIOR_ACCEPTANCE = 0.6     # auto: p assumed before any draft token was verified
+EMA = 0.2                  # weight of the newest step in a row count's average
+
+
+class StepCost:
+    """Milliseconds of a decode-only step by its number of rows (logits rows: sequences plus draft
+    tokens), as a line ms = c0 + c1 x rows fitted through each row count's recent average."""
+
+    def __init__(self) -> None:
+        self.ms: dict[int, float] = {}        # rows -> average ms of steps with that many rows
+
+    def observe(self, rows: int, ms: float) -> None:
+        old = self.ms.get(rows)
+        self.ms[rows] = ms if old is None else (1 - EMA) * old + EMA * ms
+
+    def line(self) -> tuple[float, float] | None:
+        """(c0, c1) by least squares; None before steps of two row counts were measured."""
+        if len(self.ms) < 2:
+            return None
+        xs, ys = list(self.ms), list(self.ms.values())
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        c1 = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        c1 = max(c1, 1e-3 * my)
+        return max(my - c1 * mx, 0.0), c1
+
+    def best_draft(self, n_seqs: int, p: float, limit: int) -> int:
+        """The draft length (0..limit) that makes the most tokens per ms in a step of n_seqs
+        sequences, one of them drafting with acceptance p."""
+        fit = self.line()
+        if fit is None:
+            return min(limit, PROBE_ROWS)       # measure first
+        c0, c1 = fit
+        best_k, best_rate, gain, term = 0, n_seqs / (c0 + c1 * n_seqs), 0.0, 1.0
+        for k in range(1, limit + 1):
+            term *= p
+            gain += term
+            rate = (n_seqs + gain) / (c0 + c1 * (n_seqs + k))
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k
 
 
 @dataclass(slots=True)
@@ -54,7 +98,14 @@ class SpecState:
     indexed: int = 0           # token_ids[:indexed] have their n-grams in `index`
     drafted: int = 0
     accepted: int = 0
+    examined: int = 0          # draft tokens verified up to and including the first rejected one
     off: bool = False
+
+
+def acceptance(accepted: int, examined: int) -> float:
+    """p, the chance that a draft token is accepted once the ones before it were: accepted over
+    examined (a rejection ends a draft's examination), with PRIOR_ACCEPTANCE as two pseudo-counts."""
+    return (accepted + 2 * PRIOR_ACCEPTANCE) / (examined + 2)
 
 
 class NgramDrafter:
@@ -66,35 +117,39 @@ class NgramDrafter:
         self.rows_left = 0                 # draft rows still allowed in the step being scheduled
         self.drafted_total = 0
         self.accepted_total = 0
+        self.examined_total = 0
         self.steps = 0
-        self.paused_until = 0              # auto: no drafting before this step
-        # auto: tokens per ms of quiet decode steps (no prefill), by running sequences, plain / drafting
-        self.speed: dict[tuple[int, bool], tuple[float, int]] = {}
+        self.num_running = 0               # sequences in the step being scheduled
+        self.last_draft_step = 0           # auto: the last step that held draft rows
+        self.cost = StepCost()             # auto: what a decode-only step costs by rows
 
     # ---- scheduling -----------------------------------------------------------------------
     def start_step(self, num_running: int) -> None:
         """Called before a step is scheduled: how many draft rows it may hold."""
         self.steps += 1
-        if self.mode == "off":
+        self.num_running = num_running
+        if self.mode == "off" or (self.mode == "auto" and num_running > BUSY_ROWS):
             self.rows_left = 0
-        elif self.mode == "ngram":
-            self.rows_left = self.max_draft_rows
         else:
-            quiet = num_running <= BUSY_ROWS and self.steps >= self.paused_until and self.steps % PLAIN_EVERY
-            self.rows_left = self.max_draft_rows if quiet else 0
+            self.rows_left = self.max_draft_rows
 
-    def observe_step(self, num_running: int, drafted: bool, tokens: int, ms: float) -> None:
-        """A decode-only step took `ms` and generated `tokens`: update the speeds "auto" compares,
-        and pause drafting when steps with drafts make fewer tokens per ms than steps without."""
-        if self.mode != "auto" or num_running > BUSY_ROWS or ms <= 0:
-            return
-        key = (num_running, drafted)
-        rate, n = self.speed.get(key, (0.0, 0))
-        self.speed[key] = (tokens / ms if n == 0 else (1 - EMA) * rate + EMA * tokens / ms, n + 1)
-        plain, spec = self.speed.get((num_running, False)), self.speed.get((num_running, True))
-        if plain and spec and plain[1] >= MIN_SAMPLES and spec[1] >= MIN_SAMPLES and spec[0] < plain[0]:
-            self.paused_until = self.steps + PAUSE_STEPS
-            del self.speed[(num_running, True)]       # judged afresh after the pause
+    def observe_step(self, rows: int, drafted: bool, ms: float) -> None:
+        """A decode-only step of `rows` logits rows took `ms`: what "auto" chooses draft lengths by.
+        Only steps as small as a drafting one count: the CPU's cost is not linear in rows (one row
+        takes ggml's matrix-vector path), and 32-row steps would flatten the line where it matters."""
+        if self.mode == "auto" and ms > 0 and rows <= BUSY_ROWS + MAX_DRAFT + 1:
+            self.cost.observe(rows, ms)
+            if drafted:
+                self.last_draft_step = self.steps
+
+    def _auto_limit(self, state: SpecState, limit: int) -> int:
+        """How many draft tokens auto proposes for a sequence (0: none), at most `limit`."""
+        p = acceptance(state.accepted, state.examined) if state.examined else \
+            acceptance(self.accepted_total, self.examined_total)
+        k = self.cost.best_draft(max(self.num_running, 1), p, limit)
+        if k == 0 and self.steps - self.last_draft_step >= PROBE_EVERY:
+            k = min(PROBE_ROWS, limit)       # keep the cost of draft rows measured
+        return k
 
     def eligible(self, seq: Sequence) -> bool:
         p = seq.request.params
@@ -122,6 +177,11 @@ class NgramDrafter:
         for n in range(MAX_N, MIN_N - 1, -1):
             end = state.index.get(tuple(toks[-n:]))
             if end is not None:
+                if self.mode == "auto":
+                    limit = min(limit, len(toks) - end)
+                    if (limit := self._auto_limit(state, limit)) <= 0:
+                        return []
+                    self.last_draft_step = self.steps
                 draft = toks[end:end + limit]
                 self.rows_left -= len(draft)
                 return draft
@@ -169,10 +229,13 @@ class NgramDrafter:
         return out
 
     def _record(self, state: SpecState, drafted: int, accepted: int) -> None:
+        examined = min(drafted, accepted + 1)
         state.drafted += drafted
         state.accepted += accepted
+        state.examined += examined
         self.drafted_total += drafted
         self.accepted_total += accepted
+        self.examined_total += examined
         if self.mode == "auto" and state.drafted >= PROBE and state.accepted < MIN_ACCEPTANCE * state.drafted:
             state.off = True
 

@@ -41,8 +41,9 @@ class ProjectorLoadError(LlmpackError):
 
 
 class _Mtmd:
-    """llama.cpp's mtmd library (llama_cpp.mtmd_cpp), loaded when a projector is first used, so a
-    build without it (the Windows DLLs are built without tools/mtmd) still serves text models."""
+    """llama.cpp's mtmd library (llama_cpp.mtmd_cpp), loaded when a projector is first used: a text
+    model never loads it, and a llama-cpp-python built without it (LLAVA_BUILD=OFF) still serves
+    text models. Every built file has it (the stub's self-test loads it)."""
 
     _lib = None
 
@@ -73,10 +74,20 @@ class ImageSpan:
     non_causal: bool             # its rows must be decoded together, attending both ways (Gemma 3)
     embd: np.ndarray | None = None   # (n_tokens, n_embd) float32 once encoded (set by the encoder thread)
     queued: bool = False             # handed to the encoder (engine thread only)
+    grid: tuple[int, int] | None = None   # M-RoPE: its rows as nx columns by ny rows (None: one position each)
 
     @property
     def end(self) -> int:
         return self.start + self.n_tokens
+
+    def mrope_positions(self, pos0: int) -> np.ndarray:
+        """The 4 positions of every row for llama_batch.pos, section-major ([t..., y..., x..., z...]),
+        as mtmd's helper sets them (mtmd_image_tokens_get_decoder_pos, set_position_mrope_2d): row i
+        of the nx-wide grid at temporal position pos0, height pos0 + i // nx, width pos0 + i % nx."""
+        nx, _ = self.grid
+        i = np.arange(self.n_tokens, dtype=np.int32)
+        return np.concatenate([np.full(self.n_tokens, pos0, np.int32), pos0 + i // nx, pos0 + i % nx,
+                               np.zeros(self.n_tokens, np.int32)])
 
     def __del__(self) -> None:
         if self.chunk:
@@ -92,6 +103,30 @@ class MultimodalPrompt:
 
     def __len__(self) -> int:   # a prompt's length, as for a list of token ids
         return len(self.token_ids)
+
+    def position(self, index: int) -> int:
+        """The position llama.cpp keeps for token `index` (the temporal one, with M-RoPE): its index,
+        except that each M-RoPE image before it advanced the position by its n_pos (max(nx, ny))
+        instead of its n_tokens, and all rows of an M-RoPE image share the image's first position.
+        Tokens past the prompt (generated text) continue from the last image's shift."""
+        shift = 0
+        for img in self.images:
+            if index < img.start:
+                break
+            if index < img.end and img.grid is not None:
+                return img.start + shift
+            if index >= img.end:
+                shift += img.n_pos - img.n_tokens
+        return index + shift
+
+    def resumable(self, index: int) -> int:
+        """The last token index at or before `index` from which a sequence can be computed on: an
+        M-RoPE image's rows all sit at one position, so llama.cpp cannot tell its first rows' cells
+        from its last ones' and a cache hit or a chunk must not end inside one."""
+        for img in self.images:
+            if img.grid is not None and img.start < index < img.end:
+                return img.start
+        return index
 
     def image_at(self, index: int) -> ImageSpan | None:
         """The image whose rows include token index `index`, if any."""
@@ -214,7 +249,8 @@ class Projector:
                 copy = mtmd.mtmd_input_chunk_copy(chunk)
                 digest = bytes.fromhex(mtmd.mtmd_input_chunk_get_id(chunk).decode())
                 images.append(ImageSpan(digest, len(ids), n_tokens, mtmd.mtmd_input_chunk_get_n_pos(chunk),
-                                        copy, bool(mtmd.mtmd_decode_use_non_causal(self.ctx, chunk))))
+                                        copy, bool(mtmd.mtmd_decode_use_non_causal(self.ctx, chunk)),
+                                        grid=self._grid(chunk, n_tokens)))
                 ids += [IMAGE_TOKEN] * n_tokens
             else:
                 raise ImageError("this model's projector produced a kind of input llmpack does not handle (audio?)")
@@ -223,6 +259,17 @@ class Projector:
             for img in images:
                 img.start += len(bos)
         return MultimodalPrompt(ids, images)
+
+    def _grid(self, chunk, n_tokens: int) -> tuple[int, int] | None:
+        """An M-RoPE image's grid of rows (mtmd_image_tokens_get_nx / _ny); None for other models."""
+        if not self.mrope:
+            return None
+        tokens = mtmd.mtmd_input_chunk_get_tokens_image(chunk)
+        nx, ny = mtmd.mtmd_image_tokens_get_nx(tokens), mtmd.mtmd_image_tokens_get_ny(tokens)
+        if nx * ny != n_tokens:
+            raise ImageError(f"llama.cpp laid this image out as {nx} x {ny} rows but made {n_tokens} of them; "
+                             f"llmpack cannot place it")
+        return nx, ny
 
     # ---- encoder thread -----------------------------------------------------------------
     def encode(self, span: ImageSpan) -> np.ndarray:

@@ -230,6 +230,7 @@ def _no_gpu_note(backend: str) -> str:
 
 
 _loaded: Backends | None = None
+_gpu_loaded = False           # the GPU (and RPC) backend libraries are loaded too
 
 
 def _quiet_ggml_log() -> None:
@@ -246,12 +247,31 @@ def _quiet_ggml_log() -> None:
     lc.llama_log_set(_quiet, ctypes.c_void_p(0))
 
 
-def load_backends(quiet: bool = True) -> Backends:
-    """Load the CPU variant and the GPU backends once per process; later calls return the same.
-    quiet=False leaves llama.cpp's logging as it is (for code that wants its load log)."""
-    global _loaded
-    if _loaded is not None:
-        return _loaded
+def load_backends(quiet: bool = True, gpu: bool = True) -> Backends:
+    """Load the CPU variant and (with `gpu`) the GPU backends once per process; later calls return
+    the same. quiet=False leaves llama.cpp's logging as it is (for code that wants its load log).
+    gpu=False is for a model that stays on the CPU (--gpu-layers 0, --device cpu): probing Vulkan
+    loads every installed driver, and Mesa's software and Radeon drivers bring LLVM with them
+    (about 55 MB resident, for nothing); a later call with gpu=True loads the GPU backends then."""
+    global _loaded, _gpu_loaded
+    if _loaded is None:
+        _loaded = _load_cpu(quiet)
+    if gpu and not _gpu_loaded and _loaded.dynamic:
+        g, folder = _ggml(), Path(_loaded.lib_dir)
+        skip = {f"{_PREFIX}ggml{_SUFFIX}", f"{_PREFIX}ggml-base{_SUFFIX}"}
+        for path in sorted(folder.glob(f"{_PREFIX}ggml-*{_SUFFIX}")):
+            if path.name not in skip and not path.name.startswith(f"{_PREFIX}ggml-cpu"):
+                _load_gpu(g, path, _loaded)
+    _gpu_loaded = _gpu_loaded or gpu
+    return _loaded
+
+
+def gpu_probed() -> bool:
+    """Whether load_backends has loaded (and so probed) the GPU backends in this process."""
+    return _gpu_loaded
+
+
+def _load_cpu(quiet: bool) -> Backends:
     folder = lib_dir()
     g = _ggml()
     if quiet:
@@ -261,19 +281,12 @@ def load_backends(quiet: bool = True) -> Backends:
         if g.ggml_backend_reg_count() == 0:
             raise BackendError(f"no llama.cpp CPU backend in {folder} (expected {_PREFIX}ggml-cpu-*{_SUFFIX}); "
                                "reinstall llama-cpp-python with ./dev setup")
-        _loaded = Backends(str(folder), dynamic=False, cpu_variant=None)
-        return _loaded
+        return Backends(str(folder), dynamic=False, cpu_variant=None)
     chosen, skipped = _choose_cpu(cpu_libs, os.environ.get("LLMPACK_CPU_VARIANT") or None)
     if not g.ggml_backend_load(str(chosen).encode()):
         raise BackendError(f"the CPU backend {chosen.name} could not be loaded: "
                            f"{_dlopen_error(chosen) or 'its initialisation failed'}")
-    found = Backends(str(folder), dynamic=True, cpu_variant=_variant(chosen), cpu_skipped=skipped)
-    skip = {f"{_PREFIX}ggml{_SUFFIX}", f"{_PREFIX}ggml-base{_SUFFIX}"}
-    for path in sorted(folder.glob(f"{_PREFIX}ggml-*{_SUFFIX}")):
-        if path.name not in skip and not path.name.startswith(f"{_PREFIX}ggml-cpu"):
-            _load_gpu(g, path, found)
-    _loaded = found
-    return found
+    return Backends(str(folder), dynamic=True, cpu_variant=_variant(chosen), cpu_skipped=skipped)
 
 
 def gpu_devices() -> list[Device]:

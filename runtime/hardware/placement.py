@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from llmpack.runtime.hardware.backends import Device, gpu_devices, load_backends, pick_device
+from llmpack.runtime.hardware.backends import Device, gpu_devices, gpu_probed, load_backends, pick_device
 from llmpack.runtime.hardware.gpu_fit import fit_gpu_layers, fit_on
 from llmpack.runtime.hardware.rpc import RemoteDevice, RpcError, add_servers
 from llmpack.runtime.model.model_info import ModelInfo, read_model_info
@@ -137,8 +137,9 @@ def layers_per_device(n_gpu_layers: int, n_layer: int, n_layer_all: int, split: 
 
 
 def backend_report(plan: OffloadPlan, runner: Any) -> dict:
-    """/health's `backend` object (its shape: docs/PORTABILITY.md, "GPU offload") for a loaded ModelRunner."""
-    found = load_backends()
+    """/health's `backend` object (its shape: docs/PORTABILITY.md, "GPU offload") for a loaded ModelRunner.
+    A model kept on the CPU by --gpu-layers 0 lists no devices: nothing probed them (load_backends)."""
+    found = load_backends(gpu=plan.n_gpu_layers != 0 or bool(plan.remote))
     if plan.remote:
         return _remote_report(plan, runner, found.cpu_variant)
     offloaded = runner.gpu_layers if plan.device is not None else 0
@@ -152,7 +153,7 @@ def backend_report(plan: OffloadPlan, runner: Any) -> dict:
     else:
         summary = f"Running on your processor ({why or 'the graphics card is not used'})"
     return {"cpu_variant": found.cpu_variant,
-            "devices": [d.to_dict() for d in gpu_devices()],
+            "devices": [d.to_dict() for d in gpu_devices()] if gpu_probed() else [],
             "gpu_device": plan.device.id if plan.device is not None and offloaded else None,
             "gpu_layers": offloaded, "n_layers": runner.n_layer, "note": note, "summary": summary + ".",
             "remote": []}

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from llmpack.errors import LlmpackError
 from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.scale.bridge import APP_NAME
+from llmpack.runtime.server.http.options import Cors
 
 DEFAULT_PORT = 8000            # Ray Serve's
 INGRESS_MAX_ONGOING = 4096     # the ingress only forwards; the replicas' limit is what counts
@@ -64,7 +65,7 @@ def import_ray() -> Any:
 
 
 def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing: int, api_key: str | None,
-              cors: bool) -> Any:
+              cors: Cors) -> Any:
     """The Ray Serve application: Ingress -> LlmpackReplica (bound, not yet running)."""
     from ray import serve   # lazy: see import_ray
     from ray.serve.config import RequestRouterConfig
@@ -113,7 +114,7 @@ def _on_this_machine(address: str | None) -> bool:
 
 
 def start(model: ModelFile, config: Any, settings: RaySettings, *, max_ongoing: int, api_key: str | None = None,
-          cors: bool = False) -> str:
+          cors: Cors = False) -> str:
     """Connect to (or start) Ray, start Serve's proxy and the app; returns the base URL once every
     replica has loaded the model."""
     ray = import_ray()

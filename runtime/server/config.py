@@ -3,14 +3,59 @@ one place (llmpack/cli.py `serve_config`). Nothing in the runtime sees argparse:
 `serving.build_model` read this, and the engine gets its own `EngineConfig` from it."""
 from __future__ import annotations
 
+import re
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from llmpack.runtime.server.http.options import Cors
 
 from llmpack.runtime.engine.config import FLASH_ATTN, GPU_LAYERS, MAX_NUM_SEQS, MAX_WAITING, SPECULATIVE
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*\Z")
+
+
+def parse_origin(text: str) -> str:
+    """One --cors origin in the form a browser sends it, or ValueError saying what is wrong."""
+    raw = text.strip()
+    hint = (f"{raw!r} is not a web origin: write scheme://host[:port] (e.g. https://app.example or "
+            "http://localhost:3000), or '*' for every web site")
+    if raw.lower() == "null":
+        raise ValueError("'null' is the origin of every sandboxed frame and file:// page, so it cannot be "
+                         "allowed; serve that page from a real origin")
+    try:
+        parts = urllib.parse.urlsplit(raw.rstrip("/"))
+        port = parts.port
+    except ValueError:
+        raise ValueError(hint) from None
+    scheme, host = parts.scheme.lower(), (parts.hostname or "")
+    if not _SCHEME.match(scheme) or not host or parts.path or parts.query or parts.fragment or "@" in parts.netloc \
+            or "*" in raw:
+        raise ValueError(hint)
+    try:
+        host = host.encode("idna").decode("ascii")   # a browser writes an IDN host in punycode
+    except UnicodeError:
+        raise ValueError(hint) from None
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}" + ("" if port is None or DEFAULT_PORTS.get(scheme) == port else f":{port}")
+
+
+def parse_cors(text: str) -> Cors:
+    """`--cors` value: '*' (every origin) or a comma-separated list of origins."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if items == ["*"]:
+        return True
+    if not items:
+        raise ValueError("give an origin such as https://app.example, a comma-separated list, or '*'")
+    if "*" in items:
+        raise ValueError("'*' already allows every web site; give either '*' or a list of origins")
+    return tuple(dict.fromkeys(parse_origin(t) for t in items))
 
 
 @dataclass(frozen=True)
@@ -40,6 +85,6 @@ class ServeConfig:
     port: int = DEFAULT_PORT                  # the next free one is taken if busy; 0 = any
     open_browser: bool = True
     api_key: str | None = None
-    cors: bool = False
+    cors: Cors = False                        # --cors (parse_cors)
     verbose: bool = False                     # --verbose: technical detail on the console (why no GPU)
     instance_key: str | None = None           # a built file's model key: a lock file while serving (server/lifecycle/instance.py)

@@ -79,10 +79,12 @@ def _source_part(block: dict, where: str) -> dict:
     return {"type": "file", "file": {"filename": name, "file_data": f"data:{media};base64,{data}"}}
 
 
-def _blocks(role: str, content: list, where: str) -> list[dict]:
+def _blocks(role: str, content: list, where: str) -> tuple[list[dict], list[str]]:
     """One Anthropic turn -> chat-template messages: tool results become `tool` turns before the
-    rest, tool_use blocks the assistant's tool_calls, earlier thinking is left out."""
+    rest, tool_use blocks the assistant's tool_calls, earlier thinking is left out. Also the
+    block name ("messages.0.content.1") of each content part of the last message, for 400s."""
     parts: list[dict] = []
+    names: list[str] = []
     calls: list[dict] = []
     results: list[dict] = []
     for j, b in enumerate(content):
@@ -92,8 +94,10 @@ def _blocks(role: str, content: list, where: str) -> list[dict]:
         if kind == "text":
             _need(isinstance(b.get("text"), str), f"{bw}.text", "Field required")
             parts.append({"type": "text", "text": b["text"]})
+            names.append(bw)
         elif kind in ("image", "document"):
             parts.append(_source_part(b, bw))
+            names.append(bw)
         elif kind == "tool_use" and role == "assistant":
             _need(isinstance(b.get("id"), str) and isinstance(b.get("name"), str), bw, "tool_use needs id and name")
             _need(isinstance(b.get("input", {}), dict), f"{bw}.input", "must be an object")
@@ -114,10 +118,13 @@ def _blocks(role: str, content: list, where: str) -> list[dict]:
         if calls:
             msg["tool_calls"] = calls
         out.append(msg)
-    return out
+    return out, names if parts else []
 
 
-def _messages(body: dict) -> list[dict]:
+def _messages(body: dict) -> tuple[list[dict], dict[tuple[int, int], str]]:
+    """The chat-template messages, and the block name of each of their content parts (the
+    system prompt and tool results move parts away from the client's indexes)."""
+    names: dict[tuple[int, int], str] = {}
     msgs = body.get("messages")
     _need(isinstance(msgs, list) and msgs, "messages", "Field required (a non-empty list)")
     out: list[dict] = []
@@ -134,8 +141,10 @@ def _messages(body: dict) -> list[dict]:
             out.append({"role": role, "content": content})
         else:
             _need(isinstance(content, list), f"{where}.content", "must be a string or a list of blocks")
-            out += _blocks(role, content, where)
-    return out
+            turn, part_names = _blocks(role, content, where)
+            out += turn
+            names.update({(len(out) - 1, j): name for j, name in enumerate(part_names)})
+    return out, names
 
 
 def _tools(body: dict) -> ToolRequest | None:
@@ -207,8 +216,9 @@ def chat_request(body: Any, *, counting: bool = False) -> ChatRequest:
                             max_tokens=body.get("max_tokens"), stop=body.get("stop_sequences"),
                             names={"stop": "stop_sequences"})
     think, budget = _thinking(body)
-    req = ChatRequest(_messages(body), values, constraint=_constraint(body), tools=_tools(body), think=think,
-                      reasoning_budget=budget, think_param="thinking")
+    messages, part_names = _messages(body)
+    req = ChatRequest(messages, values, constraint=_constraint(body), tools=_tools(body), think=think,
+                      reasoning_budget=budget, think_param="thinking", part_names=part_names)
     if counting:
         return req
     mt = body.get("max_tokens")

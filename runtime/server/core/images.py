@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmpack.runtime.chat import untrusted
-from llmpack.runtime.engine.client import MAX_IMAGE_BYTES, ImageError, MultimodalPrompt, check_image
+from llmpack.runtime.engine.client import MAX_IMAGE_BYTES, ImageError, MultimodalPrompt, check_image, sniff
 from llmpack.runtime.server.core.errors import ApiError, bad
 from llmpack.runtime.server.core.served_model import ServedModel
 
@@ -38,9 +38,13 @@ class Images:
     where: list[str]                   # "messages[i].content[j]" of each, for 400s
 
 
-def take_image_parts(messages: Any, model: ServedModel, param: str = "messages") -> tuple[Any, Images | None]:
+def take_image_parts(messages: Any, model: ServedModel, param: str = "messages",
+                     names: dict[tuple[int, int], str] | None = None) -> tuple[Any, Images | None]:
     """`messages` with every image part replaced by the marker text (each user message with
-    images becomes one string), and the images; (messages, None) when there are none."""
+    images becomes one string), and the images; (messages, None) when there are none. `names`
+    holds the client's own name of part j of messages[i] where its wire format moved it (an
+    Anthropic block, an Ollama `images` entry), so a 400 names what the client sent."""
+    names = names or {}
     if not isinstance(messages, list):
         return messages, None
     found = Images("<llmpack-image-" + secrets.token_hex(8) + ">", [], [])
@@ -51,10 +55,12 @@ def take_image_parts(messages: Any, model: ServedModel, param: str = "messages")
             out.append(m)
             continue
         if m.get("role") != "user":
-            raise bad(param, f"{param}[{i}] has an image; images can only be in user messages")
+            first = next(j for j, p in enumerate(content) if _is_image(p))
+            where = names.get((i, first), f"{param}[{i}]")
+            raise bad(where, f"{where} is an image; images can only be in user messages")
         pieces: list[Any] = []
         for j, part in enumerate(content):
-            where = f"{param}[{i}].content[{j}]"
+            where = names.get((i, j), f"{param}[{i}].content[{j}]")
             if _is_image(part):
                 if not model.engine.vision:
                     raise bad(where, f"{where} is an image, but {NO_PROJECTOR}", "model_not_vision")
@@ -84,6 +90,19 @@ def image_prompt(model: ServedModel, text: str, images: Images, param: str = "me
         return model.engine.image_prompt(parts)
     except ImageError as exc:
         raise bad(param, f"an image could not be used: {exc}", "bad_image") from None
+
+
+def base64_image_part(b64: str) -> dict:
+    """An image part for a bare base64 picture, which comes with no media type (Ollama's
+    `images`): labelled by what its first bytes are. Bytes that are no picture are labelled PNG,
+    and the check then says they are not an image; a whole data: URL is taken as it is."""
+    if b64.startswith("data:"):
+        return {"type": "image_url", "image_url": {"url": b64}}
+    try:
+        head = base64.b64decode(b64[:16], validate=True)      # 12 bytes: every signature sniff reads
+    except (binascii.Error, ValueError):
+        head = b""                                             # _decode names the bad base64
+    return {"type": "image_url", "image_url": {"url": f"data:image/{sniff(head) or 'png'};base64,{b64}"}}
 
 
 def _is_image(part: Any) -> bool:

@@ -40,6 +40,9 @@ class ChatRequest:
     reasoning_budget: int | None = None    # end thinking after this many tokens (None: the server's --reasoning-budget)
     think_param: str = "think"             # the client's field for `think` and the budget, for 400s
     param: str = "messages"
+    # the client's name of content part j of messages[i] where its wire format moved parts
+    # (Anthropic's blocks, Ollama's `images`), for 400s; absent: "messages[i].content[j]"
+    part_names: dict[tuple[int, int], str] | None = None
 
 
 @dataclass
@@ -78,7 +81,7 @@ def with_turn_stops(params: SamplingParams, model: ServedModel) -> SamplingParam
 
 
 def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
-    messages, images = take_image_parts(req.messages, model, req.param)   # pictures become markers (images.py)
+    messages, images = take_image_parts(req.messages, model, req.param, req.part_names)   # pictures become markers (images.py)
     messages, read = expand_file_parts(messages, model)
     plan = plan_output(model, req.constraint, req.tools, chat=True)
     if req.params is not None:

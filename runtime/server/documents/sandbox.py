@@ -10,8 +10,10 @@ attachment; a file that makes the parser allocate gigabytes took the whole serve
 * the parent waits until the deadline plus GRACE_S, then kills the worker and starts a fresh
   one for the next file: one hostile file costs one killed process;
 * the worker's memory is capped: setrlimit(RLIMIT_AS) on POSIX, a job object with a process
-  memory limit on Windows (if Wine's job objects do not enforce it, the deadline still does);
-  a MemoryError ends that worker, the file is refused, and the next one gets a fresh worker;
+  memory limit on Windows, and there the parent also watches the worker's committed memory
+  while it reads and kills it past the cap (Wine accepts the job's limit but does not enforce
+  it: winjob.py); a MemoryError ends that worker, the file is refused, and the next one gets a
+  fresh worker. LLMPACK_EXTRACT_MEMORY_MB sets the cap (default MEMORY_BYTES);
 * the answer comes back as JSON, never pickle: a worker that a hostile file took over still
   cannot make the server run code.
 
@@ -28,13 +30,19 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
+from llmpack.errors import LlmpackError
 from llmpack.runtime.server.documents import extract as D
 
+if os.name == "nt":
+    from llmpack.runtime.server.documents import winjob
+
 MEMORY_BYTES = 1 << 30      # address space of one worker (a 32 MB PDF needs a few hundred MB)
+MEMORY_ENV = "LLMPACK_EXTRACT_MEMORY_MB"   # another cap, in MiB
 WORKERS = 2
 GRACE_S = 1.0               # after the deadline, before the kill: the worker's own check words it better
+POLL_S = 0.05               # Windows: how often the parent looks at a reading worker's memory
 WORKER_FLAG = "--llmpack-extract-worker"
 _HEADER = struct.Struct(">II")   # JSON length, payload length
 
@@ -54,6 +62,18 @@ def _receive(f: BinaryIO) -> tuple[dict, bytes]:
     if len(head) < n_head or len(payload) < n_payload:
         raise EOFError
     return json.loads(head.decode("utf-8", "surrogatepass")), payload
+
+
+def memory_limit() -> int:
+    """The cap on one worker's memory: $LLMPACK_EXTRACT_MEMORY_MB MiB, else MEMORY_BYTES. A value
+    that is not a whole number of at least 32 MiB is refused with one line at start-up."""
+    raw = os.environ.get(MEMORY_ENV, "").strip()
+    if not raw:
+        return MEMORY_BYTES
+    if not raw.isdigit() or int(raw) < 32:
+        raise LlmpackError(f"{MEMORY_ENV}={raw!r}: give the memory one attachment reader may use, in MiB "
+                           f"(at least 32; default {MEMORY_BYTES >> 20})")
+    return int(raw) << 20
 
 
 # ---------------------------------------------------------------- the worker side
@@ -94,7 +114,8 @@ class _Worker:
             argv = [sys.executable, "-c", f"import sys, {__name__} as m; m.worker_main(int(sys.argv[1]))", str(memory)]
         flags = getattr(subprocess, "CREATE_NO_WINDOW", 0)
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, creationflags=flags)
-        self.job = _limit_windows_memory(self.proc, memory) if os.name == "nt" else None
+        self.memory = memory
+        self.job = winjob.limit_memory(self.proc, memory) if os.name == "nt" else None
         self.answers: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, name="llmpack-extract-reader", daemon=True).start()
 
@@ -108,13 +129,15 @@ class _Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def over_memory(self) -> bool:
+        """Windows: past the cap (the job object may not enforce it: Wine); POSIX: setrlimit does."""
+        return os.name == "nt" and winjob.committed(self.proc) > self.memory
+
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
         if self.job:
-            import ctypes   # lazy: Windows only
-
-            ctypes.windll.kernel32.CloseHandle(self.job)  # type: ignore[attr-defined]
+            winjob.close(self.job)
             self.job = None
         for f in (self.proc.stdin, self.proc.stdout):
             try:
@@ -126,8 +149,8 @@ class _Worker:
 class Sandbox:
     """Up to `workers` warm worker processes; `extract` borrows one per file."""
 
-    def __init__(self, workers: int = WORKERS, memory: int = MEMORY_BYTES) -> None:
-        self.memory = memory
+    def __init__(self, workers: int = WORKERS, memory: int | None = None) -> None:
+        self.memory = memory or memory_limit()
         self._idle: queue.LifoQueue[_Worker | None] = queue.LifoQueue()
         for _ in range(workers):
             self._idle.put(None)
@@ -168,11 +191,18 @@ class Sandbox:
             _send(worker.proc.stdin, {"name": name, "media_type": media_type, "time_limit": max(left, 0.0)}, data)
         except OSError:
             return None
-        try:
-            return worker.answers.get(timeout=max(left, 0.0) + GRACE_S)
-        except queue.Empty:
-            worker.kill()
-            raise _slow(name) from None
+        end, step = deadline + GRACE_S, (POLL_S if os.name == "nt" else float("inf"))
+        while True:
+            try:
+                return worker.answers.get(timeout=max(min(step, end - time.monotonic()), 0.0))
+            except queue.Empty:
+                pass
+            if worker.over_memory():
+                worker.kill()
+                return None        # refused as too big for the memory cap
+            if time.monotonic() >= end:
+                worker.kill()
+                raise _slow(name) from None
 
     def close(self) -> None:
         """Kill the idle workers (a busy one is killed by its own deadline)."""
@@ -185,32 +215,3 @@ class Sandbox:
 def _slow(name: str) -> D.DocumentError:
     return D.DocumentError(f"reading {name} took longer than {D.TIME_LIMIT_S:.0f} s, so llmpack gave up; "
                            "attach a smaller file or copy its text in")
-
-
-def _limit_windows_memory(proc: subprocess.Popen, memory: int) -> Any:
-    """A job object that caps the worker's committed memory and kills it with the job's last
-    handle (so it cannot outlive the server). None where it cannot be set up (older Wine)."""
-    import ctypes   # lazy: Windows only
-    from ctypes import wintypes
-
-    class Limits(ctypes.Structure):   # JOBOBJECT_EXTENDED_LIMIT_INFORMATION (64-bit layout)
-        _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64), ("PerJobUserTimeLimit", ctypes.c_int64),
-                    ("LimitFlags", wintypes.DWORD), ("MinimumWorkingSetSize", ctypes.c_size_t),
-                    ("MaximumWorkingSetSize", ctypes.c_size_t), ("ActiveProcessLimit", wintypes.DWORD),
-                    ("Affinity", ctypes.c_size_t), ("PriorityClass", wintypes.DWORD),
-                    ("SchedulingClass", wintypes.DWORD), ("IoCounters", ctypes.c_uint64 * 6),
-                    ("ProcessMemoryLimit", ctypes.c_size_t), ("JobMemoryLimit", ctypes.c_size_t),
-                    ("PeakProcessMemoryUsed", ctypes.c_size_t), ("PeakJobMemoryUsed", ctypes.c_size_t)]
-
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    kernel32.CreateJobObjectW.restype = wintypes.HANDLE
-    job = kernel32.CreateJobObjectW(None, None)
-    if not job:
-        return None
-    limits = Limits(LimitFlags=0x100 | 0x2000, ProcessMemoryLimit=memory)   # PROCESS_MEMORY | KILL_ON_JOB_CLOSE
-    ok = kernel32.SetInformationJobObject(wintypes.HANDLE(job), 9, ctypes.byref(limits), ctypes.sizeof(limits)) \
-        and kernel32.AssignProcessToJobObject(wintypes.HANDLE(job), wintypes.HANDLE(int(proc._handle)))
-    if not ok:
-        kernel32.CloseHandle(wintypes.HANDLE(job))
-        return None
-    return job   # kept open for the worker's life: closing it kills the worker

@@ -28,7 +28,7 @@ from typing import Callable, TypeVar
 from flask import Flask, Response, request
 
 from llmpack.runtime.server.http.errors import error_response as error
-from llmpack.runtime.server.http.options import ServerOptions
+from llmpack.runtime.server.http.options import Cors, ServerOptions
 
 F = TypeVar("F", bound=Callable)
 
@@ -141,11 +141,12 @@ def instance_proof(secret: str, nonce: str) -> str:
     return hmac.new(secret.encode("utf-8"), nonce.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-def cors_allows(cors: bool | tuple[str, ...] | None, origin: str) -> bool:
-    """--cors: True lets every origin in; a tuple of origins ("https://app.example") only those."""
-    if isinstance(cors, (tuple, list, set, frozenset)):
-        return origin.rstrip("/").lower() in {o.rstrip("/").lower() for o in cors}
-    return bool(cors)
+def cors_allows(cors: Cors | None, origin: str) -> bool:
+    """--cors: True lets every origin in; a tuple of origins (server/config.py parse_cors: as a
+    browser writes `Origin`, e.g. "https://app.example") only those. `null` is never one."""
+    if isinstance(cors, tuple):
+        return origin.lower() in cors
+    return bool(cors) and origin != "null"
 
 
 def cross_site(method: str, headers, host: str, cors) -> str | None:
@@ -165,12 +166,15 @@ def cross_site(method: str, headers, host: str, cors) -> str | None:
     # the origin's host:port against Host (not the scheme: a TLS proxy in front changes only that)
     foreign = site in ("cross-site", "same-site") or \
         (origin is not None and urllib.parse.urlsplit(origin).netloc.lower() != host.lower())
-    if not foreign or (origin and origin != "null" and cors_allows(cors, origin)):
+    if not foreign or (origin and cors_allows(cors, origin)):
         return None
     if method == "OPTIONS" and not cors:
         return None   # a preflight alone changes nothing; without --cors it gets no CORS headers
+    if isinstance(cors, tuple):
+        return (f"requests from another web site ({origin or site}) may not use this server: that origin is not "
+                f"among those --cors allows ({', '.join(cors)})")
     return (f"requests from another web site ({origin or site}) may not use this server: start it with "
-            "--cors to allow that origin")
+            "--cors ORIGIN to allow that origin")
 
 
 def key_ok(authorization: str | None, key: str, x_api_key: str | None = None) -> bool:
@@ -219,10 +223,12 @@ def install(app: Flask, options: ServerOptions) -> None:
         h.setdefault("Referrer-Policy", "no-referrer")
         h.setdefault("X-Frame-Options", "DENY")
         h["Content-Security-Policy"] = PAGE_CSP
-        if options.cors:
-            origin = request.headers.get("Origin") or ""
-            h["Access-Control-Allow-Origin"] = "*" if options.cors is True else origin if cors_allows(options.cors, origin) else "null"
-            h.add("Vary", "Origin")
+        origin = request.headers.get("Origin")
+        if isinstance(options.cors, tuple):
+            h.add("Vary", "Origin")   # the answer differs by origin: a cache must not hand one site's to another
+        if options.cors and origin and cors_allows(options.cors, origin):
+            # only an allowed origin is named; any other gets no CORS header, so its browser reads nothing
+            h["Access-Control-Allow-Origin"] = "*" if options.cors is True else origin
             h["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS"   # DELETE: stored responses, Ollama's
             # X-Filename: /v1/extract; x-api-key and anthropic-*: what Anthropic's browser clients send
             h["Access-Control-Allow-Headers"] = ("Authorization, Content-Type, X-Filename, x-api-key, anthropic-version, "
