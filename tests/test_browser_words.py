@@ -250,7 +250,8 @@ def test_the_chat_list_footer_names_the_other_computers_that_hold_layers(browser
         fake_health(page, backend=RPC_LAN)
         open_app(page, srv)
         if width < 700:
-            page.click("#sidebar-toggle")   # the chat list is folded away on a phone
+            page.click("#sidebar-toggle")   # the chat list is folded away on a phone: it slides in
+            wait_until(lambda: page.locator("#sidebar").bounding_box()["x"] >= 0, 10)
         footer = page.locator("[data-testid=where-runs]")
         footer.wait_for(state="visible")
         assert footer.inner_text() == "Uses this computer and 2 others on your network (192.168.1.20, 192.168.1.21)."
