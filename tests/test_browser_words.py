@@ -235,3 +235,43 @@ def test_the_page_uses_the_servers_defaults_and_keeps_no_copy(tiny_model: Path, 
         assert page.locator("[data-testid=top-k]").get_attribute("placeholder") == "33"
         assert json.loads(page.evaluate("localStorage.getItem('llmpack.settings.v1')"))["models"][srv.model_id] == {
             "temperature": 0}
+
+
+RPC_LAN = {"cpu_variant": "haswell", "devices": [], "gpu_device": None, "gpu_layers": 18, "n_layers": 18, "note": None,
+           "remote": [{"id": "RPC0", "endpoint": "192.168.1.20:50052", "layers": 10},
+                      {"id": "RPC1", "endpoint": "192.168.1.21:50052", "layers": 8}]}
+
+
+@pytest.mark.parametrize("width, height", [(1280, 860), (390, 844)])
+def test_the_chat_list_footer_names_the_other_computers_that_hold_layers(browser, scripted_model: Path, width, height):
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    page = new_page(ctx)
+    with live_server(scripted_model) as srv:
+        fake_health(page, backend=RPC_LAN)
+        open_app(page, srv)
+        if width < 700:
+            page.click("#sidebar-toggle")   # the chat list is folded away on a phone: it slides in
+            wait_until(lambda: page.locator("#sidebar").bounding_box()["x"] >= 0, 10)
+        footer = page.locator("[data-testid=where-runs]")
+        footer.wait_for(state="visible")
+        assert footer.inner_text() == "Uses this computer and 2 others on your network (192.168.1.20, 192.168.1.21)."
+        assert "192.168.1.20:50052" in footer.get_attribute("title")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"footer-rpc-{width}.png"))
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        assert page.problems == []
+    ctx.close()
+
+
+@pytest.mark.parametrize("remote, said", [
+    ([], "Runs entirely on this computer."),
+    ([{"id": "RPC0", "endpoint": "127.0.0.1:50052", "layers": 18}],
+     "Uses this computer and a helper at 127.0.0.1:50052 (on this computer, or on another one through a tunnel)."),
+    ([{"id": "RPC0", "endpoint": "10.0.0.7:50052", "layers": 18}, {"id": "RPC1", "endpoint": "10.0.0.8:50052", "layers": 0}],
+     "Uses this computer and 1 other on your network (10.0.0.7)."),   # a worker that holds no layer is not used
+])
+def test_the_footer_says_this_computer_alone_only_when_it_is(page, scripted_model: Path, remote, said):
+    with live_server(scripted_model) as srv:
+        fake_health(page, backend={**RPC_LAN, "remote": remote, "gpu_layers": 18 if remote else 0})
+        open_app(page, srv)
+        assert page.locator("[data-testid=where-runs]").text_content() == said

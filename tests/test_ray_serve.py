@@ -165,6 +165,23 @@ def test_a_client_that_hangs_up_frees_the_kv_on_its_replica(url):
     assert made < LONG / 2, made   # stopped soon after the hang-up, not run to the end
 
 
+def test_health_and_metrics_answer_for_every_replica(url, cluster):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    c, worker = cluster
+    chat(url, "Warm both up?")
+    r = requests.get(url + "/health", timeout=WAIT_S)
+    body = r.json()
+    assert r.status_code == 200 and body["status"] == "ok" and body["replicas_ready"] == 2, body
+    assert {row["node"] for row in body["replicas"]} == {c.head_node.node_id, worker.node_id}
+    assert all(row["state"] == "ready" and row["kv_blocks_total"] > 0 and row["running"] >= 0
+               for row in body["replicas"]), body
+    text = requests.get(url + "/metrics", timeout=WAIT_S).text
+    made = {s.labels["replica"]: s.value for fam in text_string_to_metric_families(text)
+            if fam.name == "llmpack:generation_tokens" for s in fam.samples if s.name.endswith("_total")}
+    assert set(made) == {row["replica"] for row in body["replicas"]} and sum(made.values()) > 0, made
+
+
 def test_losing_a_node_ends_its_streams_with_an_error_and_the_rest_keep_answering(url, cluster):
     c, worker = cluster
     for i in range(20):   # a prompt family the worker node's replica holds
@@ -200,16 +217,24 @@ def test_replicas_auto_scales_from_one_to_two_under_load(cluster, model, url, tm
     port = url.rsplit(":", 1)[1]   # Serve's proxy keeps the port it started with
     app = App([sys.executable, "-m", "llmpack", "serve", "--ray", c.address, str(model), "--replicas", "auto",
                "--min-replicas", "1", "--max-replicas", "2", "--threads", "1", "--parallel", str(SLOTS),
-               "--ctx", str(CTX), "--port", port], {**os.environ, "LLMPACK_DATA_DIR": str(tmp_path)}, tmp_path)
+               "--ctx", str(CTX), "--port", port, "--api-key", "sesame"],
+              {**os.environ, "LLMPACK_DATA_DIR": str(tmp_path)}, tmp_path)
     stop = threading.Event()
+    key = {"Authorization": "Bearer sesame"}
     try:
         assert app.wait_listening(timeout=180) == url
         assert running_replicas() == 1
+        # behind the key like the single-machine routes: /health is public but names no nodes, /metrics is not
+        assert requests.get(url + "/metrics", timeout=WAIT_S).status_code == 401
+        assert requests.get(url + "/metrics", headers=key, timeout=WAIT_S).status_code == 200
+        brief = requests.get(url + "/health", timeout=WAIT_S).json()
+        assert brief["status"] == "ok" and "model" not in brief and "node" not in brief["replicas"][0], brief
+        assert requests.get(url + "/health", headers=key, timeout=WAIT_S).json()["replicas"][0]["node"]
 
         def load(i: int) -> None:
             body = {"prompt": f"Story {i}:", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
             while not stop.is_set():
-                requests.post(url + "/v1/completions", json=body, timeout=WAIT_S)
+                requests.post(url + "/v1/completions", json=body, headers=key, timeout=WAIT_S)
 
         clients = [threading.Thread(target=load, args=(i,), daemon=True) for i in range(2 * SLOTS)]
         for t in clients:
@@ -226,21 +251,3 @@ def test_replicas_auto_scales_from_one_to_two_under_load(cluster, model, url, tm
 def running_replicas() -> int:
     status = serve.status().applications[launch.APP_NAME].deployments["replica"]
     return status.replica_states.get("RUNNING", 0)
-
-
-def test_the_router_prefers_the_longest_held_prefix_and_forgets_the_oldest():
-    from types import SimpleNamespace
-
-    from llmpack.runtime.scale.router import best_match, kv_used, remember
-
-    index: dict = {}
-    remember(index, "a", ["k1", "k2"])
-    remember(index, "b", ["k1", "k2", "k3"])
-    assert best_match(["k1", "k2", "k3", "k4"], index, ["a", "b"]) == ("b", 3)
-    assert best_match(["k1", "x"], index, ["a", "b"])[1] == 1
-    assert best_match(["x"], index, ["a", "b"]) == (None, 0)
-    assert best_match(["k1"], index, ["c"]) == (None, 0)           # only live candidates count
-    remember(index, "a", ["k9", "k8"], cap=3)                      # a now holds k2, k9, k8: k1 forgotten
-    assert best_match(["k1", "k2"], index, ["a"]) == (None, 0)
-    assert kv_used(SimpleNamespace(routing_stats={"kv_blocks_used": 32, "kv_blocks_total": 128})) == 0.25
-    assert kv_used(SimpleNamespace(routing_stats={})) == 0.0

@@ -4,7 +4,7 @@
 // phones (a tooltip needs a mouse; a phone's top bar has no room for the badges).
 import { state, ui } from "./state.js";
 import { el, loadJSON, saveJSON } from "./util.js";
-import { backendWords, memoryText } from "./words.js";
+import { backendWords, footerWords, memoryText } from "./words.js";
 
 const NOTE_KEY = "llmpack.base-notice-hidden.v1";   // {model id: true}
 
@@ -25,6 +25,9 @@ export function showModelInfo(h) {
   ui.backend.textContent = where.text;
   ui.backend.title = where.title;
   ui.backend.hidden = !where.text;
+  const footer = footerWords(h.backend);
+  ui.whereRuns.textContent = footer.text;
+  ui.whereRuns.title = footer.title;
   ui.baseNotice.hidden = !state.baseModel || noteHidden();
   ui.app.classList.toggle("base-model", state.baseModel);
   showAbout(memory, where);

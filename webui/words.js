@@ -86,6 +86,32 @@ export function backendWords(b) {
   return { text: "Running on your processor", title: details.join(" ") };
 }
 
+const LOOPBACK = /^(127\.|localhost$|::1$|\[::1\]$)/;
+
+/** The chat list's footer: which computers do the work. With --rpc, the other computers that hold
+ * layers, by address; a worker reached at 127.0.0.1 may be on this computer or at the end of an SSH
+ * tunnel (docs/SCALING.md), which the page cannot tell apart, so it says both. */
+export function footerWords(b) {
+  const remote = (b && Array.isArray(b.remote) ? b.remote : [])
+    .filter((r) => r && typeof r.endpoint === "string" && num(r.layers) !== 0);
+  const hosts = [...new Set(remote.map((r) => r.endpoint.replace(/:\d+$/, "")))];
+  const others = hosts.filter((h) => !LOOPBACK.test(h));
+  const title = "Parts of the model are worked on by llmpack RPC workers at " + remote.map((r) => r.endpoint).join(", ") +
+    ". If one of them is switched off or unplugged, replies stop until it is back.";
+  if (others.length) {
+    return { text: "Uses this computer and " + (others.length === 1 ? "1 other" : others.length + " others") +
+      " on your network (" + others.join(", ") + ").", title };
+  }
+  if (remote.length) {
+    const at = remote.map((r) => r.endpoint).join(", ");
+    return { text: remote.length === 1
+      ? "Uses this computer and a helper at " + at + " (on this computer, or on another one through a tunnel)."
+      : "Uses this computer and " + remote.length + " helpers at " + at + " (on this computer, or on others through a tunnel).",
+    title };
+  }
+  return { text: "Runs entirely on this computer.", title: "" };
+}
+
 const WORDS = typeof Intl.Segmenter === "function" ? new Intl.Segmenter(undefined, { granularity: "word" }) : null;
 
 /** How many words `text` holds (Intl.Segmenter's words, so text without spaces counts too). */

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+APP_NAME = "llmpack"       # the Serve application's name: its replicas' actors are SERVE_REPLICA::llmpack#replica#ID
 PREFIX_CHUNK = 256         # characters per prefix key: about 64 tokens, a few KV blocks
 PREFIX_MAX_KEYS = 64       # keys per request (the first 16 k characters decide the route)
 
@@ -33,6 +34,7 @@ class HttpCall:
     client: str = "127.0.0.1"
     server: tuple[str, int] = ("127.0.0.1", 8000)
     prefix_keys: list[str] = field(default_factory=list)   # for the request router (router.py)
+    replica: str = ""      # a replica's id: the router sends the call there only (aggregate.py's fan-out)
 
 
 @dataclass(slots=True)

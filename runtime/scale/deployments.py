@@ -12,9 +12,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -22,9 +24,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from llmpack.runtime.model.source import ModelFile
-from llmpack.runtime.scale.bridge import HttpCall, HttpHead, prefix_keys, prompt_text, run_wsgi
+from llmpack.runtime.scale import aggregate
+from llmpack.runtime.scale.aggregate import Answer
+from llmpack.runtime.scale.bridge import APP_NAME, HttpCall, HttpHead, prefix_keys, prompt_text, run_wsgi
+from llmpack.runtime.server.http.security import key_ok
 
 _END = object()
+ASK_S = 5.0               # how long /health and /metrics wait for each replica's own answer
 HEAD_TRIES = 3            # replicas tried for one request that none has started answering
 REPLICA_GONE = ("The replica serving this request stopped (its process or node went away) before it finished; "
                 "send the request again: the other replicas are still serving.")
@@ -83,13 +89,25 @@ class LlmpackReplica:
         finally:
             cancelled.set()
 
+    def answer(self, call: HttpCall) -> Answer:
+        """One replica's own answer to a fanned-out request (/health, /metrics), with its engine's
+        load: the ingress combines every replica's (aggregate.py)."""
+        head, chunks = None, []
+        for item in run_wsgi(self.app, call, threading.Event()):
+            if isinstance(item, HttpHead):
+                head = item
+            else:
+                chunks.append(item)
+        return Answer(self.tag[0][1], head.status if head else 502, b"".join(chunks), self.tag[1][1],
+                      self.record_routing_stats())
+
     def record_routing_stats(self) -> dict:
         """Ray Serve asks each replica for this every few seconds and hands it to the request router
         (RunningReplica.routing_stats): the engine's load as the engine counts it."""
         s = self.model.engine.stats()
         return {"kv_blocks_used": s.kv_blocks_used, "kv_blocks_total": s.kv_blocks_total,
                 "num_running": s.num_running, "num_waiting": s.num_waiting,
-                "generation_tokens": s.generation_tokens_total}
+                "generation_tokens": s.generation_tokens_total, "requests_finished": s.requests_finished_total}
 
     def check_health(self) -> None:
         """Ray's health check: an engine that stopped takes its replica with it (Ray starts another)."""
@@ -106,15 +124,19 @@ class LlmpackReplica:
 class Ingress:
     """Ray's HTTP proxy -> the chosen replica's `handle`, streamed back as it comes."""
 
-    def __init__(self, replicas: Any, port: int) -> None:
+    def __init__(self, replicas: Any, port: int, api_key: str | None = None) -> None:
         self.replicas = replicas.options(stream=True)
+        self.plain = replicas
         self.port = port
+        self.api_key = api_key
 
     async def __call__(self, request: Request) -> Response:
         body = await request.body()
         client = request.client.host if request.client else "127.0.0.1"
         call = HttpCall(request.method, request.url.path, request.url.query, list(request.headers.items()), body,
                         client, ("127.0.0.1", self.port), prefix_keys(prompt_text(request.url.path, body)))
+        if request.method == "GET" and request.url.path in aggregate.FANNED_OUT:
+            return await self._every_replica(call, request)
         for attempt in range(HEAD_TRIES):
             stream = self.replicas.handle.remote(call)
             try:
@@ -129,6 +151,43 @@ class Ingress:
             sse = headers.get("Content-Type", headers.get("content-type", "")).startswith("text/event-stream")
             return StreamingResponse(_rest(stream, sse), status_code=head.status, headers=headers)
         return _error(503, "No replica could answer.")
+
+
+    async def _every_replica(self, call: HttpCall, request: Request) -> Response:
+        """/health and /metrics: the request answered by each replica, combined (aggregate.py)."""
+        answers = await asyncio.gather(*(self._ask(call, rid) for rid in replica_ids()))
+        if call.path == "/metrics":
+            data, status, kind = aggregate.metrics(list(answers))
+            return Response(data, status_code=status, media_type=kind)
+        authorized = not self.api_key or key_ok(request.headers.get("Authorization"), self.api_key,
+                                                request.headers.get("x-api-key"))
+        body, status = aggregate.health(list(answers), authorized)
+        return Response(json.dumps(body), status_code=status, media_type="application/json",
+                        headers={"Cache-Control": "no-store"})
+
+    async def _ask(self, call: HttpCall, replica: str) -> Answer:
+        from ray.serve.context import _set_request_context   # lazy: see _is_gone (pinned ray 2.60.0)
+
+        # Ray matches a routing decision to its request by the request's internal id, which every
+        # call made for one HTTP request inherits: each call gets its own (this task's context only)
+        _set_request_context(_internal_request_id=f"{uuid.uuid4()}")
+        response = self.plain.answer.remote(dataclasses.replace(call, replica=replica))
+        try:
+            return await asyncio.wait_for(response, ASK_S)
+        except asyncio.TimeoutError:
+            response.cancel()   # a replica still starting is not routable yet: drop the queued call
+            return Answer(replica, error=f"no answer within {ASK_S:.0f} s (starting, or too busy)")
+        except Exception as exc:  # noqa: BLE001 - a replica that died while asked
+            return Answer(replica, error=_why(exc))
+
+
+def replica_ids() -> list[str]:
+    """The ids of the replicas Ray has alive now (their actors' names end with them)."""
+    import ray   # lazy: the driver imports this module before Ray is set up
+
+    prefix = f"SERVE_REPLICA::{APP_NAME}#replica#"
+    return sorted(a["name"].removeprefix(prefix) for a in ray.util.list_named_actors(all_namespaces=True)
+                  if a["name"].startswith(prefix))
 
 
 async def _rest(stream: Any, sse: bool) -> AsyncIterator[bytes]:

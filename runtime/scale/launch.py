@@ -19,9 +19,9 @@ from typing import Any, Callable
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.model.source import ModelFile
+from llmpack.runtime.scale.bridge import APP_NAME
 from llmpack.runtime.server.http.options import Cors
 
-APP_NAME = "llmpack"
 DEFAULT_PORT = 8000            # Ray Serve's
 INGRESS_MAX_ONGOING = 4096     # the ingress only forwards; the replicas' limit is what counts
 ROUTING_STATS_S = 2.0          # how often each replica reports its engine's load to the router
@@ -47,7 +47,7 @@ class RaySettings:
     threads: int = 1                    # llama.cpp threads per replica = CPUs Ray reserves for it
     host: str = "127.0.0.1"             # Ray Serve's HTTP proxy
     port: int = DEFAULT_PORT
-    router: str = "prefix"              # "prefix" (router.PrefixAffinityRouter) or "pow2" (Ray's default)
+    router: str = "prefix"              # "prefix" (router.PrefixAffinityRouter) or "pow2" (Ray's default policy)
     init_kwargs: dict = field(default_factory=dict)   # extra ray.init arguments (tests: a Cluster's address)
 
 
@@ -80,11 +80,15 @@ def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing:
                                           "target_ongoing_requests": max(1, max_ongoing // 2), **AUTOSCALE}}
     else:
         scaling = {"num_replicas": settings.replicas}
-    router = {}
-    if settings.router == "prefix":
-        router = {"request_router_config": RequestRouterConfig(
-            request_router_class="llmpack.runtime.scale.router:PrefixAffinityRouter",
-            request_routing_stats_period_s=ROUTING_STATS_S)}
+    # both honour HttpCall.replica (the ingress's /health and /metrics ask every replica)
+    policy = {"prefix": "PrefixAffinityRouter", "pow2": "PowerOfTwoRouter"}[settings.router]
+    # affinity holds until the holder has a full batch (max_ongoing) more in flight than the least-loaded
+    # replica: a replica without the prefix pays its whole prefill for every request that reaches it
+    # while it computes it (measured: docs/BENCHMARKS.md, "Scaling out"); SGLang's threshold is 32
+    kwargs = {"imbalance": max_ongoing} if settings.router == "prefix" else {}
+    router = {"request_router_config": RequestRouterConfig(
+        request_router_class=f"llmpack.runtime.scale.router:{policy}", request_routing_stats_period_s=ROUTING_STATS_S,
+        request_router_kwargs=kwargs)}
     replica = serve.deployment(LlmpackReplica, name="replica", max_ongoing_requests=max_ongoing,
                                ray_actor_options={"num_cpus": settings.threads},
                                health_check_period_s=5, health_check_timeout_s=30,
@@ -97,7 +101,7 @@ def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing:
     options = {"host": settings.host, "port": settings.port, "api_key": api_key, "cors": cors}
     config = dataclasses.replace(config, threads=settings.threads)   # what Ray reserves is what llama.cpp uses
     size = Path(model.path).stat().st_size
-    return ingress.bind(replica.bind(model, size, config, options), settings.port)
+    return ingress.bind(replica.bind(model, size, config, options), settings.port, api_key)
 
 
 def _on_this_machine(address: str | None) -> bool:
