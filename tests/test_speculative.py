@@ -125,7 +125,7 @@ def test_auto_stops_drafting_when_the_batch_is_busy_or_acceptance_is_low():
     seq = fake_sequence(params, [7, 8, 9, 7, 8], seed=1)
     auto = NgramDrafter("auto", 32)
     auto.start_step(num_running=1)
-    assert auto.draft(seq, room=100) == [9]    # "7 8" was seen before: what followed it (a 1-token probe: no costs known)
+    assert auto.draft(seq, room=100) == [9, 7, 8]    # "7 8" was seen before: what followed it (a full probe: no costs known)
     auto.start_step(num_running=BUSY_ROWS + 1)
     assert auto.draft(seq, room=100) == []
     forced = NgramDrafter("ngram", 32)
@@ -140,17 +140,18 @@ def test_auto_stops_drafting_when_the_batch_is_busy_or_acceptance_is_low():
 
 
 def test_auto_drafts_only_where_the_measured_cost_of_a_row_lets_drafts_pay():
-    """On a CPU with a large vocabulary each logits row costs about as much as the step (Gemma 3:
-    nine rows cost ~8.9x one): no draft can pay there, even one certain to be accepted, so auto
-    drafts nothing but a short probe now and then. Where rows are nearly free (a GPU), it drafts
-    as far as the match goes."""
-    from llmpack.runtime.engine.speculative import PROBE_EVERY, PROBE_ROWS
+    """Where each logits row costs as much as the step (a loaded CPU with a large vocabulary), no
+    draft can pay, even one certain to be accepted: auto drafts nothing but a full-length probe
+    now and then. On a quiet CPU the cost is a staircase (nine rows ~4.5x one, measured): a
+    sequence that quotes (acceptance 0.9) drafts in full, free chat (0.5) does not. Where rows are
+    nearly free (a GPU), it drafts as far as the match goes."""
+    from llmpack.runtime.engine.speculative import MAX_DRAFT, PROBE_EVERY
 
     params = SamplingParams(temperature=0, max_tokens=100)
     cpu = NgramDrafter("auto", 32)
     for _ in range(3):
-        cpu.observe_step(1, False, 20.0)       # a 1-row step: 20 ms; a 5-row step: 100 ms
-        cpu.observe_step(5, True, 100.0)
+        cpu.observe_step(1, False, 20.0)       # every row costs a whole step: 9 rows, 180 ms
+        cpu.observe_step(9, True, 180.0)
         cpu.observe_step(32, False, 150.0)    # a busy server's steps: not where drafting is decided
     seq = fake_sequence(params, [7, 8, 9, 7, 8], seed=1)
     cpu.start_step(num_running=1)
@@ -158,11 +159,23 @@ def test_auto_drafts_only_where_the_measured_cost_of_a_row_lets_drafts_pay():
     assert cpu.cost.best_draft(1, 0.99, 8) == 0           # not even with near-certain acceptance
     cpu.steps = cpu.last_draft_step + PROBE_EVERY - 1       # a probe keeps the cost of rows measured
     cpu.start_step(num_running=1)
-    assert cpu.draft(seq, room=100) == [9, 7, 8][:PROBE_ROWS]
+    assert cpu.draft(seq, room=100) == [9, 7, 8]
 
-    fresh = NgramDrafter("auto", 32)    # nothing measured yet: a probe
+    fresh = NgramDrafter("auto", 32)    # nothing measured yet: a probe of a full draft
     fresh.start_step(num_running=1)
-    assert fresh.draft(fake_sequence(params, [7, 8, 9, 7, 8], seed=1), room=100) == [9, 7, 8][:PROBE_ROWS]
+    assert fresh.draft(fake_sequence(params, [7, 8, 9, 7, 8], seed=1), room=100) == [9, 7, 8]
+    assert fresh.cost.best_draft(1, 0.9, MAX_DRAFT) == MAX_DRAFT
+    fresh.observe_step(1, False, 12.0)
+    fresh.observe_step(2, True, 25.0)   # only a short draft's cost known: the full one is probed
+    assert fresh.cost.best_draft(1, 0.9, MAX_DRAFT) == MAX_DRAFT
+
+    quiet = NgramDrafter("auto", 32)
+    for rows, ms in ((1, 12.1), (2, 25.3), (3, 41.3), (5, 47.7), (9, 54.1)):   # Gemma 3, quiet 2-core Xeon
+        quiet.observe_step(rows, rows > 1, ms)
+    assert quiet.cost.estimate(7) == pytest.approx(47.7 + 0.5 * (54.1 - 47.7))
+    assert quiet.cost.best_draft(1, 0.9, 8) == 8
+    assert quiet.cost.best_draft(1, 0.5, 8) == 0
+
     gpu = NgramDrafter("auto", 32)
     for _ in range(3):
         gpu.observe_step(1, False, 20.0)       # nine rows cost 10 % more than one

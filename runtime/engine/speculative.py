@@ -17,17 +17,17 @@ Verification keeps the output exactly what the model would have produced without
 
 Modes (EngineConfig.speculative): "off"; "ngram" drafts whenever a match exists; "auto" (the
 default) drafts only where it is expected to pay, from two measured things:
-- what a step costs by its number of rows: `StepCost` fits ms = c0 + c1 x rows over the
+- what a step costs by its number of rows: `StepCost` keeps each row count's average over the
   decode-only steps the engine runs anyway (and the few with drafts). On a GPU a row costs
-  almost nothing next to the step (c1 << c0); on a CPU with a large vocabulary each row pays the
-  whole output layer (Gemma 3's 262k tokens: nine rows cost about 8.9 times one,
-  docs/BENCHMARKS.md), so c1 dominates;
+  almost nothing next to the step; on a quiet 2-core CPU nine rows cost about 4.5 times one
+  (Gemma 3 and Qwen2.5 0.5B, docs/BENCHMARKS.md), and on a loaded one up to 8 times;
 - how likely the sequence's next draft token is accepted, p (its record, or every sequence's
   until it has one): k draft tokens are expected to yield p + p^2 + ... + p^k more tokens.
-The draft length k maximises (N + expected extra tokens) / (c0 + c1 x (N + k)) for a step of N
-sequences; when k = 0 wins, nothing is drafted. Until steps of two row counts were measured, and
+The draft length k maximises (N + expected extra tokens) / cost(N + k) for a step of N
+sequences; when k = 0 wins, nothing is drafted. Until a full draft's step was measured, and
 once every PROBE_EVERY steps while drafting is off, a probe of PROBE_ROWS draft tokens measures
-what rows cost (on this 2-core CPU a probe costs ~2.4 steps' time, under 1 % of the steps). Also off for every
+what rows cost and gives a sequence whose record says no a new chance (a failed probe costs ~3.5
+steps' time on a 2-core CPU, 7 % of the steps between probes, until MIN_ACCEPTANCE stops it). Also off for every
 sequence while more than BUSY_ROWS decode together, and for a sequence whose acceptance stays
 below MIN_ACCEPTANCE.
 Sequences with penalties, a grammar, logprobs or n > 1 never draft (their sampling state would
@@ -46,15 +46,19 @@ MAX_DRAFT = 8              # tokens proposed per step
 BUSY_ROWS = 4              # auto: no drafting while more sequences than this decode together
 PROBE = 24                 # auto: judge a sequence's acceptance after this many drafted tokens...
 MIN_ACCEPTANCE = 0.35      # ...and stop drafting for it below this rate
-PROBE_EVERY = 256          # auto: steps between probes with drafts while the cost model says no
-PROBE_ROWS = 1             # auto: draft tokens in such a probe
+PROBE_EVERY = 48           # auto: steps between probes with drafts while the cost model says no
+PROBE_ROWS = MAX_DRAFT     # auto: draft tokens in such a probe (the full draft: where a CPU's rows are cheapest)
 PRIOR_ACCEPTANCE = 0.6     # auto: p assumed before any draft token was verified
 EMA = 0.2                  # weight of the newest step in a row count's average
 
 
 class StepCost:
     """Milliseconds of a decode-only step by its number of rows (logits rows: sequences plus draft
-    tokens), as a line ms = c0 + c1 x rows fitted through each row count's recent average."""
+    tokens): each measured row count's recent average, read between measured counts by linear
+    interpolation. Not one line: on a CPU the cost is a staircase (one row takes ggml's
+    matrix-vector path, more rows are computed in blocks that share each weight load), so a line
+    through the 1- and 2-row steps predicts nine rows at ten times one, where a quiet machine
+    measured four and a half (docs/BENCHMARKS.md), and auto would never draft."""
 
     def __init__(self) -> None:
         self.ms: dict[int, float] = {}        # rows -> average ms of steps with that many rows
@@ -63,28 +67,32 @@ class StepCost:
         old = self.ms.get(rows)
         self.ms[rows] = ms if old is None else (1 - EMA) * old + EMA * ms
 
-    def line(self) -> tuple[float, float] | None:
-        """(c0, c1) by least squares; None before steps of two row counts were measured."""
-        if len(self.ms) < 2:
-            return None
-        xs, ys = list(self.ms), list(self.ms.values())
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        c1 = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-        c1 = max(c1, 1e-3 * my)
-        return max(my - c1 * mx, 0.0), c1
+    def estimate(self, rows: int) -> float | None:
+        """Expected ms of a step of `rows` rows; None before any step was measured. Past the largest
+        measured count, rows are assumed to cost in proportion (the most a row can cost)."""
+        if rows in self.ms:
+            return self.ms[rows]
+        below = max((r for r in self.ms if r < rows), default=None)
+        above = min((r for r in self.ms if r > rows), default=None)
+        if below is not None and above is not None:
+            f = (rows - below) / (above - below)
+            return self.ms[below] + f * (self.ms[above] - self.ms[below])
+        if below is not None:
+            return self.ms[below] * rows / below
+        return None if above is None else self.ms[above]
 
     def best_draft(self, n_seqs: int, p: float, limit: int) -> int:
         """The draft length (0..limit) that makes the most tokens per ms in a step of n_seqs
-        sequences, one of them drafting with acceptance p."""
-        fit = self.line()
-        if fit is None:
-            return min(limit, PROBE_ROWS)       # measure first
-        c0, c1 = fit
-        best_k, best_rate, gain, term = 0, n_seqs / (c0 + c1 * n_seqs), 0.0, 1.0
+        sequences, one of them drafting with acceptance p. Until a step that long was measured,
+        `limit`: the probe that measures what a full draft costs."""
+        base = self.estimate(n_seqs)
+        if base is None or max(self.ms) < n_seqs + limit:
+            return limit
+        best_k, best_rate, gain, term = 0, n_seqs / base, 0.0, 1.0
         for k in range(1, limit + 1):
             term *= p
             gain += term
-            rate = (n_seqs + gain) / (c0 + c1 * (n_seqs + k))
+            rate = (n_seqs + gain) / self.estimate(n_seqs + k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
