@@ -25,6 +25,60 @@ from ggufs import write_tiny_model
 from gguf import GGUFValueType, GGUFWriter
 
 
+class ClipWriter:
+    """What every test projector shares: llama.cpp's `clip` keys for a vision tower, random tensors
+    drawn from one seeded generator, and the pre-norm ViT blocks (tools/mtmd/clip-impl.h names)."""
+
+    def __init__(self, path: Path, *, name: str, projector: str, n_embd_text: int, n_embd: int, n_head: int,
+                 n_ff: int, n_layer: int, image_size: int, patch_size: int, eps: float, seed: int) -> None:
+        self.path, self.rng = path, np.random.default_rng(seed)
+        w = self.w = GGUFWriter(path, "clip")
+        w.add_name(name)
+        w.add_description("random weights for llmpack's tests")
+        w.add_bool("clip.has_vision_encoder", True)
+        w.add_bool("clip.has_audio_encoder", False)
+        w.add_string("clip.projector_type", projector)
+        w.add_uint32("clip.vision.embedding_length", n_embd)
+        w.add_uint32("clip.vision.feed_forward_length", n_ff)
+        w.add_uint32("clip.vision.block_count", n_layer)
+        w.add_uint32("clip.vision.projection_dim", n_embd_text)
+        w.add_uint32("clip.vision.attention.head_count", n_head)
+        w.add_float32("clip.vision.attention.layer_norm_epsilon", eps)
+        w.add_uint32("clip.vision.image_size", image_size)
+        w.add_uint32("clip.vision.patch_size", patch_size)
+        w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+        w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+
+    def tensor(self, name: str, *shape: int, scale: float = 0.1, mean: float = 0.0, f16: bool = False) -> None:
+        data = (mean + self.rng.standard_normal(shape) * scale).astype(np.float32)
+        self.w.add_tensor(name, data.astype(np.float16) if f16 else data)
+
+    def blocks(self, n_layer: int, n_embd: int, n_ff: int, *, norm_bias: bool = True, gated: bool = False) -> None:
+        """The tower's transformer blocks: two norms, biased attention projections, an MLP."""
+        tensor = self.tensor
+        for i in range(n_layer):
+            p = f"v.blk.{i}"
+            for norm in ("ln1", "ln2"):
+                tensor(f"{p}.{norm}.weight", n_embd, mean=1.0, scale=0.05)
+                if norm_bias:
+                    tensor(f"{p}.{norm}.bias", n_embd, scale=0.02)
+            for proj in ("attn_q", "attn_k", "attn_v", "attn_out"):
+                tensor(f"{p}.{proj}.weight", n_embd, n_embd)
+                tensor(f"{p}.{proj}.bias", n_embd, scale=0.02)
+            for ffn in ("ffn_up", "ffn_gate") if gated else ("ffn_up",):
+                tensor(f"{p}.{ffn}.weight", n_ff, n_embd)
+                tensor(f"{p}.{ffn}.bias", n_ff, scale=0.02)
+            tensor(f"{p}.ffn_down.weight", n_embd, n_ff)
+            tensor(f"{p}.ffn_down.bias", n_embd, scale=0.02)
+
+    def finish(self) -> Path:
+        self.w.write_header_to_file()
+        self.w.write_kv_data_to_file()
+        self.w.write_tensors_to_file()
+        self.w.close()
+        return self.path
+
+
 def write_tiny_mmproj(
     path: str | Path, *, n_embd_text: int = 64, n_embd: int = 32, n_head: int = 4, n_ff: int = 64,
     n_layer: int = 2, image_size: int = 32, patch_size: int = 8, seed: int = 1,
@@ -32,61 +86,24 @@ def write_tiny_mmproj(
 ) -> Path:
     """Write a random-weight LLaVA-style projector whose output width is `n_embd_text` (it must
     equal the text model's n_embd, or llama.cpp refuses the pair)."""
-    path = Path(path)
-    rng = np.random.default_rng(seed)
     n_patches = (image_size // patch_size) ** 2
-
-    w = GGUFWriter(path, "clip")
-    w.add_name(name)
-    w.add_description("random weights for llmpack's tests")
-    w.add_bool("clip.has_vision_encoder", True)
-    w.add_bool("clip.has_audio_encoder", False)
-    w.add_string("clip.projector_type", "mlp")
-    w.add_bool("clip.use_gelu", True)
-    w.add_uint32("clip.vision.embedding_length", n_embd)
-    w.add_uint32("clip.vision.feed_forward_length", n_ff)
-    w.add_uint32("clip.vision.block_count", n_layer)
-    w.add_uint32("clip.vision.projection_dim", n_embd_text)
-    w.add_uint32("clip.vision.attention.head_count", n_head)
-    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-5)
-    w.add_uint32("clip.vision.image_size", image_size)
-    w.add_uint32("clip.vision.patch_size", patch_size)
-    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
-    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
-
-    def tensor(name: str, *shape: int, scale: float = 0.1, mean: float = 0.0, f16: bool = False) -> None:
-        data = (mean + rng.standard_normal(shape) * scale).astype(np.float32)
-        w.add_tensor(name, data.astype(np.float16) if f16 else data)
-
+    c = ClipWriter(Path(path), name=name, projector="mlp", n_embd_text=n_embd_text, n_embd=n_embd, n_head=n_head,
+                   n_ff=n_ff, n_layer=n_layer, image_size=image_size, patch_size=patch_size, eps=1e-5, seed=seed)
+    c.w.add_bool("clip.use_gelu", True)
+    tensor = c.tensor
     # numpy shapes are ggml's ne reversed: the conv kernel is ne [patch, patch, 3, n_embd]
     tensor("v.patch_embd.weight", n_embd, 3, patch_size, patch_size, scale=0.2, f16=True)
     tensor("v.patch_embd.bias", n_embd)
     tensor("v.position_embd.weight", n_patches, n_embd, scale=0.2)
     tensor("v.pre_ln.weight", n_embd, mean=1.0, scale=0.05)
     tensor("v.pre_ln.bias", n_embd, scale=0.02)
-    for i in range(n_layer):
-        p = f"v.blk.{i}"
-        for norm in ("ln1", "ln2"):
-            tensor(f"{p}.{norm}.weight", n_embd, mean=1.0, scale=0.05)
-            tensor(f"{p}.{norm}.bias", n_embd, scale=0.02)
-        for proj in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            tensor(f"{p}.{proj}.weight", n_embd, n_embd)
-            tensor(f"{p}.{proj}.bias", n_embd, scale=0.02)
-        tensor(f"{p}.ffn_up.weight", n_ff, n_embd)
-        tensor(f"{p}.ffn_up.bias", n_ff, scale=0.02)
-        tensor(f"{p}.ffn_down.weight", n_embd, n_ff)
-        tensor(f"{p}.ffn_down.bias", n_embd, scale=0.02)
+    c.blocks(n_layer, n_embd, n_ff)
     # strong enough that the image rows move the tiny text model's greedy choices
     tensor("mm.0.weight", n_embd_text, n_embd, scale=0.3)
     tensor("mm.0.bias", n_embd_text, scale=0.02)
     tensor("mm.2.weight", n_embd_text, n_embd_text, scale=0.5)
     tensor("mm.2.bias", n_embd_text, scale=0.02)
-
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return c.finish()
 
 
 def write_tiny_qwen2vl_model(path: str | Path, *, n_embd: int = 64, n_head: int = 4, seed: int = 0,
@@ -121,48 +138,16 @@ def write_tiny_qwen2vl_mmproj(
     if version not in ("2", "2.5"):
         raise ValueError(f"version must be '2' or '2.5', not {version!r}")
     v25 = version == "2.5"
-    path = Path(path)
-    rng = np.random.default_rng(seed)
-    w = GGUFWriter(path, "clip")
-    w.add_name(name)
-    w.add_description("random weights for llmpack's tests")
-    w.add_bool("clip.has_vision_encoder", True)
-    w.add_bool("clip.has_audio_encoder", False)
-    w.add_string("clip.projector_type", "qwen2.5vl_merger" if v25 else "qwen2vl_merger")
-    w.add_bool("clip.use_silu" if v25 else "clip.use_gelu", True)
+    c = ClipWriter(Path(path), name=name, projector="qwen2.5vl_merger" if v25 else "qwen2vl_merger",
+                   n_embd_text=n_embd_text, n_embd=n_embd, n_head=n_head, n_ff=n_ff, n_layer=n_layer,
+                   image_size=16 * patch_size, patch_size=patch_size, eps=1e-6, seed=seed)
+    c.w.add_bool("clip.use_silu" if v25 else "clip.use_gelu", True)
     if v25:
-        w.add_uint32("clip.vision.n_wa_pattern", 2)
-    w.add_uint32("clip.vision.embedding_length", n_embd)
-    w.add_uint32("clip.vision.feed_forward_length", n_ff)
-    w.add_uint32("clip.vision.block_count", n_layer)
-    w.add_uint32("clip.vision.projection_dim", n_embd_text)
-    w.add_uint32("clip.vision.attention.head_count", n_head)
-    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    w.add_uint32("clip.vision.image_size", 16 * patch_size)
-    w.add_uint32("clip.vision.patch_size", patch_size)
-    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
-    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
-
-    def tensor(name: str, *shape: int, scale: float = 0.1, mean: float = 0.0, f16: bool = False) -> None:
-        data = (mean + rng.standard_normal(shape) * scale).astype(np.float32)
-        w.add_tensor(name, data.astype(np.float16) if f16 else data)
-
+        c.w.add_uint32("clip.vision.n_wa_pattern", 2)
+    tensor = c.tensor
     tensor("v.patch_embd.weight", n_embd, 3, patch_size, patch_size, scale=0.2, f16=True)
     tensor("v.patch_embd.weight.1", n_embd, 3, patch_size, patch_size, scale=0.2, f16=True)
-    for i in range(n_layer):
-        p = f"v.blk.{i}"
-        for norm in ("ln1", "ln2"):
-            tensor(f"{p}.{norm}.weight", n_embd, mean=1.0, scale=0.05)
-            if not v25:                      # Qwen2.5-VL's norms are RMS norms, without a bias
-                tensor(f"{p}.{norm}.bias", n_embd, scale=0.02)
-        for proj in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            tensor(f"{p}.{proj}.weight", n_embd, n_embd)
-            tensor(f"{p}.{proj}.bias", n_embd, scale=0.02)
-        for ffn in ("ffn_up", "ffn_gate") if v25 else ("ffn_up",):
-            tensor(f"{p}.{ffn}.weight", n_ff, n_embd)
-            tensor(f"{p}.{ffn}.bias", n_ff, scale=0.02)
-        tensor(f"{p}.ffn_down.weight", n_embd, n_ff)
-        tensor(f"{p}.ffn_down.bias", n_embd, scale=0.02)
+    c.blocks(n_layer, n_embd, n_ff, norm_bias=not v25, gated=v25)   # Qwen2.5-VL: RMS norms, gated SiLU
     tensor("v.post_ln.weight", n_embd, mean=1.0, scale=0.05)
     if not v25:
         tensor("v.post_ln.bias", n_embd, scale=0.02)
@@ -171,9 +156,4 @@ def write_tiny_qwen2vl_mmproj(
     tensor("mm.0.bias", merged, scale=0.02)
     tensor("mm.2.weight", n_embd_text, merged, scale=0.3)
     tensor("mm.2.bias", n_embd_text, scale=0.02)
-
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return c.finish()
