@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from llmpack.runtime.engine.client import EngineClient, QueueFullError
-from llmpack.runtime.engine.engine import EngineStats
+from llmpack.runtime.engine.outputs import EngineStats
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
 from llmpack.runtime.engine.request import PromptTooLongError
 from llmpack.runtime.engine.sampling_params import SamplingParams

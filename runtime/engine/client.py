@@ -25,7 +25,7 @@ __all__ = ["EngineClient", "OutputStream", "EmbeddingError", "EngineDeadError", 
 if TYPE_CHECKING:
     import numpy as np
 
-    from llmpack.runtime.engine.engine import EngineStats
+    from llmpack.runtime.engine.outputs import EngineStats
 
 
 class OutputStream(Protocol):

@@ -23,7 +23,6 @@ import threading
 import time
 import traceback
 import uuid
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -36,7 +35,7 @@ from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner
 from llmpack.runtime.engine.multimodal import MultimodalPrompt, VisionClient, check_images_fit, load_multimodal
 from llmpack.runtime.engine.output_processor import OutputProcessor
 from llmpack.runtime.engine.parsed_grammars import ParsedGrammars
-from llmpack.runtime.engine.outputs import RequestOutput
+from llmpack.runtime.engine.outputs import EngineStats, RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
 from llmpack.runtime.engine.sampler import SequenceSampler
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
@@ -52,24 +51,6 @@ __all__ = ["EngineConfig", "EngineStats", "LLMEngine", "EngineDeadError", "Promp
            "Request", "RequestStream"]
 
 TRANSIENT_DECODE_STATUS = (1, 2)   # llama_decode: 1 = no KV cells for the batch, 2 = aborted
-
-
-@dataclass(slots=True)
-class EngineStats:
-    num_running: int
-    num_waiting: int
-    kv_blocks_used: int
-    kv_blocks_total: int
-    prefix_cache_queries: int
-    prefix_cache_hits: int
-    num_preemptions: int
-    prompt_tokens_total: int
-    generation_tokens_total: int
-    requests_finished_total: int
-    speculative: str = "off"
-    spec_draft_tokens_total: int = 0
-    spec_accepted_tokens_total: int = 0
-    failed_steps_total: int = 0
 
 
 class LLMEngine(VisionClient):

@@ -45,3 +45,23 @@ class RequestOutput:
     # the first generated token on. A request added with prompt_progress=True also gets an output
     # with no `outputs` after every step that advanced its prefill without finishing it.
     num_processed_prompt_tokens: int = 0
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """The engine's counters and gauges at one moment (LLMEngine.stats()): what /health, /metrics and
+    the Ray router read."""
+    num_running: int
+    num_waiting: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    num_preemptions: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    requests_finished_total: int
+    speculative: str = "off"
+    spec_draft_tokens_total: int = 0
+    spec_accepted_tokens_total: int = 0
+    failed_steps_total: int = 0
