@@ -27,9 +27,9 @@ The draft length k maximises (N + expected extra tokens) / cost(N + k) for a ste
 sequences; when k = 0 wins, nothing is drafted. Until a full draft's step was measured, and
 once every PROBE_EVERY steps while drafting is off, a probe of PROBE_ROWS draft tokens measures
 what rows cost and gives a sequence whose record says no a new chance (a failed probe costs ~3.5
-steps' time on a 2-core CPU, 7 % of the steps between probes, until MIN_ACCEPTANCE stops it). Also off for every
-sequence while more than BUSY_ROWS decode together, and for a sequence whose acceptance stays
-below MIN_ACCEPTANCE.
+steps' time on a 2-core CPU, 7 % of the steps between probes, until MIN_ACCEPTANCE stops it).
+Also off for every sequence while more than BUSY_ROWS decode together, and for a sequence whose
+acceptance stays below MIN_ACCEPTANCE.
 Sequences with penalties, a grammar, logprobs or n > 1 never draft (their sampling state would
 have to be rewound).
 """

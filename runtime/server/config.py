@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from llmpack.runtime.engine.config import FLASH_ATTN, GPU_LAYERS, MAX_NUM_SEQS, MAX_WAITING, SPECULATIVE
+
 if TYPE_CHECKING:
     from llmpack.runtime.server.http.options import Cors
-
-from llmpack.runtime.engine.config import FLASH_ATTN, GPU_LAYERS, MAX_NUM_SEQS, MAX_WAITING, SPECULATIVE
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
