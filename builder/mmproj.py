@@ -4,22 +4,23 @@
 records it in the manifest under "mmproj" in the model entry's shape (location, offset, size,
 sha256; or, with --sidecar, the file `mmproj-<program>.gguf` beside the program).
 
-Unlike the model, the projector cannot be read where it lies inside the program: llama.cpp's
-clip loader takes only a file name (mtmd_init_from_file; clip.cpp reads it with fopen and an
-ifstream at absolute offsets), with no file-pointer or offset variant such as the text model's
-llama_model_load_from_file_ptr. So the first launch copies it, sha256-checked, to the user's cache
-as <sha256>.gguf exactly like a compressed model (builder/extract.py), and later launches find it
-there. A projector is small next to its model (Gemma 3 4B's: 851 MB beside 2.5 GB).
+Like the model, the projector is read where it lies inside the program: llama.cpp's clip loader
+takes only a file name upstream, so llmpack patches in `mtmd_init_from_file_at` (a file name and
+the GGUF's offset; builder/llama_source.py), and the launch checks its sha256 once, as it does the
+model's (builder/extract.py, ``<sha256>.inplace.ok``). Where the installed mtmd library lacks that
+function (a llama-cpp-python llmpack did not build), the first launch copies the projector,
+sha256-checked, to the user's cache as <sha256>.gguf, like a compressed model, instead.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
-from llmpack.builder.extract import extract_model
+from llmpack.builder.extract import extract_model, model_source
 from llmpack.builder.manifest import MMPROJ_KEY, Manifest, ModelBlob
 from llmpack.builder.packfile import PackError, read_manifest
 from llmpack.progress import ProgressArg, human_bytes
+from llmpack.runtime.model.source import ModelFile
 
 
 def mmproj_blob(manifest: Manifest) -> ModelBlob | None:
@@ -36,13 +37,20 @@ def mmproj_blob(manifest: Manifest) -> ModelBlob | None:
     return blob
 
 
-def mmproj_source(exe_path, manifest: Manifest, progress: ProgressArg = None) -> Path | None:
-    """The verified projector file this launch loads: the sidecar file, or the cached copy of the
-    embedded one (made on first use); None when the program has no projector."""
+def mmproj_source(exe_path, manifest: Manifest, progress: ProgressArg = None) -> ModelFile | None:
+    """Where this launch reads the projector from, verified: the program itself at its offset, the
+    sidecar file, or the cached copy where this llama.cpp cannot read it in place; None when the
+    program has none."""
     blob = mmproj_blob(manifest)
     if blob is None:
         return None
-    return extract_model(exe_path, replace(manifest, model=blob), progress=progress)
+    # lazy: asking mtmd loads llama.cpp, which only a launch that serves the model needs
+    from llmpack.runtime.engine.vision import reads_in_place
+
+    as_model = replace(manifest, model=blob)
+    if blob.location == "embedded" and reads_in_place():
+        return model_source(exe_path, as_model, progress=progress)
+    return ModelFile(extract_model(exe_path, as_model, progress=progress), sha256=blob.sha256)
 
 
 def vision_report(path) -> dict:
@@ -60,7 +68,7 @@ def vision_report(path) -> dict:
         blob = mmproj_blob(manifest)
         if blob is None:
             return {"projector": None, "line": "none: this program reads text only (build with --mmproj to add images)"}
-        where = f"beside it as {blob.file}" if blob.location == "sidecar" else f"embedded at byte {blob.offset}"
+        where = f"beside it as {blob.file}" if blob.location == "sidecar" else f"embedded at byte {blob.offset}, read in place"
         info = check_mmproj(path.parent / blob.file) if blob.location == "sidecar" \
             else check_mmproj(path, blob.offset, blob.size)
         return {"projector": {"type": info.projector_type, "name": info.name, "size": blob.size,

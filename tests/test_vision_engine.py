@@ -108,3 +108,30 @@ def test_bad_images_and_impossible_prompts_are_refused_and_the_engine_goes_on(vl
     with pytest.raises(PromptTooLongError):
         vlm.add_request(proj.prompt(too_many, vlm.bos_prefix), greedy())
     assert ask(vlm, "still ", png(seed=1), " here").outputs[0].token_ids
+
+
+def test_a_projector_inside_a_bigger_file_is_read_where_it_lies(vlm: LLMEngine, tiny_model: Path, tmp_path) -> None:
+    """As in a built program: the projector starts 64 KiB-aligned after other bytes (here, another
+    projector, so reading from the file's start would load the wrong weights), and llama.cpp reads
+    it there through llmpack's mtmd_init_from_file_at; the answer equals the separate file's."""
+    from llmpack.runtime.engine.vision import reads_in_place
+
+    assert reads_in_place(), "the installed llama.cpp lacks llmpack's patch (builder/llama_source.py): ./dev setup"
+    decoy = write_tiny_mmproj(tmp_path / "decoy.gguf", n_embd_text=64, seed=9).read_bytes()
+    wanted = write_tiny_mmproj(tmp_path / "wanted.gguf", n_embd_text=64).read_bytes()   # the fixture's projector
+    offset = -(-len(decoy) // 65536) * 65536
+    program = tmp_path / "program"
+    program.write_bytes(decoy + bytes(offset - len(decoy)) + wanted + b"trailer")
+    parts = ["describe ", png(seed=1), " it is"]
+
+    def answer(path: Path, offset: int = 0) -> list[int]:
+        eng = LLMEngine(EngineConfig(str(tiny_model), n_ctx=512, max_num_seqs=4, n_threads=2, gpu_layers=0,
+                                     mmproj_path=str(path), mmproj_offset=offset))
+        try:
+            prompt = eng.mm.projector.prompt(parts, eng.bos_prefix)
+            return collect(eng.add_request(prompt, greedy(max_tokens=16))).outputs[0].token_ids
+        finally:
+            eng.shutdown()
+
+    assert answer(program, offset) == ask(vlm, *parts, max_tokens=16).outputs[0].token_ids
+    assert answer(program) != answer(program, offset), "the decoy answers alike: the test could not tell"

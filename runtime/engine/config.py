@@ -41,6 +41,7 @@ class EngineConfig:
     model_offset: int = 0              # > 0: the GGUF starts here inside model_path (a built program, read in place)
     model_length: int | None = None    # its size (None: to the end of the file)
     mmproj_path: str | None = None     # the image projector GGUF (--mmproj); None: text only
+    mmproj_offset: int = 0             # > 0: the projector starts here inside mmproj_path (a built program)
     rpc: tuple[str, ...] = ()          # --rpc: "HOST:PORT" of RPC workers whose devices take layers (hardware/rpc.py)
     trace_steps: str | None = None     # a file to append one JSON line per engine step to (see step_trace.py)
     speculative: str = SPECULATIVE     # n-gram prompt-lookup drafting: "auto" | "ngram" | "off"

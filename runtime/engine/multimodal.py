@@ -250,7 +250,8 @@ def load_multimodal(config: "EngineConfig", runner: "ModelRunner", wakeup: Calla
     """The engine's image side for config.mmproj_path (None without one)."""
     if not config.mmproj_path:
         return None
-    projector = Projector(config.mmproj_path, runner, config.n_threads, use_gpu=runner.gpu_layers > 0)
+    projector = Projector(config.mmproj_path, runner, config.n_threads, use_gpu=runner.gpu_layers > 0,
+                          offset=config.mmproj_offset)
     arch = runner.meta("general.architecture")
     # mtmd takes M-RoPE from the text model's rope type, whatever the projector: the two agree
     if projector.mrope and arch not in MROPE_ARCHS:

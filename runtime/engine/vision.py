@@ -61,6 +61,27 @@ class _Mtmd:
 mtmd = _Mtmd()
 
 
+def _init_at():
+    """llmpack's `mtmd_init_from_file_at` (builder/llama_source.py patches it into llama.cpp):
+    the projector read where it lies inside a built program. None where the installed mtmd library
+    lacks it (a llama-cpp-python llmpack did not build), so the caller copies the projector out."""
+    lib = getattr(mtmd, "_libmtmd", None)
+    fn = getattr(lib, "mtmd_init_from_file_at", None) if lib is not None else None
+    if fn is None:
+        return None
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_void_p, mtmd.mtmd_context_params]
+    fn.restype = ctypes.c_void_p
+    return fn
+
+
+def reads_in_place() -> bool:
+    """Whether a projector inside a built program can be loaded where it is (no copy to the cache)."""
+    try:
+        return _init_at() is not None
+    except ProjectorLoadError:
+        return False
+
+
 @dataclass(eq=False)
 class ImageSpan:
     """One image in a prompt: `n_tokens` embedding rows starting at token index `start`.
@@ -147,7 +168,7 @@ class Projector:
     """An mmproj GGUF loaded against the text model `runner` holds (their widths must agree)."""
 
     def __init__(self, path: str | os.PathLike, runner: "ModelRunner", n_threads: int | None = None,
-                 use_gpu: bool = False) -> None:
+                 use_gpu: bool = False, offset: int = 0) -> None:
         self.path = str(path)
         if not Path(self.path).is_file():
             raise ProjectorLoadError(f"the projector file {self.path} does not exist")
@@ -157,7 +178,14 @@ class Projector:
         params.print_timings = False
         params.n_threads = n_threads or max(1, os.cpu_count() or 1)
         params.warmup = False
-        self.ctx = mtmd.mtmd_init_from_file(os.fsencode(self.path), runner.model, params)
+        if offset:   # inside a built program (builder/mmproj.py decided, having checked reads_in_place)
+            init_at = _init_at()
+            if init_at is None:
+                raise ProjectorLoadError("this llama.cpp cannot read a projector inside another file; "
+                                         "rebuild llmpack's runtime (./dev setup)")
+            self.ctx = init_at(os.fsencode(self.path), offset, runner.model, params)
+        else:
+            self.ctx = mtmd.mtmd_init_from_file(os.fsencode(self.path), runner.model, params)
         if not self.ctx:
             raise ProjectorLoadError(
                 f"llama.cpp could not load the projector {self.path}: it is not an mmproj GGUF, or it was made "

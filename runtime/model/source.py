@@ -18,7 +18,7 @@ class ModelFile:
     offset: int = 0                # where the GGUF starts inside `path`
     length: int | None = None      # its size (None: to the end of the file)
     sha256: str | None = None      # known for built programs: saved chats are kept by it
-    mmproj: Path | None = None     # the vision projector a built program carries (builder/mmproj.py)
+    mmproj: ModelFile | None = None   # the vision projector a built program carries (builder/mmproj.py)
 
     @property
     def in_place(self) -> bool:

@@ -86,6 +86,14 @@ def model_key(path: Path, name: str | None, sha256: str | None = None) -> str:
     return hashlib.sha256(f"{name}|{path.name}|{size}".encode()).hexdigest()[:10]
 
 
+def _projector(src: ModelFile, config: ServeConfig) -> dict:
+    """The engine's projector settings: the one a built program carries (a region of the program
+    itself, or a file), else --mmproj's file, else none (text only)."""
+    if src.mmproj is not None:
+        return {"mmproj_path": str(src.mmproj.path), "mmproj_offset": src.mmproj.offset}
+    return {"mmproj_path": str(config.mmproj) if config.mmproj else None}
+
+
 def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progress | None = None,
                 warn: Callable[[str], None] | None = None) -> ServedModel:
     """Read the GGUF (a file, or a region of a built program), resolve the chat format, read it
@@ -112,7 +120,7 @@ def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progr
                        max_waiting=config.max_waiting, flash_attn=config.flash_attn, device=config.device,
                        speculative=config.speculative, trace_steps=config.trace_steps,
                        model_offset=src.offset, model_length=src.length, n_threads=config.threads, rpc=config.rpc,
-                       mmproj_path=str(src.mmproj or config.mmproj) if (src.mmproj or config.mmproj) else None)
+                       **_projector(src, config))
     stage(0, METADATA_DONE)(1.0)
     if read_into_memory(path, stage(METADATA_DONE, READ_DONE), src.offset, src.length) and config.verbose:
         (warn or print)(f"llmpack: read the model file into memory ({human_bytes(src.length or path.stat().st_size)}); "
