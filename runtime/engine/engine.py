@@ -76,7 +76,7 @@ class LLMEngine(VisionClient):
         self.mm = load_multimodal(config, self.runner, self._wakeup.set)   # images (multimodal.py), or None
         self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.n_batch, self.runner.n_ubatch,
                                    self.runner.is_eog, self.max_model_len, self.mm)
-        self.drafter = NgramDrafter(config.speculative, max(0, self.runner.n_seq_max - config.max_num_seqs))
+        self.drafter = NgramDrafter(config.speculative, max(0, self.runner.n_outputs_max - config.max_num_seqs))
         if config.speculative != "off":
             self.scheduler.drafter = self.drafter
         self.output = OutputProcessor(self.runner, self.scheduler, self._new_sequence, self._retire, self.drafter)

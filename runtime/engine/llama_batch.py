@@ -7,8 +7,9 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-import llama_cpp as lc
 import numpy as np
+
+from llmpack.runtime.hardware.bindings import lc
 
 
 @dataclass(slots=True)

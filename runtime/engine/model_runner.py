@@ -11,13 +11,14 @@ Context choices, and why:
 - `swa_full=True`: sliding-window layers (Gemma 2/3) keep every cell instead of pruning
   those that slid out of the window, so a cached prefix is still complete when reused.
 - flash attention "auto" (on wherever the backend supports it): see FLASH_ATTN below.
-- `n_outputs_max = n_seq_max`: llama.cpp sizes its logits buffer as rows x vocabulary
-  x 4 bytes (1 MiB per row for a 262k vocabulary) and writes it all at start-up; we ask for
-  one row per sequence per step plus speculative draft rows, so reserving n_batch rows would
-  waste hundreds of MiB. llama.cpp makes the buffer at least n_seq_max rows, so n_seq_max is
-  max_num_seqs + SPARE_SEQ_IDS, not 256: the spare ids hold ended sequences' cached prefixes
-  (block_manager's parked ids) and make room for draft rows. 16 spare rows rather than 32
-  are 16 MiB less resident memory for Gemma 3 (docs/BENCHMARKS.md, idle RSS).
+- `n_outputs_max = max_num_seqs + DRAFT_ROWS`: llama.cpp sizes its logits buffer as rows x
+  vocabulary x 4 bytes (1 MiB per row for a 262k vocabulary) and writes it all when made; a
+  step asks for one row per sequence plus speculative draft rows, so reserving n_batch rows
+  would waste hundreds of MiB, and a step asking for more than n_outputs_max rows aborts the
+  process (a GGML_ASSERT). The buffer starts at n_seq_max rows and grows only when a step
+  asks for more, so n_seq_max is kept small too: max_num_seqs + SPARE_SEQ_IDS, not 256. The
+  spare ids hold ended sequences' cached prefixes (block_manager's parked ids); each spare
+  id costs Gemma 3 1 MiB of resident memory from the start (docs/BENCHMARKS.md, idle RSS).
 """
 from __future__ import annotations
 
@@ -25,14 +26,13 @@ import ctypes
 import os
 from typing import TYPE_CHECKING, Callable
 
-import llama_cpp as lc
 import numpy as np
-from llama_cpp import llama_cpp as bindings  # the package's own libllama handle
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.llama_batch import BatchPlan, LlamaBatch
 from llmpack.runtime.hardware.backends import load_backends
+from llmpack.runtime.hardware.bindings import bindings, lc   # bindings: the package's own libllama handle
 from llmpack.runtime.hardware.rpc import any_registered
 
 if TYPE_CHECKING:
@@ -44,12 +44,11 @@ _backend_ready = False
 # decodes up to ~20 % faster on the CPU at 32 sequences, so "auto" - on wherever supported,
 # as in llama-server, vLLM and Ollama - is the default.
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
-SPARE_SEQ_IDS = 16   # llama.cpp sequence ids beyond --parallel (see the module's docstring)
-
+SPARE_SEQ_IDS = 8    # llama.cpp sequence ids beyond --parallel, for parked prefixes (module docstring)
+DRAFT_ROWS = 16      # logits rows beyond one per sequence that a step may ask for (speculative drafts)
 
 class ModelLoadError(LlmpackError):
     pass
-
 
 class DecodeError(RuntimeError):
     """llama_decode refused a batch; status 1 means llama.cpp found no KV cells for it."""
@@ -57,7 +56,6 @@ class DecodeError(RuntimeError):
     def __init__(self, status: int) -> None:
         super().__init__(f"llama_decode failed with status {status}")
         self.status = status
-
 
 def offloaded_layers(n_gpu_layers: int, n_layer: int, n_layer_all: int, n_devices: int) -> int:
     """How many of the model's `n_layer` repeating layers llama.cpp puts on a GPU, by its own rule
@@ -70,7 +68,6 @@ def offloaded_layers(n_gpu_layers: int, n_layer: int, n_layer_all: int, n_device
     wanted = n_gpu_layers if n_gpu_layers > 0 else n_layer_all + 1
     first_on_gpu = max(n_layer_all + 1 - wanted, 0)
     return max(0, n_layer - first_on_gpu)
-
 
 def _model_int(model, *names: str) -> int | None:
     """An int32 getter of llama.cpp that llama-cpp-python does not bind, by any of its exported
@@ -207,7 +204,9 @@ class ModelRunner:
         cparams.n_ubatch = min(cfg.n_ubatch, cfg.n_batch)
         self.n_seq_max = cfg.n_seq_max or min(lc.llama_max_parallel_sequences(), cfg.max_num_seqs + SPARE_SEQ_IDS)
         cparams.n_seq_max = self.n_seq_max
-        cparams.n_outputs_max = self.n_seq_max
+        # llama.cpp reserves at least n_seq_max rows, and asserts a step's rows fit n_outputs_max
+        self.n_outputs_max = max(self.n_seq_max, cfg.max_num_seqs + DRAFT_ROWS)
+        cparams.n_outputs_max = self.n_outputs_max
         threads = cfg.n_threads or max(1, os.cpu_count() or 1)
         cparams.n_threads = threads
         cparams.n_threads_batch = threads

@@ -38,7 +38,6 @@ import threading
 import traceback
 from typing import TYPE_CHECKING, Callable
 
-import llama_cpp as lc
 import numpy as np
 
 from llmpack.lru import LruCache
@@ -46,6 +45,7 @@ from llmpack.runtime.engine.images import ImageError
 from llmpack.runtime.engine.model_runner import DecodeError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError
 from llmpack.runtime.engine.vision import IMAGE_TOKEN, ImageSpan, MultimodalPrompt, Projector, ProjectorLoadError
+from llmpack.runtime.hardware.bindings import lc
 
 if TYPE_CHECKING:
     from llmpack.runtime.engine.block_manager import BlockManager
@@ -60,11 +60,9 @@ EMBD_CACHE_BYTES = 256 * 2**20     # encoded images kept for a later turn or a r
 # Qwen2.5-VL alike); Qwen3-VL's rows are wider than its n_embd (deepstack) and are not handled
 MROPE_ARCHS = ("qwen2vl",)
 
-
 def embedding_cache(max_bytes: int = EMBD_CACHE_BYTES) -> LruCache[bytes, np.ndarray]:
     """Encoded images by digest, least recently used evicted first, up to a byte budget."""
     return LruCache(max_bytes, weigh=lambda rows: rows.nbytes)
-
 
 class Multimodal:
     """The engine's image side: one projector, one encoder thread, and the hooks the engine,

@@ -7,12 +7,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-import llama_cpp as lc
-
 from llmpack.runtime.engine.grammar_sampler import parse_with_llama
+from llmpack.runtime.hardware.bindings import lc
 
 KEEP = 32     # parses waiting for their request; the oldest is freed past this
-
 
 class ParsedGrammars:
     def __init__(self, vocab) -> None:

@@ -24,16 +24,15 @@ from __future__ import annotations
 import ctypes
 import math
 
-import llama_cpp as lc
 import numpy as np
 
 from llmpack.runtime.engine.grammar_sampler import GrammarConstraint
 from llmpack.runtime.engine.outputs import TokenLogprob
 from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.engine.token_data import TAIL, TOKEN_DATA
+from llmpack.runtime.hardware.bindings import lc
 
 _LEVELS = [math.exp(-x) for x in (2, 4, 6, 8, 10, 12, 16, 20, 24, 32)] + [0.0]
-
 
 class SequenceSampler:
     """The sampling state of one sample (one of a request's n): its llama.cpp chain and penalties."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import ctypes
 
-import llama_cpp as lc
 import numpy as np
+
+from llmpack.runtime.hardware.bindings import lc
 
 # Same memory layout as llama_token_data {int32 id; float logit; float p;}
 TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)

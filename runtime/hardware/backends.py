@@ -88,7 +88,7 @@ def _ggml(extra: dict | None = None) -> SimpleNamespace:
     search a DLL's dependencies, and the API is split between ggml.dll (the registry) and
     ggml-base.dll (devices), both already loaded by llama.dll, so each function is taken from
     whichever of the two exports it."""
-    from llama_cpp import llama_cpp as llc   # lazy: loads libllama; `llmpack inspect` and the builder import this module without it
+    from llmpack.runtime.hardware.bindings import bindings as llc   # lazy: loads libllama; `llmpack inspect` and the builder import this module without it
 
     if os.name == "nt":
         libs = [ctypes.CDLL(str(lib_dir() / name)) for name in ("ggml.dll", "ggml-base.dll")]
@@ -236,7 +236,7 @@ _gpu_loaded = False           # the GPU (and RPC) backend libraries are loaded t
 def _quiet_ggml_log() -> None:
     """ggml logs each library it tries and each device it probes to stderr; the product says
     what matters in one line instead (LLMPACK_DEBUG=1 shows ggml's errors)."""
-    import llama_cpp as lc   # lazy: loads libllama (see _ggml)
+    from llmpack.runtime.hardware.bindings import lc   # lazy: loads libllama (see _ggml)
 
     @lc.llama_log_callback
     def _quiet(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover

@@ -22,7 +22,7 @@ from llmpack.runtime.server.config import ServeConfig
 from llmpack.runtime.server.http.options import ServerOptions
 from llmpack.runtime.server.http.security import is_loopback
 from llmpack.runtime.server.http.state import MESSAGES, ServerState
-from llmpack.runtime.server.lifecycle.prepare import Progress, build_model
+from llmpack.runtime.server.lifecycle.prepare import Progress, build_model, return_freed_memory
 from llmpack.runtime.server.lifecycle.sockets import bind_socket, url_for, waitress_settings
 
 # How long Ctrl+C waits for the preparing thread. The model load gives up at its next progress
@@ -104,6 +104,7 @@ class Server:
             model.engine.shutdown()
             return
         self.state.set_ready(model)
+        return_freed_memory()
         self._console.close()
         if model.backend:
             self._say(startup_line(model.backend, verbose=self.config.verbose))
