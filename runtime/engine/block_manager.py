@@ -21,11 +21,12 @@ pool into fixed-size blocks of `block_size` cells for accounting, vLLM-style:
 
 Cached cells are not free in one way vLLM's are: llama.cpp attends over every cell up to the
 highest one in use, so a long prompt's prefill pays for every cached cell in the pool (a
-2,000-token prompt took 1.33x llama-server's time behind a pool 91 % full of cached prefixes,
-docs/BENCHMARKS.md). Before a prefill chunk of at least PREFILL_TRIM_TOKENS, unreferenced cached
-blocks beyond CACHED_SHARE of the pool are evicted, least recently used first. The prompt's own
-hits are referenced by then, so a person continuing a long chat keeps all of it; small chunks
-(chats sharing a system prompt, each adding a message) trim nothing.
+2,000-token prompt took 1.33x llama-server's time behind a pool 91 % full of cached prefixes, and
+still 1.1x with a quarter of the pool cached, docs/BENCHMARKS.md). So before a prefill chunk of at
+least PREFILL_TRIM_TOKENS, every unreferenced cached block is evicted, as llama-server moves idle
+slots' cells out of its KV cache before a new prompt. The prompt's own hits are referenced by
+then, so a person continuing a long chat keeps all of it; small chunks (chats sharing a system
+prompt, each adding a message) evict nothing.
 
 A block's cells live in llama.cpp only as members of some sequence id, so each block records
 its `holders`. When a sequence ends, its id stays a holder of the cached blocks nobody else
@@ -52,8 +53,7 @@ class KVOps(Protocol):
     def seq_pos_max(self, seq_id: int) -> int: ...
 
 
-PREFILL_TRIM_TOKENS = 256   # a prefill chunk this long first trims the unreferenced cache...
-CACHED_SHARE = 0.25         # ...to this share of the pool
+PREFILL_TRIM_TOKENS = 256   # a prefill chunk this long first evicts the unreferenced cache
 
 _ROOT = b"llmpack-prefix-root"
 
@@ -209,16 +209,15 @@ class BlockManager:
             seq.block_hashes.append(block.hash)
         seq.num_computed_tokens += len(hits) * bs
         if num_new_tokens >= PREFILL_TRIM_TOKENS:
-            self.trim_cache(int(CACHED_SHARE * self.num_blocks))
+            self.evict_unreferenced()
         for _ in range(need):
             self._append_new_block(seq)
         self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
         return True
 
-    def trim_cache(self, keep: int) -> None:
-        """Evict unreferenced cached blocks, least recently used first, until at most `keep` remain."""
-        cached = [b for b in self.free_queue if b.hash is not None]     # LRU first
-        for block in cached[:max(0, len(cached) - keep)]:
+    def evict_unreferenced(self) -> None:
+        """Evict every cached block no sequence references (their cells leave llama.cpp)."""
+        for block in [b for b in self.free_queue if b.hash is not None]:
             self._evict(block)
 
     def fork(self, parent: Sequence, child: Sequence) -> bool:
