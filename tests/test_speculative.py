@@ -142,10 +142,10 @@ def test_auto_stops_drafting_when_the_batch_is_busy_or_acceptance_is_low():
 def test_auto_drafts_only_where_the_measured_cost_of_a_row_lets_drafts_pay():
     """Where each logits row costs as much as the step (a loaded CPU with a large vocabulary), no
     draft can pay, even one certain to be accepted: auto drafts nothing but a full-length probe
-    now and then. On a quiet CPU the cost is a staircase (nine rows ~4.5x one, measured): a
-    sequence that quotes (acceptance 0.9) drafts in full, free chat (0.5) does not. Where rows are
+    now and then. On a quiet CPU the cost is a staircase with steps of four rows (measured): a
+    draft fills whole blocks, as long as acceptance pays for it, and free chat (0.5) drafts nothing. Where rows are
     nearly free (a GPU), it drafts as far as the match goes."""
-    from llmpack.runtime.engine.speculative import MAX_DRAFT, PROBE_EVERY
+    from llmpack.runtime.engine.speculative import MAX_DRAFT, PROBE_EVERY, geometric_gain
 
     params = SamplingParams(temperature=0, max_tokens=100)
     cpu = NgramDrafter("auto", 32)
@@ -156,7 +156,7 @@ def test_auto_drafts_only_where_the_measured_cost_of_a_row_lets_drafts_pay():
     seq = fake_sequence(params, [7, 8, 9, 7, 8], seed=1)
     cpu.start_step(num_running=1)
     assert cpu.draft(seq, room=100) == []
-    assert cpu.cost.best_draft(1, 0.99, 8) == 0           # not even with near-certain acceptance
+    assert cpu.cost.best_draft(1, geometric_gain(0.99), 8) == 0           # not even with near-certain acceptance
     cpu.steps = cpu.last_draft_step + PROBE_EVERY - 1       # a probe keeps the cost of rows measured
     cpu.start_step(num_running=1)
     assert cpu.draft(seq, room=100) == [9, 7, 8]
@@ -164,17 +164,21 @@ def test_auto_drafts_only_where_the_measured_cost_of_a_row_lets_drafts_pay():
     fresh = NgramDrafter("auto", 32)    # nothing measured yet: a probe of a full draft
     fresh.start_step(num_running=1)
     assert fresh.draft(fake_sequence(params, [7, 8, 9, 7, 8], seed=1), room=100) == [9, 7, 8]
-    assert fresh.cost.best_draft(1, 0.9, MAX_DRAFT) == MAX_DRAFT
+    assert fresh.cost.best_draft(1, geometric_gain(0.9), MAX_DRAFT) == MAX_DRAFT
     fresh.observe_step(1, False, 12.0)
     fresh.observe_step(2, True, 25.0)   # only a short draft's cost known: the full one is probed
-    assert fresh.cost.best_draft(1, 0.9, MAX_DRAFT) == MAX_DRAFT
+    assert fresh.cost.best_draft(1, geometric_gain(0.9), MAX_DRAFT) == MAX_DRAFT
 
-    quiet = NgramDrafter("auto", 32)
-    for rows, ms in ((1, 12.1), (2, 25.3), (3, 41.3), (5, 47.7), (9, 54.1)):   # Gemma 3, quiet 2-core Xeon
+    quiet = NgramDrafter("auto", 32)   # Gemma 3 on a quiet 2-core Xeon: four rows at a time, leftovers alone
+    staircase = ((1, 12.0), (2, 26.6), (3, 43.6), (4, 37.2), (5, 53.0), (8, 47.6), (9, 65.9), (12, 69.2),
+                 (16, 78.5), (17, 103.0))
+    for rows, ms in staircase:
         quiet.observe_step(rows, rows > 1, ms)
-    assert quiet.cost.estimate(7) == pytest.approx(47.7 + 0.5 * (54.1 - 47.7))
-    assert quiet.cost.best_draft(1, 0.9, 8) == 8
-    assert quiet.cost.best_draft(1, 0.5, 8) == 0
+    assert quiet.cost.estimate(6) == pytest.approx(53.0 + (47.6 - 53.0) / 3)
+    assert quiet.cost.best_draft(1, geometric_gain(0.97), MAX_DRAFT) == 15    # quoting: 16 rows, not 17
+    assert quiet.cost.best_draft(1, geometric_gain(0.9), MAX_DRAFT) == 7      # 8 rows cost less than 5 or 9
+    assert quiet.cost.best_draft(1, geometric_gain(0.5), MAX_DRAFT) == 0
+    assert quiet.cost.best_draft(2, geometric_gain(0.97), MAX_DRAFT) in (2, 6, 10, 14)   # whole blocks with two sequences
 
     gpu = NgramDrafter("auto", 32)
     for _ in range(3):
@@ -182,4 +186,15 @@ def test_auto_drafts_only_where_the_measured_cost_of_a_row_lets_drafts_pay():
         gpu.observe_step(9, True, 22.0)
     gpu.start_step(num_running=1)
     assert gpu.draft(fake_sequence(params, [7, 8, 9, 7, 8], seed=1), room=100) == [9, 7, 8]
-    assert gpu.cost.best_draft(1, 0.05, 8) <= 1            # a sequence that is rarely right drafts little
+    assert gpu.cost.best_draft(1, geometric_gain(0.01), 8) == 0            # a sequence that is rarely right does not draft
+
+
+def test_past_drafts_predict_a_drafts_gain_where_acceptance_comes_in_runs():
+    """A draft refused after a tokens would have given min(a, k) of k; one accepted in full gave at
+    least its length and is extended past it with the acceptance rate."""
+    from llmpack.runtime.engine.speculative import recorded_gain
+
+    gain = recorded_gain([(15, 3), (15, 15), (7, 7)], p=0.5)
+    assert gain(3) == pytest.approx(3.0)
+    assert gain(15) == pytest.approx((3 + 15 + 7 + sum(0.5 ** i for i in range(1, 9))) / 3)
+    assert gain(7) == pytest.approx((3 + 7 + 7) / 3)

@@ -19,15 +19,19 @@ Modes (EngineConfig.speculative): "off"; "ngram" drafts whenever a match exists;
 default) drafts only where it is expected to pay, from two measured things:
 - what a step costs by its number of rows: `StepCost` keeps each row count's average over the
   decode-only steps the engine runs anyway (and the few with drafts). On a GPU a row costs
-  almost nothing next to the step; on a quiet 2-core CPU nine rows cost about 4.5 times one
-  (Gemma 3 and Qwen2.5 0.5B, docs/BENCHMARKS.md), and on a loaded one up to 8 times;
+  almost nothing next to the step. On a CPU the cost is a staircase with steps of ROW_BLOCK:
+  ggml multiplies repacked K-quant weights four rows at a time and each leftover row on its
+  own, so 8 rows cost less than 9 and 16 less than 17 (Gemma 3 and Qwen2.5 0.5B on a 2-core
+  CPU: 8 rows ~4-4.7x one row, 9 rows ~5.5-5.9x, 16 rows ~6.5-7.2x; docs/BENCHMARKS.md). A
+  draft is therefore sized so that the step's rows fill whole blocks;
 - how likely the sequence's next draft token is accepted, p (its record, or every sequence's
   until it has one): k draft tokens are expected to yield p + p^2 + ... + p^k more tokens.
 The draft length k maximises (N + expected extra tokens) / cost(N + k) for a step of N
-sequences; when k = 0 wins, nothing is drafted. Until a full draft's step was measured, and
-once every PROBE_EVERY steps while drafting is off, a probe of PROBE_ROWS draft tokens measures
-what rows cost and gives a sequence whose record says no a new chance (a failed probe costs ~3.5
-steps' time on a 2-core CPU, 7 % of the steps between probes, until MIN_ACCEPTANCE stops it).
+sequences; when k = 0 wins, nothing is drafted. Until a full draft's step was measured, a draft
+is full-length (the probe that measures it). Once every PROBE_EVERY steps while drafting is off, a
+probe of up to PROBE_ROWS draft tokens keeps what rows cost measured and gives a sequence whose
+record says no a new chance (a failed one costs ~4 steps' time on a 2-core CPU, 8 % of the steps
+between probes, until MIN_ACCEPTANCE stops it).
 Also off for every sequence while more than BUSY_ROWS decode together, and for a sequence whose
 acceptance stays below MIN_ACCEPTANCE.
 Sequences with penalties, a grammar, logprobs or n > 1 never draft (their sampling state would
@@ -35,6 +39,8 @@ have to be rewound).
 """
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,14 +48,17 @@ import numpy as np
 from llmpack.runtime.engine.sequence import Sequence
 
 MAX_N, MIN_N = 4, 2        # n-gram lengths looked up, longest first
-MAX_DRAFT = 8              # tokens proposed per step
+MAX_DRAFT = 15             # tokens proposed per step: with the sequence's own row, 16 rows (four blocks)
+ROW_BLOCK = 4              # auto: a step's rows are made a multiple of this (the CPU's cost staircase)
 BUSY_ROWS = 4              # auto: no drafting while more sequences than this decode together
 PROBE = 24                 # auto: judge a sequence's acceptance after this many drafted tokens...
 MIN_ACCEPTANCE = 0.35      # ...and stop drafting for it below this rate
 PROBE_EVERY = 48           # auto: steps between probes with drafts while the cost model says no
-PROBE_ROWS = MAX_DRAFT     # auto: draft tokens in such a probe (the full draft: where a CPU's rows are cheapest)
+PROBE_ROWS = 7             # auto: draft tokens in such a probe (with the sequence's row, two blocks)
 PRIOR_ACCEPTANCE = 0.6     # auto: p assumed before any draft token was verified
 EMA = 0.2                  # weight of the newest step in a row count's average
+RECORDS = 32               # auto: past drafts kept per sequence (and for all) to predict the next one's gain
+MIN_RECORDS = 4            # auto: fewer than this, and acceptance's rate alone predicts it
 
 
 class StepCost:
@@ -67,6 +76,11 @@ class StepCost:
         old = self.ms.get(rows)
         self.ms[rows] = ms if old is None else (1 - EMA) * old + EMA * ms
 
+    @staticmethod
+    def aligned(n_seqs: int, limit: int) -> int:
+        """The longest draft up to `limit` that brings a step of n_seqs rows to whole ROW_BLOCKs (0: none)."""
+        return max((k for k in range(1, limit + 1) if (n_seqs + k) % ROW_BLOCK == 0), default=0)
+
     def estimate(self, rows: int) -> float | None:
         """Expected ms of a step of `rows` rows; None before any step was measured. Past the largest
         measured count, rows are assumed to cost in proportion (the most a row can cost)."""
@@ -81,21 +95,45 @@ class StepCost:
             return self.ms[below] * rows / below
         return None if above is None else self.ms[above]
 
-    def best_draft(self, n_seqs: int, p: float, limit: int) -> int:
+    def best_draft(self, n_seqs: int, gain: Callable[[int], float], limit: int) -> int:
         """The draft length (0..limit) that makes the most tokens per ms in a step of n_seqs
-        sequences, one of them drafting with acceptance p. Until a step that long was measured,
-        `limit`: the probe that measures what a full draft costs."""
+        sequences, one of them drafting k tokens of which gain(k) are expected accepted; only
+        lengths that bring the step's rows to a multiple of ROW_BLOCK. Until a step that long was
+        measured, the longest such length: the probe that measures what a full draft costs."""
+        sizes = [k for k in range(1, limit + 1) if (n_seqs + k) % ROW_BLOCK == 0]
+        if not sizes:
+            return 0
         base = self.estimate(n_seqs)
-        if base is None or max(self.ms) < n_seqs + limit:
-            return limit
-        best_k, best_rate, gain, term = 0, n_seqs / base, 0.0, 1.0
-        for k in range(1, limit + 1):
-            term *= p
-            gain += term
-            rate = (n_seqs + gain) / self.estimate(n_seqs + k)
+        if base is None or max(self.ms) < n_seqs + sizes[-1]:
+            return sizes[-1]
+        best_k, best_rate = 0, n_seqs / base
+        for k in sizes:
+            rate = (n_seqs + gain(k)) / self.estimate(n_seqs + k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
+
+
+def geometric_gain(p: float) -> Callable[[int], float]:
+    """Expected accepted tokens of a k-token draft when each is accepted with chance p once the
+    ones before it were: p + p^2 + ... + p^k."""
+    return lambda k: sum(p ** i for i in range(1, k + 1))
+
+
+def recorded_gain(records: Collection[tuple[int, int]], p: float) -> Callable[[int], float]:
+    """Expected accepted tokens of a k-token draft from past drafts (drafted, accepted), which say
+    more than one rate where acceptance comes in runs (a quote is copied until the reply departs
+    from it): a draft refused after `accepted` tokens would have given min(accepted, k); one
+    accepted in full gave at least that many, and is extended past its length with rate p."""
+    def gain(k: int) -> float:
+        total = 0.0
+        for drafted, accepted in records:
+            if accepted < drafted or drafted >= k:
+                total += min(accepted, k)
+            else:
+                total += accepted + sum(p ** i for i in range(1, k - accepted + 1))
+        return total / len(records)
+    return gain
 
 
 @dataclass(slots=True)
@@ -107,6 +145,7 @@ class SpecState:
     drafted: int = 0
     accepted: int = 0
     examined: int = 0          # draft tokens verified up to and including the first rejected one
+    records: deque = field(default_factory=lambda: deque(maxlen=RECORDS))   # its last drafts: (drafted, accepted)
     off: bool = False
 
 
@@ -130,6 +169,7 @@ class NgramDrafter:
         self.num_running = 0               # sequences in the step being scheduled
         self.last_draft_step = 0           # auto: the last step that held draft rows
         self.cost = StepCost()             # auto: what a decode-only step costs by rows
+        self.records: deque = deque(maxlen=RECORDS)   # every sequence's last drafts, for one without its own
 
     # ---- scheduling -----------------------------------------------------------------------
     def start_step(self, num_running: int) -> None:
@@ -154,9 +194,11 @@ class NgramDrafter:
         """How many draft tokens auto proposes for a sequence (0: none), at most `limit`."""
         p = acceptance(state.accepted, state.examined) if state.examined else \
             acceptance(self.accepted_total, self.examined_total)
-        k = self.cost.best_draft(max(self.num_running, 1), p, limit)
+        records = state.records if len(state.records) >= MIN_RECORDS else self.records
+        gain = recorded_gain(records, p) if len(records) >= MIN_RECORDS else geometric_gain(p)
+        k = self.cost.best_draft(max(self.num_running, 1), gain, limit)
         if k == 0 and self.steps - self.last_draft_step >= PROBE_EVERY:
-            k = min(PROBE_ROWS, limit)       # keep the cost of draft rows measured
+            k = self.cost.aligned(max(self.num_running, 1), min(PROBE_ROWS, limit))   # keep draft rows' cost measured
         return k
 
     def eligible(self, seq: Sequence) -> bool:
@@ -244,6 +286,8 @@ class NgramDrafter:
         self.drafted_total += drafted
         self.accepted_total += accepted
         self.examined_total += examined
+        state.records.append((drafted, accepted))
+        self.records.append((drafted, accepted))
         if self.mode == "auto" and state.drafted >= PROBE and state.accepted < MIN_ACCEPTANCE * state.drafted:
             state.off = True
 
