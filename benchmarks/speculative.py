@@ -11,8 +11,9 @@ the targets of issue 30.
 Greedy throughout, so both sides must produce the same tokens (checked: a difference is printed).
 Modes alternate per repetition, so the machine's load hits both alike.
 
-First it prints what a decode step of one sequence costs with 1, 2, 3, 5 and 9 logits rows (one
-token plus 0-8 draft tokens): `rows / cost` is the most speculative decoding can gain with every
+First it prints what a decode step of one sequence costs with 1 to 17 logits rows (one token plus
+0-16 draft tokens; on a CPU the cost is a staircase with steps of four rows, which is why `auto`
+drafts 3, 7, 11 or 15 tokens): `rows / cost` is the most speculative decoding can gain with every
 draft token accepted, so where it stays below 1.5 the 1.5x target cannot be met on this machine.
 
     ./dev bench speculative [--model gemma|qwen] [--reps 2] [--mode auto|ngram] [--max-tokens 200]
@@ -78,7 +79,7 @@ WORKLOADS = [
 ]
 
 
-def row_costs(model, rows=(1, 2, 3, 5, 9), reps: int = 7, context: int = 300) -> dict[int, float]:
+def row_costs(model, rows=(1, 2, 4, 5, 8, 9, 16, 17), reps: int = 7, context: int = 300) -> dict[int, float]:
     """Median ms of one llama_decode of a sequence `context` tokens long with `rows` new tokens,
     all asking for logits (what a step with rows - 1 draft tokens costs), sizes interleaved."""
     runner = ModelRunner(EngineConfig(model_path=str(model), n_ctx=2048, max_num_seqs=1))
