@@ -27,8 +27,10 @@ CHUNK = 64            # tokens per llama_decode when we pool (see _open)
 POOLING_NAMES = {lc.LLAMA_POOLING_TYPE_MEAN: "mean", lc.LLAMA_POOLING_TYPE_CLS: "cls",
                  lc.LLAMA_POOLING_TYPE_LAST: "last"}
 
+
 class EmbeddingError(LlmpackError):
     """An input cannot be embedded (too long) or the model cannot embed (HTTP 400)."""
+
 
 class Embedder:
     def __init__(self, model, n_ctx: int, n_threads: int | None = None) -> None:

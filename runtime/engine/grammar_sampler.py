@@ -53,6 +53,7 @@ _CLOSERS = frozenset('"]}')            # tokens made only of these end strings, 
 _SEPARATORS = _CLOSERS | frozenset(",:")  # then these move on to the next required part
 _BANNED_ATTRS = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN | lc.LLAMA_TOKEN_ATTR_UNUSED
 
+
 def _enough(p, kept: float, unchecked: float, n_ok: int, best: float, tail: float) -> bool:
     """Have the slices checked so far found every allowed token that the row's truncation can
     keep? Slices come in decreasing weight, so: top_k allowed tokens found; or every unchecked
@@ -64,6 +65,7 @@ def _enough(p, kept: float, unchecked: float, n_ok: int, best: float, tail: floa
         return True
     cut = p.top_p if p.top_p < 1.0 else 1.0 - TAIL
     return kept >= cut * (kept + unchecked)
+
 
 class VocabTables:
     """What the grammar code needs to know about every token of a vocabulary, computed once

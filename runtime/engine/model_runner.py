@@ -47,8 +47,10 @@ FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 SPARE_SEQ_IDS = 8    # llama.cpp sequence ids beyond --parallel, for parked prefixes (module docstring)
 DRAFT_ROWS = 16      # logits rows beyond one per sequence that a step may ask for (speculative drafts)
 
+
 class ModelLoadError(LlmpackError):
     pass
+
 
 class DecodeError(RuntimeError):
     """llama_decode refused a batch; status 1 means llama.cpp found no KV cells for it."""
@@ -56,6 +58,7 @@ class DecodeError(RuntimeError):
     def __init__(self, status: int) -> None:
         super().__init__(f"llama_decode failed with status {status}")
         self.status = status
+
 
 def offloaded_layers(n_gpu_layers: int, n_layer: int, n_layer_all: int, n_devices: int) -> int:
     """How many of the model's `n_layer` repeating layers llama.cpp puts on a GPU, by its own rule
@@ -68,6 +71,7 @@ def offloaded_layers(n_gpu_layers: int, n_layer: int, n_layer_all: int, n_device
     wanted = n_gpu_layers if n_gpu_layers > 0 else n_layer_all + 1
     first_on_gpu = max(n_layer_all + 1 - wanted, 0)
     return max(0, n_layer - first_on_gpu)
+
 
 def _model_int(model, *names: str) -> int | None:
     """An int32 getter of llama.cpp that llama-cpp-python does not bind, by any of its exported

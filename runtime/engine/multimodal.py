@@ -60,9 +60,11 @@ EMBD_CACHE_BYTES = 256 * 2**20     # encoded images kept for a later turn or a r
 # Qwen2.5-VL alike); Qwen3-VL's rows are wider than its n_embd (deepstack) and are not handled
 MROPE_ARCHS = ("qwen2vl",)
 
+
 def embedding_cache(max_bytes: int = EMBD_CACHE_BYTES) -> LruCache[bytes, np.ndarray]:
     """Encoded images by digest, least recently used evicted first, up to a byte budget."""
     return LruCache(max_bytes, weigh=lambda rows: rows.nbytes)
+
 
 class Multimodal:
     """The engine's image side: one projector, one encoder thread, and the hooks the engine,

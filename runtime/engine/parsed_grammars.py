@@ -12,6 +12,7 @@ from llmpack.runtime.hardware.bindings import lc
 
 KEEP = 32     # parses waiting for their request; the oldest is freed past this
 
+
 class ParsedGrammars:
     def __init__(self, vocab) -> None:
         self.vocab = vocab

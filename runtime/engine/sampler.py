@@ -34,6 +34,7 @@ from llmpack.runtime.hardware.bindings import lc
 
 _LEVELS = [math.exp(-x) for x in (2, 4, 6, 8, 10, 12, 16, 20, 24, 32)] + [0.0]
 
+
 class SequenceSampler:
     """The sampling state of one sample (one of a request's n): its llama.cpp chain and penalties."""
 
