@@ -20,9 +20,8 @@ pool into fixed-size blocks of `block_size` cells for accounting, vLLM-style:
   evicts it.
 
 Cached cells are not free in one way vLLM's are: llama.cpp attends over every cell up to the
-highest one in use, so a long prompt's prefill pays for every cached cell in the pool (a
-2,000-token prompt took 1.33x llama-server's time behind a pool 91 % full of cached prefixes, and
-still 1.1x with a quarter of the pool cached, docs/BENCHMARKS.md). So before a prefill chunk of at
+highest one in use, so a long prompt's prefill pays for every cached cell in the pool, even for a
+quarter of it kept (docs/BENCHMARKS.md, the 2,000-word TTFT). So before a prefill chunk of at
 least PREFILL_TRIM_TOKENS, every unreferenced cached block is evicted, as llama-server moves idle
 slots' cells out of its KV cache before a new prompt. The prompt's own hits are referenced by
 then, so a person continuing a long chat keeps all of it; small chunks (chats sharing a system

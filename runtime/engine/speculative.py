@@ -21,11 +21,11 @@ default) drafts only where it is expected to pay, from two measured things:
   decode-only steps the engine runs anyway (and the few with drafts). On a GPU a row costs
   almost nothing next to the step. On a CPU the cost is a staircase with steps of ROW_BLOCK:
   ggml multiplies repacked K-quant weights four rows at a time and each leftover row on its
-  own, so 8 rows cost less than 9 and 16 less than 17 (Gemma 3 and Qwen2.5 0.5B on a 2-core
-  CPU: 8 rows ~4-4.7x one row, 9 rows ~5.5-5.9x, 16 rows ~6.5-7.2x; docs/BENCHMARKS.md). A
-  draft is therefore sized so that the step's rows fill whole blocks;
-- how likely the sequence's next draft token is accepted, p (its record, or every sequence's
-  until it has one): k draft tokens are expected to yield p + p^2 + ... + p^k more tokens.
+  own, so 8 rows cost less than 5 or 9, and 16 less than 13 or 17 (docs/BENCHMARKS.md has
+  the table). A draft is therefore sized so that the step's rows fill whole blocks;
+- how many of k draft tokens are expected to be accepted: from the sequence's last RECORDS
+  drafts (every sequence's until it has MIN_RECORDS), since acceptance comes in runs; with
+  fewer records, from its acceptance rate p as p + p^2 + ... + p^k.
 The draft length k maximises (N + expected extra tokens) / cost(N + k) for a step of N
 sequences; when k = 0 wins, nothing is drafted. Until a full draft's step was measured, a draft
 is full-length (the probe that measures it). Once every PROBE_EVERY steps while drafting is off, a
