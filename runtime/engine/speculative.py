@@ -61,6 +61,11 @@ RECORDS = 32               # auto: past drafts kept per sequence (and for all) t
 MIN_RECORDS = 4            # auto: fewer than this, and acceptance's rate alone predicts it
 
 
+def block_sizes(n_seqs: int, limit: int) -> list[int]:
+    """The draft lengths up to `limit` that bring a step of n_seqs rows to whole ROW_BLOCKs."""
+    return list(range(-n_seqs % ROW_BLOCK or ROW_BLOCK, limit + 1, ROW_BLOCK))
+
+
 class StepCost:
     """Milliseconds of a decode-only step by its number of rows (logits rows: sequences plus draft
     tokens): each measured row count's recent average, read between measured counts by linear
@@ -75,11 +80,6 @@ class StepCost:
     def observe(self, rows: int, ms: float) -> None:
         old = self.ms.get(rows)
         self.ms[rows] = ms if old is None else (1 - EMA) * old + EMA * ms
-
-    @staticmethod
-    def aligned(n_seqs: int, limit: int) -> int:
-        """The longest draft up to `limit` that brings a step of n_seqs rows to whole ROW_BLOCKs (0: none)."""
-        return max((k for k in range(1, limit + 1) if (n_seqs + k) % ROW_BLOCK == 0), default=0)
 
     def estimate(self, rows: int) -> float | None:
         """Expected ms of a step of `rows` rows; None before any step was measured. Past the largest
@@ -100,7 +100,7 @@ class StepCost:
         sequences, one of them drafting k tokens of which gain(k) are expected accepted; only
         lengths that bring the step's rows to a multiple of ROW_BLOCK. Until a step that long was
         measured, the longest such length: the probe that measures what a full draft costs."""
-        sizes = [k for k in range(1, limit + 1) if (n_seqs + k) % ROW_BLOCK == 0]
+        sizes = block_sizes(n_seqs, limit)
         if not sizes:
             return 0
         base = self.estimate(n_seqs)
@@ -198,7 +198,8 @@ class NgramDrafter:
         gain = recorded_gain(records, p) if len(records) >= MIN_RECORDS else geometric_gain(p)
         k = self.cost.best_draft(max(self.num_running, 1), gain, limit)
         if k == 0 and self.steps - self.last_draft_step >= PROBE_EVERY:
-            k = self.cost.aligned(max(self.num_running, 1), min(PROBE_ROWS, limit))   # keep draft rows' cost measured
+            probes = block_sizes(max(self.num_running, 1), min(PROBE_ROWS, limit))
+            k = probes[-1] if probes else 0       # keep the cost of draft rows measured
         return k
 
     def eligible(self, seq: Sequence) -> bool:

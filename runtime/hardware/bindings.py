@@ -24,11 +24,13 @@ class _BindingsFirst(types.ModuleType):
     """The `llama_cpp` package whose names come from its bindings until one is missing."""
 
     def __getattr__(self, name: str):
-        if (name.startswith("__") and name != "__version__") or importlib.util.find_spec(f"llama_cpp.{name}") is not None:
-            raise AttributeError(name)   # a submodule (`from llama_cpp import mtmd_cpp`): Python imports it
+        if name.startswith("__") and name != "__version__":
+            raise AttributeError(name)
         low = importlib.import_module("llama_cpp.llama_cpp")
         if hasattr(low, name):
             value = getattr(low, name)
+        elif importlib.util.find_spec(f"llama_cpp.{name}") is not None:
+            raise AttributeError(name)   # a submodule (`from llama_cpp import mtmd_cpp`): Python imports it
         else:   # the high-level API: run the package's own __init__ into this module, once
             self.__class__ = types.ModuleType   # back to a plain module first: no recursion
             self.__spec__.loader.exec_module(self)

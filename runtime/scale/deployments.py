@@ -152,7 +152,6 @@ class Ingress:
             return StreamingResponse(_rest(stream, sse), status_code=head.status, headers=headers)
         return _error(503, "No replica could answer.")
 
-
     async def _every_replica(self, call: HttpCall, request: Request) -> Response:
         """/health and /metrics: the request answered by each replica, combined (aggregate.py)."""
         answers = await asyncio.gather(*(self._ask(call, rid) for rid in replica_ids()))
