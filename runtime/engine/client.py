@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, runtime_checkabl
 from llmpack.runtime.engine.embeddings import EmbeddingError
 from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, check_image, sniff
 from llmpack.runtime.engine.outputs import RequestOutput
+from llmpack.runtime.engine.pictures import DecoderBusy, Picture
+from llmpack.runtime.engine.pictures import decode as decode_picture
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.engine.vision import MultimodalPrompt
@@ -20,7 +22,8 @@ from llmpack.runtime.structured.grammar import GrammarError
 # The errors a client of the engine handles, importable from here with the protocol.
 __all__ = ["EngineClient", "OutputStream", "EmbeddingError", "EngineDeadError", "GrammarError",
            "InvalidParameterError", "PromptTooLongError", "QueueFullError",
-           "ImageError", "MAX_IMAGE_BYTES", "MultimodalPrompt", "check_image", "sniff"]   # images (runtime/engine/images.py)
+           "ImageError", "MAX_IMAGE_BYTES", "MultimodalPrompt", "check_image", "sniff",   # images (engine/images.py)
+           "DecoderBusy", "Picture", "decode_picture"]   # pictures decoded in a sandboxed child (engine/pictures.py)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,9 +58,9 @@ class EngineClient(Protocol):
     def vision(self) -> bool:
         """Whether the model sees images (it was started with a vision projector, --mmproj)."""
 
-    def image_prompt(self, parts: Sequence[str | tuple[bytes, str]]) -> MultimodalPrompt:
-        """A rendered prompt given as text pieces and (image bytes, media type) in order, as a prompt
-        for add_request. Raises ImageError for an image that cannot be used (or a text-only model)."""
+    def image_prompt(self, parts: Sequence[str | Picture | tuple[bytes, str]]) -> MultimodalPrompt:
+        """A rendered prompt given as text pieces and pictures (a decoded Picture, or (image bytes,
+        media type), decoded in the sandbox) in order, as a prompt for add_request. Raises ImageError for an image that cannot be used (or a text-only model)."""
 
     def add_request(self, prompt: str | list[int] | MultimodalPrompt, params: SamplingParams | None = None,
                     request_id: str | None = None, prompt_progress: bool = False,
