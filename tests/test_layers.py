@@ -15,6 +15,9 @@
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -195,8 +198,9 @@ def test_imports_inside_functions_say_why():
                         "break a cycle by moving the shared piece down):\n" + "\n".join(silent))
 
 
-# What the server may import from the engine room: its client protocol and the data it carries.
-ENGINE_CONTRACT = {f"{ENGINE}.{m}" for m in ("client", "outputs", "request", "sampling_params", "config")}
+# What the server may import from the engine room: its client protocol, the data it carries, and the
+# image header checks it runs before any decoding (pure Python, as light as the protocol).
+ENGINE_CONTRACT = {f"{ENGINE}.{m}" for m in ("client", "outputs", "request", "sampling_params", "config", "images")}
 
 
 def test_the_server_reaches_the_engine_only_through_its_client():
@@ -212,6 +216,17 @@ def test_protocol_rooms_import_only_core_and_http():
     crossing = [i for i in INTERNAL if unit_of(i.target) in PROTOCOLS and unit_of(i.module) != unit_of(i.target)
                 and i.module != SERVER + ".app"]
     assert not crossing, "imports of a protocol room from outside the route table:\n" + "\n".join(map(repr, crossing))
+
+
+def test_the_engine_client_loads_no_llama_cpp():
+    """The seam is data types and a protocol (as vLLM's engine/protocol.py): a front-end that imports it
+    to speak to an engine, here or in another process, loads neither llama.cpp nor our bindings to it."""
+    heavy = ["llama_cpp", "llmpack.runtime.hardware.bindings", f"{ENGINE}.model_runner", f"{ENGINE}.engine"]
+    code = ("import json, sys; import llmpack.runtime.engine.client; "
+            f"print(json.dumps([m for m in {heavy!r} if any(k == m or k.startswith(m + '.') for k in sys.modules)]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [], "importing engine/client.py loaded " + proc.stdout
 
 
 @pytest.mark.parametrize("room", ["model", "hardware", "structured", "engine", "chat", "server",
