@@ -10,7 +10,8 @@
 - an import inside a function is there on purpose (it delays a heavy or platform-only import)
   and says so with a `# lazy: ...` comment; one that only hid a cycle is a defect.
 
-`if TYPE_CHECKING:` blocks are left out: they never run.
+Imports in `if TYPE_CHECKING:` blocks count like any other: they never run, but a module that
+names another's types depends on it, and a circle drawn with them is still a circle.
 """
 from __future__ import annotations
 
@@ -95,14 +96,6 @@ class Import:
         return f"{MODULES[self.module].relative_to(ROOT)}:{self.line} imports {self.target}"
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skipped = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return skipped
-
-
 def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
@@ -115,17 +108,17 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     return [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
 
 
+def imports_in(module: str, source: str) -> list[Import]:
+    """Every import statement of `module`'s source, wherever it stands (functions, `if TYPE_CHECKING:`)."""
+    tree = ast.parse(source)
+    inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for n in ast.walk(f)}
+    return [Import(module, t, node.lineno, id(node) in inside) for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) for t in _targets(module, node)]
+
+
 def imports() -> list[Import]:
-    found = []
-    for module, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        skipped = _type_checking_nodes(tree)
-        inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                  for n in ast.walk(f)}
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skipped:
-                found += [Import(module, t, node.lineno, id(node) in inside) for t in _targets(module, node)]
-    return found
+    return [i for module, path in MODULES.items() for i in imports_in(module, path.read_text(encoding="utf-8"))]
 
 
 IMPORTS = imports()
@@ -169,6 +162,14 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
 def test_find_cycle_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_type_checking_imports_are_edges():
+    """A circle drawn only with type imports is found too (engine/ once had a 12-file one)."""
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+              "    from llmpack.runtime.engine.engine import LLMEngine\n")
+    found = imports_in(f"{ENGINE}.sequence", source)
+    assert [(i.target, i.in_function) for i in found] == [("typing", False), (f"{ENGINE}.engine", False)]
 
 
 def test_no_import_cycles():
