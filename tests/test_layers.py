@@ -63,7 +63,7 @@ ALLOWED: dict[str, set[str]] = {
     SCALE: BASE | RUNTIME,                        # Ray Serve replicas of the server's app (optional extra)
     "llmpack.webui": BASE,
     "llmpack.recipes": set(),
-    "llmpack.builder": BASE | RUNTIME | {"llmpack.webui", "llmpack.demo_models", "llmpack.cli"},
+    "llmpack.builder": BASE | RUNTIME | {"llmpack.webui", "llmpack.demo_models"},   # the flags: lifecycle/flags.py
     "llmpack.bench": BASE | RUNTIME | {SCALE, "llmpack.builder", "llmpack.demo_models"},
     "llmpack.cli": BASE | RUNTIME | {SCALE, "llmpack.builder", "llmpack.bench", "llmpack.demo_models"},
     "llmpack.__main__": {"llmpack.cli"},
@@ -129,6 +129,13 @@ def test_the_map_names_every_module():
     """A new top-level module or room must be placed in ALLOWED, not fall into a neighbour's unit."""
     for module in MODULES:
         assert any(module == u or module.startswith(u + ".") for u in ALLOWED), f"{module}: add it to ALLOWED"
+
+
+def test_the_map_is_one_way():
+    """No two units may import each other, even through others (the package's own __init__ aside: it
+    exports LLM lazily, and every unit may read its __version__). The builder once allowed the CLI back."""
+    units = {u: allowed - {u, "llmpack"} for u, allowed in ALLOWED.items() if u != "llmpack"}
+    assert find_cycle(units) is None, "ALLOWED allows a circle: " + " -> ".join(find_cycle(units) or [])
 
 
 def test_dependencies_point_one_way():
