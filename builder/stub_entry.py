@@ -32,9 +32,10 @@ dll_search.restrict()   # Windows, before any library loads: system DLLs from Sy
 from llmpack import __version__  # noqa: E402 - after the DLL search is safe
 from llmpack.builder import extract, packfile
 from llmpack.builder.mmproj import mmproj_source
-from llmpack.cli import RPC_PORT, add_model_args, add_serve_args, add_worker_args, serve_config
 from llmpack.errors import LlmpackError
 from llmpack.progress import human_bytes
+from llmpack.runtime.server.lifecycle.flags import (RPC_PORT, add_model_args, add_serve_args, add_worker_args,
+                                                    serve_config)
 
 SELFTEST_FLAG = "--llmpack-selftest"
 FAILED_MODEL_GRACE_S = 30.0   # keep serving the error page this long when a browser was opened

@@ -21,13 +21,17 @@ import base64
 import binascii
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmpack.runtime.chat import untrusted
-from llmpack.runtime.engine.client import (MAX_IMAGE_BYTES, DecoderBusy, ImageError, MultimodalPrompt, Picture,
-                                           decode_picture, sniff)
+from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, sniff
+from llmpack.runtime.engine.pictures import DecoderBusy, Picture
+from llmpack.runtime.engine.pictures import decode as decode_picture
 from llmpack.runtime.server.core.errors import ApiError, bad
 from llmpack.runtime.server.core.served_model import ServedModel
+
+if TYPE_CHECKING:
+    from llmpack.runtime.engine.client import MultimodalPrompt
 
 MAX_IMAGES = 16          # per request; each is also limited in bytes and pixels (engine/images.py)
 NO_PROJECTOR = ("this model reads text only: it was started without a vision projector, so it cannot see images "
