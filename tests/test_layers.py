@@ -209,8 +209,10 @@ def test_imports_inside_functions_say_why():
 
 
 # What the server may import from the engine room: its client protocol, the data it carries, and the
-# image header checks it runs before any decoding (pure Python, as light as the protocol).
-ENGINE_CONTRACT = {f"{ENGINE}.{m}" for m in ("client", "outputs", "request", "sampling_params", "config", "images")}
+# image header checks it runs before any decoding and the sandboxed picture decoder it calls while a
+# request is read (pure Python in the server process, as light as the protocol).
+ENGINE_CONTRACT = {f"{ENGINE}.{m}" for m in ("client", "outputs", "request", "sampling_params", "config", "images",
+                                              "pictures")}
 
 
 def test_the_server_reaches_the_engine_only_through_its_client():
