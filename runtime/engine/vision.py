@@ -1,8 +1,8 @@
 """A model's image projector (the mmproj GGUF), through llama.cpp's mtmd library.
 
-mtmd does three things for us: it preprocesses a bitmap (raw RGB, decoded in a sandboxed child
-by pictures.py) into an "image chunk" (resized, normalised, split into tiles as the projector wants), it says how
-many embedding rows the chunk becomes in the text model's sequence, and it runs the vision tower
+mtmd does three things for us: it preprocesses a bitmap (raw RGB, decoded in a sandboxed
+child by pictures.py) into an "image chunk" (resized, normalised, split into tiles as the
+projector wants), it says how many embedding rows the chunk becomes in the text model's sequence, and it runs the vision tower
 and projector (`encode`), leaving those rows in its output buffer. Everything after that -
 where the rows go in the KV cache, when they are decoded, what is cached - is the engine's
 (runtime/engine/multimodal.py), so images share the block tables, the prefix cache and the
@@ -218,7 +218,8 @@ class Projector:
     def prompt(self, parts: Sequence[str | tuple[str, bool] | Picture | bytes | tuple[bytes, str]],
                bos: list[int]) -> MultimodalPrompt:
         """Tokenize a rendered prompt given as text pieces (a str, whose special tokens are
-        parsed, or (text, parse_special)) and images (raw bytes, or (bytes, media type)), in order.
+        parsed, or (text, parse_special)) and images (a decoded Picture, raw bytes, or (bytes, media
+        type), which are decoded in the sandbox first), in order.
         `bos`: ids to put first unless the text already starts with them.
         Raises ImageError for an image that cannot be used."""
         bitmaps: list[int] = []
