@@ -2,8 +2,9 @@
 
 mtmd does three things for us: it preprocesses a bitmap (raw RGB, decoded in a sandboxed
 child by pictures.py) into an "image chunk" (resized, normalised, split into tiles as the
-projector wants), it says how many embedding rows the chunk becomes in the text model's sequence, and it runs the vision tower
-and projector (`encode`), leaving those rows in its output buffer. Everything after that -
+projector wants), it says how many embedding rows the chunk becomes in the text model's
+sequence, and it runs the vision tower and projector (`encode`), leaving those rows in its
+output buffer. Everything after that -
 where the rows go in the KV cache, when they are decoded, what is cached - is the engine's
 (runtime/engine/multimodal.py), so images share the block tables, the prefix cache and the
 token budget with text.
