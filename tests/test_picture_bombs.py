@@ -104,3 +104,17 @@ def test_each_bomb_is_one_quick_400_that_names_it(vision_server, case: str) -> N
     print(f"{case}: {seconds * 1000:.0f} ms, {extra / 2**20:.1f} MB extra, {len(data):,} bytes")
     wait_idle(vision_server.engine)
     assert _ask(vision_server, png(seed=2), "image/png").status_code == 200
+
+
+def test_a_busy_decoder_is_a_503_that_names_the_part(vision_server, monkeypatch) -> None:
+    from test_picture_decoding import _one_decoder_taken
+
+    pool, slot = _one_decoder_taken(monkeypatch)
+    try:
+        r = _ask(vision_server, png(seed=5), "image/png")
+        assert r.status_code == 503, r.text
+        err = r.json()["error"]
+        assert err["code"] == "pictures_busy" and err["param"] == PART and "try again" in err["message"], err
+    finally:
+        pool._idle.put(slot)
+        pool.close()

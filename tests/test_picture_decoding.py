@@ -152,3 +152,22 @@ def test_the_rest_of_the_bomb_set_is_refused_by_its_header() -> None:
                         (webp(64, 64)[:-20], "WEBP image is damaged or cut off")]:
         with pytest.raises(ImageError, match=words):
             pictures.decode(data)
+
+
+def _one_decoder_taken(monkeypatch) -> tuple[Pool, object]:
+    pool = Pool(f"{pictures.__name__}:decode_job", workers=1, memory=pictures.MEMORY_BYTES,
+                max_answer=pictures.MAX_IMAGE_PIXELS * 3)
+    monkeypatch.setattr(pictures, "_pool", pool)
+    monkeypatch.setattr(pictures, "TIME_LIMIT_S", 0.3)
+    return pool, pool._idle.get()                 # its one slot, held as a long decode would
+
+
+def test_a_picture_that_finds_every_decoder_busy_is_told_to_try_again(monkeypatch) -> None:
+    pool, slot = _one_decoder_taken(monkeypatch)
+    try:
+        with pytest.raises(pictures.DecoderBusy, match="decoding other pictures .* try again in a moment"):
+            pictures.decode(png())
+        pool._idle.put(slot)
+        assert pictures.decode(png()).width == 32
+    finally:
+        pool.close()
