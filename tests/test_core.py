@@ -16,6 +16,7 @@ from fake_engine import BOS_ID, SPECIALS, FakeEngine
 
 from llmpack.runtime.chat.recipes import ChatFormat, load_recipe
 from llmpack.runtime.engine.client import EngineClient
+from llmpack.runtime.engine.sampling_params import MAX_LOGPROBS, MAX_STOPS
 from llmpack.runtime.server.app import create_app
 from llmpack.runtime.server.core.served_model import describe_model
 from llmpack.runtime.server.http.options import ServerOptions
@@ -142,6 +143,22 @@ def test_bad_values_are_a_400_naming_the_field_and_nothing_is_submitted(app: App
     """Live twin: test_server.py test_bad_parameters_are_400."""
     r = app.post("/v1/chat/completions", {"messages": HELLO, **body})
     assert r.status_code == 400 and r.json["error"]["param"] == param
+    assert app.engine.requests == []
+
+
+@pytest.mark.parametrize("path, body, param, limit", [
+    ("/v1/chat/completions", {"messages": HELLO, "stop": [f"s{i}" for i in range(MAX_STOPS + 1)]}, "stop", MAX_STOPS),
+    ("/v1/chat/completions", {"messages": HELLO, "logprobs": True, "top_logprobs": MAX_LOGPROBS + 1}, "top_logprobs",
+     MAX_LOGPROBS),
+    ("/v1/completions", {"prompt": "hi", "logprobs": MAX_LOGPROBS + 1}, "logprobs", MAX_LOGPROBS),
+])
+def test_each_range_is_sampling_params_and_the_400_names_the_clients_field(app: App, path: str, body: dict,
+                                                                            param: str, limit: int):
+    """A range is written once (engine/sampling_params.py); the door (core/params.py) names the field as the
+    client spelled it, and nothing reaches the engine."""
+    r = app.post(path, body)
+    assert r.status_code == 400 and r.json["error"]["param"] == param
+    assert r.json["error"]["message"].startswith(f"'{param}' ") and str(limit) in r.json["error"]["message"]
     assert app.engine.requests == []
 
 

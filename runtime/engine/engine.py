@@ -148,8 +148,7 @@ class LLMEngine(VisionClient):
         after each step that advanced the prompt's prefill without finishing it (a long prompt
         is read over several steps). `cache_salt`: requests with different salts never share
         prefix-cache blocks (one user's cached prompt cannot be probed by another's timing)."""
-        params = params or SamplingParams()
-        params.validate()
+        params = params or SamplingParams()   # checked when it was made (sampling_params.py): trusted here
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise InvalidParameterError("cache_salt", "must be a string")
         mm = prompt if isinstance(prompt, MultimodalPrompt) else None   # a prompt with images
