@@ -162,6 +162,21 @@ def test_each_range_is_sampling_params_and_the_400_names_the_clients_field(app: 
     assert app.engine.requests == []
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"messages": HELLO}),
+    ("/v1/responses", {"input": "hi"}),
+    ("/v1/messages", {"messages": HELLO, "max_tokens": 4}),
+    ("/api/chat", {"messages": HELLO}),
+])
+def test_every_room_refuses_an_unknown_field_by_name_and_submits_nothing(app: App, path: str, body: dict):
+    """One rule (core/params.py known_fields), each room's own wording and error shape."""
+    r = app.post(path, {"model": "m", **body, "temprature": 1})
+    assert r.status_code == 400 and "temprature" in json.dumps(r.json)
+    r = app.post(path, ["not", "an", "object"])
+    assert r.status_code == 400 and "JSON object" in json.dumps(r.json)
+    assert app.engine.requests == []
+
+
 def test_the_engines_refusals_become_http_answers():
     """Live twins: test_server_errors.py test_queue_full_is_503, test_prompt_too_long_is_400_with_numbers."""
     full = App(FakeEngine(queue_full=True)).chat()

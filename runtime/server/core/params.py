@@ -58,6 +58,19 @@ def flag(param: str, value: Any) -> bool | None:
     return value
 
 
+def known_fields(body: Any, allowed: set[str], unknown: str, code: str | None = None,
+                 not_object: str = "The request body must be a JSON object.", body_param: str | None = None) -> dict:
+    """`body` when it is a JSON object whose every field the route knows; else a 400 naming the first
+    field it does not (or `body_param`). Every API room checks its bodies here; `unknown` is the
+    room's own wording of the refusal, a format string of `key`."""
+    if not isinstance(body, dict):
+        raise bad(body_param, not_object)
+    for key in body:
+        if key not in allowed:
+            raise bad(key, unknown.format(key=key), code)
+    return body
+
+
 def is_token_ids(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
 

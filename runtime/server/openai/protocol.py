@@ -13,7 +13,7 @@ from typing import Any
 
 from llmpack.runtime.engine.outputs import TokenLogprob
 from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.params import SamplingValues, flag, integer, show
+from llmpack.runtime.server.core.params import SamplingValues, flag, integer, known_fields, show
 from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.server.core.request import ChatRequest, CompletionRequest
 from llmpack.runtime.structured.grammar import GrammarError, json_schema_of
@@ -33,12 +33,7 @@ COMPLETION_KEYS = _COMMON | _SHAPE | {"prompt", "logprobs", "echo", "suffix", "b
 
 
 def check_keys(body: Any, allowed: set[str]) -> dict:
-    if not isinstance(body, dict):
-        raise bad(None, "The request body must be a JSON object.")
-    for key in body:
-        if key not in allowed:
-            raise bad(key, f"Unrecognized request argument supplied: {key}", "unknown_parameter")
-    return body
+    return known_fields(body, allowed, "Unrecognized request argument supplied: {key}", "unknown_parameter")
 
 
 def _unsupported(body: dict) -> None:
