@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fake_engine import BOS_ID, SPECIALS, FakeEngine
+from fake_engine import BOS_ID, SPECIALS, FakeEngine, FakeStream
 
 from llmpack.runtime.chat.recipes import ChatFormat, load_recipe
 from llmpack.runtime.engine.client import EngineClient
@@ -175,6 +175,26 @@ def test_every_room_refuses_an_unknown_field_by_name_and_submits_nothing(app: Ap
     r = app.post(path, ["not", "an", "object"])
     assert r.status_code == 400 and "JSON object" in json.dumps(r.json)
     assert app.engine.requests == []
+
+
+@pytest.mark.parametrize("path, body, shape", [
+    ("/v1/chat/completions", {"messages": HELLO, "stream": True}, "data: [DONE]"),
+    ("/v1/responses", {"input": "hi", "stream": True}, "response.failed"),
+    ("/v1/messages", {"messages": HELLO, "max_tokens": 4, "stream": True}, "event: error"),
+    ("/api/chat", {"messages": HELLO}, '{"error":"'),
+])
+def test_a_stream_that_breaks_after_its_200_ends_in_the_rooms_own_error(app: App, monkeypatch, path: str,
+                                                                         body: dict, shape: str):
+    """One in-stream error tail (http/streaming.py) for every room: its own error event, none of the details."""
+    def broken(self):
+        raise RuntimeError("a detail the client must not see")
+        yield   # a generator, as the engine's stream is
+
+    monkeypatch.setattr(FakeStream, "__iter__", broken)
+    r = app.post(path, {"model": "m", **body})
+    text = r.get_data(as_text=True)
+    assert r.status_code == 200 and shape in text and "Internal server error while generating." in text
+    assert "must not see" not in text
 
 
 def test_the_engines_refusals_become_http_answers():
