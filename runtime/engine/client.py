@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from llmpack.runtime.engine.outputs import EngineStats
+    from llmpack.runtime.engine.pictures import Picture
     from llmpack.runtime.engine.vision import MultimodalPrompt   # built by the engine (image_prompt), only passed back
 
 
@@ -63,9 +64,9 @@ class EngineClient(Protocol):
     def vision(self) -> bool:
         """Whether the model sees images (it was started with a vision projector, --mmproj)."""
 
-    def image_prompt(self, parts: Sequence[str | tuple[bytes, str]]) -> MultimodalPrompt:
-        """A rendered prompt given as text pieces and (image bytes, media type) in order, as a prompt
-        for add_request. Raises ImageError for an image that cannot be used (or a text-only model)."""
+    def image_prompt(self, parts: Sequence[str | Picture | tuple[bytes, str]]) -> MultimodalPrompt:
+        """A rendered prompt given as text pieces and pictures (a decoded Picture, or (image bytes,
+        media type), decoded in the sandbox) in order, as a prompt for add_request. Raises ImageError for an image that cannot be used (or a text-only model)."""
 
     def add_request(self, prompt: str | list[int] | MultimodalPrompt, params: SamplingParams | None = None,
                     request_id: str | None = None, prompt_progress: bool = False,
