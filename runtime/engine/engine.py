@@ -1,7 +1,7 @@
 """The engine, in nano-vllm's / vLLM v1's shape: `step()` = schedule, run, process.
 
 - the Scheduler decides admissions, preemptions and finishes (stops included);
-- the ModelRunner builds the step's batch and runs llama_decode;
+- plan_batch lays the scheduled chunks out as one BatchPlan, and the ModelRunner runs llama_decode on it;
 - the OutputProcessor samples, detokenizes and emits each request's deltas.
 
 `LLMEngine` runs `step()` on its own thread (or, with background=False, leaves calling it to
@@ -148,8 +148,7 @@ class LLMEngine(VisionClient):
         after each step that advanced the prompt's prefill without finishing it (a long prompt
         is read over several steps). `cache_salt`: requests with different salts never share
         prefix-cache blocks (one user's cached prompt cannot be probed by another's timing)."""
-        params = params or SamplingParams()
-        params.validate()
+        params = params or SamplingParams()   # checked when it was made (sampling_params.py): trusted here
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise InvalidParameterError("cache_salt", "must be a string")
         mm = prompt if isinstance(prompt, MultimodalPrompt) else None   # a prompt with images
@@ -256,7 +255,7 @@ class LLMEngine(VisionClient):
         trace.lap("emit")
         try:
             if plan.tokens:
-                self.runner.decode(plan.tokens, plan.positions, plan.seq_ids, plan.want_logits)
+                self.runner.decode(plan)
         except Exception as exc:  # noqa: BLE001 - a failed step fails its own sequences, not the engine
             if starts is not None:   # this step's image rows are in llama.cpp: take them out again
                 self.mm.undo_images(out.chunks, starts)

@@ -30,7 +30,7 @@ import numpy as np
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.engine.config import EngineConfig
-from llmpack.runtime.engine.llama_batch import LlamaBatch
+from llmpack.runtime.engine.llama_batch import BatchPlan, LlamaBatch
 from llmpack.runtime.hardware.backends import load_backends
 from llmpack.runtime.hardware.bindings import bindings, lc   # bindings: the package's own libllama handle
 from llmpack.runtime.hardware.rpc import any_registered
@@ -264,16 +264,16 @@ class ModelRunner:
         return model_meta(self.model, key)
 
     # ---- decoding -----------------------------------------------------------------------
-    def decode(self, tokens: list[int], positions: list[int], seq_ids: list[int], want_logits: list[bool]) -> None:
-        """Run one llama_decode over a batch of (token, position, sequence) rows.
+    def decode(self, plan: BatchPlan) -> None:
+        """Run one llama_decode over the plan's (token, position, sequence) rows.
 
         Only rows with want_logits produce output; read them with logits(n_outputs).
         """
-        n = len(tokens)
+        n = len(plan.tokens)
         if not 0 < n <= self.n_batch:
             raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, got {n}")
         b = self._batch
-        b.fill(tokens, positions, seq_ids, want_logits)
+        b.fill(plan)
         rc = lc.llama_decode(self.ctx, b.struct)
         if rc != 0:
             raise DecodeError(rc)

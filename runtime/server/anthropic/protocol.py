@@ -13,7 +13,7 @@ import secrets
 from typing import Any
 
 from llmpack.runtime.server.core.errors import ApiError, bad
-from llmpack.runtime.server.core.params import SamplingValues
+from llmpack.runtime.server.core.params import SamplingValues, known_fields
 from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.server.core.request import ChatRequest
 
@@ -206,9 +206,8 @@ def _constraint(body: dict) -> Constraint | None:
 
 def chat_request(body: Any, *, counting: bool = False) -> ChatRequest:
     """The core's request; `counting` (count_tokens) takes no max_tokens and never streams."""
-    _need(isinstance(body, dict), "body", "The request body must be a JSON object.")
-    for key in body:
-        _need(key in (COUNT_KEYS if counting else KEYS), key, "Extra inputs are not permitted")
+    known_fields(body, COUNT_KEYS if counting else KEYS, "{key}: Extra inputs are not permitted",
+                 not_object="body: The request body must be a JSON object.", body_param="body")
     for key in ("mcp_servers", "container"):
         _need(not body.get(key), key, "not supported: this server runs no MCP servers or code containers")
     _need(isinstance(body.get("model"), str), "model", "Field required")

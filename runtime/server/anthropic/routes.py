@@ -3,8 +3,6 @@
 answered in Anthropic's shape ({"type": "error", "error": {"type", "message"}})."""
 from __future__ import annotations
 
-import sys
-import traceback
 from typing import Iterator
 
 from flask import Blueprint, Response, jsonify
@@ -40,7 +38,7 @@ def messages() -> Response:
     gen = start_generation(model, prep, msg_id)
     stops = set(body.get("stop_sequences") or ())
     if req.stream:
-        return streamed(_stream(gen, msg_id, model.model_id, stops), gen)
+        return streamed(_stream(gen, msg_id, model.model_id, stops), gen, lambda exc: [event("error", error_body(exc))])
     try:
         (choice,) = final_choices(gen, chat=True)
         prompt, generated, cached = gen.usage()
@@ -56,25 +54,17 @@ def _stream(gen: Generation, msg_id: str, model_id: str, stops: set[str]) -> Ite
     prompt, _, _ = gen.usage()
     out = MessageStream(msg_id, model_id, usage(prompt, 0, 0))
     finish, stop = None, None
-    try:
-        yield out.start()
-        for step in stream_steps(gen, chat=True):
-            for e in step.choices:
-                yield from out.thinking(e.reasoning)
-                yield from out.text(e.text)
-                yield from out.citations(citations(e.sources))
-                for call in e.tool_calls:
-                    yield from out.tool_use(call.id, call.name, call.arguments)
-                if e.finish_reason:
-                    finish, stop = e.finish_reason, (e.stop if e.stop in stops else None)
-        yield from out.finish(finish, stop, gen.usage()[1])
-    except ApiError as exc:
-        yield event("error", error_body(exc))
-    except Exception:  # noqa: BLE001 - the stream is already 200: report in-band, never leak details
-        traceback.print_exc(file=sys.stderr)
-        yield event("error", error_body(ApiError(500, "Internal server error while generating.")))
-    finally:
-        gen.close()
+    yield out.start()
+    for step in stream_steps(gen, chat=True):
+        for e in step.choices:
+            yield from out.thinking(e.reasoning)
+            yield from out.text(e.text)
+            yield from out.citations(citations(e.sources))
+            for call in e.tool_calls:
+                yield from out.tool_use(call.id, call.name, call.arguments)
+            if e.finish_reason:
+                finish, stop = e.finish_reason, (e.stop if e.stop in stops else None)
+    yield from out.finish(finish, stop, gen.usage()[1])
 
 
 @bp.post("/v1/messages/count_tokens")

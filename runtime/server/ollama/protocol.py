@@ -15,7 +15,7 @@ from typing import Any
 
 from llmpack.runtime.server.core.errors import ApiError, bad
 from llmpack.runtime.server.core.images import base64_image_part
-from llmpack.runtime.server.core.params import SamplingValues, flag
+from llmpack.runtime.server.core.params import SamplingValues, flag, known_fields
 from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.server.core.request import ChatRequest, CompletionRequest
 
@@ -45,12 +45,7 @@ def now_iso(ts: float | None = None) -> str:
 
 
 def check_keys(body: Any, allowed: set[str]) -> dict:
-    if not isinstance(body, dict):
-        raise bad(None, "the request body must be a JSON object")
-    for key in body:
-        if key not in allowed:
-            raise bad(key, f"unknown field {key!r}")
-    return body
+    return known_fields(body, allowed, "unknown field {key!r}", not_object="the request body must be a JSON object")
 
 
 def sampling(options: Any) -> SamplingValues:

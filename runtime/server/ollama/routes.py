@@ -4,9 +4,7 @@ create, copy, delete and blobs answer that this file holds one model. Every erro
 guards' 401 included, is Ollama's {"error": "..."}."""
 from __future__ import annotations
 
-import sys
 import time
-import traceback
 from typing import Any, Callable, Iterator
 
 from flask import Blueprint, Response, jsonify
@@ -82,7 +80,8 @@ def _answer(model: ServedModel, req: Any, shape: Callable[[str, str, list], dict
     started = time.perf_counter()
     gen = start_generation(model, prep, f"ollama-{time.time_ns()}")
     if req.stream:
-        return streamed(_lines(gen, chat, shape, started), gen, "application/x-ndjson")
+        return streamed(_lines(gen, chat, shape, started), gen, lambda exc: [P.ndjson(P.error_body(exc))],
+                        "application/x-ndjson")
     try:
         (c,) = final_choices(gen, chat=chat)
         prompt, generated, _ = gen.usage()
@@ -96,24 +95,16 @@ def _answer(model: ServedModel, req: Any, shape: Callable[[str, str, list], dict
 def _lines(gen: Generation, chat: bool, shape: Callable[[str, str, list], dict], started: float) -> Iterator[bytes]:
     head = {"model": gen.model.model_id}
     first, finish = None, None
-    try:
-        for step in stream_steps(gen, chat=chat):
-            for e in step.choices:
-                if e.text or e.reasoning or e.tool_calls:
-                    first = first or time.perf_counter()
-                    yield P.ndjson({**head, "created_at": P.now_iso(), **shape(e.text, e.reasoning, e.tool_calls),
-                                    "done": False})
-                finish = e.finish_reason or finish
-        prompt, generated, _ = gen.usage()
-        yield P.ndjson({**head, "created_at": P.now_iso(), **shape("", "", []), "done": True,
-                        "done_reason": P.done_reason(finish), **P.timings(started, first, prompt, generated)})
-    except ApiError as exc:
-        yield P.ndjson(P.error_body(exc))
-    except Exception:  # noqa: BLE001 - the stream is already 200: report in-band, never leak details
-        traceback.print_exc(file=sys.stderr)
-        yield P.ndjson({"error": "internal server error while generating"})
-    finally:
-        gen.close()
+    for step in stream_steps(gen, chat=chat):
+        for e in step.choices:
+            if e.text or e.reasoning or e.tool_calls:
+                first = first or time.perf_counter()
+                yield P.ndjson({**head, "created_at": P.now_iso(), **shape(e.text, e.reasoning, e.tool_calls),
+                                "done": False})
+            finish = e.finish_reason or finish
+    prompt, generated, _ = gen.usage()
+    yield P.ndjson({**head, "created_at": P.now_iso(), **shape("", "", []), "done": True,
+                    "done_reason": P.done_reason(finish), **P.timings(started, first, prompt, generated)})
 
 
 @bp.post("/embed")

@@ -14,7 +14,7 @@ import secrets
 from typing import Any
 
 from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.params import SamplingValues, flag
+from llmpack.runtime.server.core.params import SamplingValues, flag, known_fields
 from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.server.core.request import ChatRequest
 
@@ -153,11 +153,7 @@ def chat_request(body: Any, history: list[dict]) -> tuple[ChatRequest, list[dict
     """(the core's request, the conversation a stored response keeps: `history` (the stored
     conversation of previous_response_id) and this input, without `instructions`, which OpenAI
     does not carry over to the next response)."""
-    if not isinstance(body, dict):
-        raise bad(None, "The request body must be a JSON object.")
-    for key in body:
-        if key not in KEYS:
-            raise bad(key, f"Unrecognized request argument supplied: {key}", "unknown_parameter")
+    known_fields(body, KEYS, "Unrecognized request argument supplied: {key}", "unknown_parameter")
     if flag("background", body.get("background")):
         raise bad("background", "'background' responses are not supported: stream the response instead",
                   "unsupported_parameter")
