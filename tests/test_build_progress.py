@@ -13,7 +13,6 @@ import io
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from needs import skip_or_fail
 
 from llmpack.builder import build_progress as B
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # What `ninja -v` printed in a real llama-cpp-python 0.3.36 build (paths shortened)
 REAL = [
