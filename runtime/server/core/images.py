@@ -4,8 +4,10 @@
 
 Only `data:` URLs are taken (PNG, JPEG, WebP, GIF's first frame): this server works offline and
 fetches nothing, so an http(s) URL is a 400 that says so. A model without a projector refuses
-any image with a 400 naming the part. Each image's header is checked (runtime/engine/images.py)
-before anything decodes it, and at most MAX_IMAGES go in one request.
+any image with a 400 naming the part. At most MAX_IMAGES go in one request. Each image's header
+is checked (runtime/engine/images.py), then it is decoded to raw RGB in a sandboxed child under a
+memory cap (runtime/engine/pictures.py) while its part is read, so a bad picture is a 400 that
+names its part, and a busy decoder a 503.
 
 How an image reaches the engine: `take_image_parts` replaces each image part with a marker (a
 random string per request, so no user text can forge one), the chat template renders the
@@ -19,12 +21,17 @@ import base64
 import binascii
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmpack.runtime.chat import untrusted
-from llmpack.runtime.engine.client import MAX_IMAGE_BYTES, ImageError, MultimodalPrompt, check_image, sniff
+from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, sniff
+from llmpack.runtime.engine.pictures import DecoderBusy, Picture
+from llmpack.runtime.engine.pictures import decode as decode_picture
 from llmpack.runtime.server.core.errors import ApiError, bad
 from llmpack.runtime.server.core.served_model import ServedModel
+
+if TYPE_CHECKING:
+    from llmpack.runtime.engine.client import MultimodalPrompt
 
 MAX_IMAGES = 16          # per request; each is also limited in bytes and pixels (engine/images.py)
 NO_PROJECTOR = ("this model reads text only: it was started without a vision projector, so it cannot see images "
@@ -34,7 +41,7 @@ NO_PROJECTOR = ("this model reads text only: it was started without a vision pro
 @dataclass
 class Images:
     marker: str
-    items: list[tuple[bytes, str]]     # (bytes, media type), in the order they appear
+    items: list[Picture]               # decoded, in the order they appear
     where: list[str]                   # "messages[i].content[j]" of each, for 400s
 
 
@@ -64,13 +71,13 @@ def take_image_parts(messages: Any, model: ServedModel, param: str = "messages",
             if _is_image(part):
                 if not model.engine.vision:
                     raise bad(where, f"{where} is an image, but {NO_PROJECTOR}", "model_not_vision")
+                if len(found.items) == MAX_IMAGES:      # before decoding one more
+                    raise bad(param, f"at most {MAX_IMAGES} images per request; send fewer pictures", "too_many_images")
                 found.items.append(_decode(part.get("image_url"), where))
                 found.where.append(where)
                 pieces.append({"type": "text", "text": found.marker})
             else:
                 pieces.append(part)
-        if len(found.items) > MAX_IMAGES:
-            raise bad(param, f"at most {MAX_IMAGES} images per request; send fewer pictures", "too_many_images")
         out.append({**m, "content": pieces})
     return (out, found) if found.items else (messages, None)
 
@@ -109,7 +116,7 @@ def _is_image(part: Any) -> bool:
     return isinstance(part, dict) and part.get("type") in ("image_url", "input_image")
 
 
-def _decode(spec: Any, where: str) -> tuple[bytes, str]:
+def _decode(spec: Any, where: str) -> Picture:
     url = spec.get("url") if isinstance(spec, dict) else spec
     if not isinstance(url, str):
         raise bad(where, f"{where} must be {{\"type\": \"image_url\", \"image_url\": {{\"url\": \"data:image/png;"
@@ -129,7 +136,8 @@ def _decode(spec: Any, where: str) -> tuple[bytes, str]:
         raise bad(where, f"{where}: the data URL is not valid base64") from None
     media_type = head[5:-7].split(";")[0].strip().lower()
     try:
-        check_image(data, media_type)
+        return decode_picture(data, media_type)
+    except DecoderBusy as exc:
+        raise ApiError(503, f"{where}: {exc}", param=where, code="pictures_busy") from None
     except ImageError as exc:
         raise bad(where, f"{where}: {exc}", "bad_image") from None
-    return data, media_type
