@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Callable
 
 from llmpack.runtime.engine.sampling_params import (CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, InvalidParameterError,
                                                    SamplingParams)
@@ -59,15 +59,19 @@ def flag(param: str, value: Any) -> bool | None:
 
 
 def known_fields(body: Any, allowed: set[str], unknown: str, code: str | None = None,
-                 not_object: str = "The request body must be a JSON object.", body_param: str | None = None) -> dict:
+                 not_object: str = "The request body must be a JSON object.", body_param: str | None = None,
+                 unused: Callable[[str], None] | None = None) -> dict:
     """`body` when it is a JSON object whose every field the route knows; else a 400 naming the first
     field it does not (or `body_param`). Every API room checks its bodies here; `unknown` is the
-    room's own wording of the refusal, a format string of `key`."""
+    room's own wording of the refusal, a format string of `key`. `unused`: a room whose original
+    skips unknown fields (Ollama) hands each to it instead of refusing."""
     if not isinstance(body, dict):
         raise bad(body_param, not_object)
     for key in body:
         if key not in allowed:
-            raise bad(key, unknown.format(key=key), code)
+            if unused is None:
+                raise bad(key, unknown.format(key=key), code)
+            unused(str(key))
     return body
 
 

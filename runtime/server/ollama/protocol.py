@@ -4,11 +4,13 @@
 schema), `tools` (OpenAI's function shape), `think` (true/false or "low"/"medium"/"high") and
 `stream`, which is on unless the client turns it off; they answer NDJSON lines whose durations
 are nanoseconds. A problem is a 400 naming the field (`options.temperature`), rendered as
-Ollama's {"error": "..."} by routes.py.
+Ollama's {"error": "..."} by routes.py; a field or option it does not know is ignored, as Ollama
+ignores it (noted once on the console).
 """
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -45,7 +47,27 @@ def now_iso(ts: float | None = None) -> str:
 
 
 def check_keys(body: Any, allowed: set[str]) -> dict:
-    return known_fields(body, allowed, "unknown field {key!r}", not_object="the request body must be a JSON object")
+    """The body, a JSON object. A field this room does not know is left unused with a note on the
+    console, as Ollama does (its Go JSON decoding skips unknown fields): clients send newer fields
+    (`logprobs`, `truncate`, `width`...) and expect an answer, not a 400."""
+    known_fields(body, allowed, "", not_object="the request body must be a JSON object",
+                 unused=lambda key: _note_unused(f"field {key[:60]!r}"))
+    keep = body.get("keep_alive")   # the one model stays loaded; the value is checked as Ollama reads it
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, (int, float, str))):
+        raise bad("keep_alive", "keep_alive must be a duration such as \"5m\" or a number of seconds")
+    return body
+
+
+_NOTED: set[str] = set()
+
+
+def _note_unused(what: str) -> None:
+    """One console line per unused field or option (a few dozen at most), as Ollama logs a warning."""
+    if what in _NOTED or len(_NOTED) >= 32:
+        return
+    _NOTED.add(what)
+    print(f"llmpack: an Ollama request has the {what}, which this server does not use; it is ignored, as "
+          "Ollama ignores it", file=sys.stderr, flush=True)
 
 
 def sampling(options: Any) -> SamplingValues:
@@ -58,8 +80,9 @@ def sampling(options: Any) -> SamplingValues:
     for name, value in options.items():
         if name in UNUSED or value is None:
             continue
-        if name not in SAMPLING:
-            raise bad(f"options.{name}", f"options.{name} is not an option Ollama knows")
+        if name not in SAMPLING:   # Ollama: "invalid option provided", a warning, and the answer
+            _note_unused(f"option {str(name)[:60]!r}")
+            continue
         if name == "num_predict" and isinstance(value, int) and not isinstance(value, bool) and value in (-1, -2):
             continue   # -1: until the turn ends; -2: until the context is full. Here, both: no cap
         setattr(values, SAMPLING[name], value)
