@@ -40,7 +40,8 @@ def extract_job(head: dict, data: bytes) -> tuple[dict, bytes]:
     """The worker's side: one file to its text (DocumentError, a LlmpackError, refuses it)."""
     doc = D.extract(head["name"], data, media_type=head["media_type"],
                     deadline=time.monotonic() + head["time_limit"])
-    return {"name": doc.name, "kind": doc.kind, "text": doc.text, "size": doc.size, "pages": doc.pages}, b""
+    return {"name": doc.name, "kind": doc.kind, "text": doc.text, "size": doc.size, "pages": doc.pages,
+            "headings": doc.headings}, b""
 
 
 class Sandbox:
@@ -66,7 +67,8 @@ class Sandbox:
                                   "attach a smaller file or copy its text in") from None
         except (P.TooSlow, P.Busy):
             raise _slow(name) from None
-        return D.Document(**answer)
+        # JSON made the headings' tuples lists
+        return D.Document(**{**answer, "headings": [tuple(h) for h in answer.get("headings", [])]})
 
     def close(self) -> None:
         """Kill the idle workers (a busy one is killed by its own deadline)."""
