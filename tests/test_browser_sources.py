@@ -132,14 +132,18 @@ def test_a_dropped_pdf_answer_shows_the_servers_source_and_opens_it(browser, cit
 
             reply.locator("[data-testid=mark-fix]").click()    # the right page in the reply opens it too
             check_dialog_shows_the_fact(page, LABEL, NEEDLE.text)
-            page.keyboard.press("Escape")
+            box = dialog.bounding_box()
+            page.mouse.click(box["x"] + 3, box["y"] + 3)        # a click on the box's edge keeps it open
+            assert dialog.is_visible()
+            page.mouse.click(4, height - 4)                     # one on the dimmed page around it closes it
+            dialog.wait_for(state="hidden")
 
             (summary,) = wait_until(lambda: [c for c in get_chats(srv) if c["n_messages"] == 2 and c["id"] != "oldchat"])
             saved = get_chat(srv, summary["id"])["messages"][1]["sources"]
             assert [(s["label"], s["quote"], s["mark_right"]) for s in saved] == [(LABEL, NEEDLE.text, False)]
             export = requests.get(f"{srv.url}/api/chats/{summary['id']}/export?format=markdown",
                                   headers=chat_headers(srv), timeout=10).text
-            assert f"- {LABEL}: “{NEEDLE.text}”" in export, export
+            assert f"- {LABEL} (not [p. 28], as the reply says): “{NEEDLE.text}”" in export, export
 
             page.reload()                                       # the saved chat shows its source again
             page.wait_for_selector("#app:not([hidden])")

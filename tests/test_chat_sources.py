@@ -61,5 +61,5 @@ def test_a_bad_source_is_refused_naming_the_field(bad, field):
 def test_the_markdown_export_lists_each_place_once_under_its_reply():
     md = to_markdown(clean_chat(chat([SOURCE, {**SOURCE, "reply_start": 41, "reply_end": 48}]), chat_id="c"), "Model")
     assert md.count("manual.pdf · p. 97") == 1
-    assert f"{REPLY}\n\nSources:\n\n- manual.pdf · p. 97: “{QUOTE}”\n" in md
+    assert f"{REPLY}\n\nSources:\n\n- manual.pdf · p. 97 (not [p. 96], as the reply says): “{QUOTE}”\n" in md
     assert "Sources:" not in to_markdown(clean_chat(chat([]), chat_id="c"), "Model")

@@ -18,7 +18,7 @@ const HIGHLIGHT = "source-sentence";
 const TEXTS = ["file", "label", "quote", "context"];
 const OFFSETS = ["quote_start", "quote_end", "reply_start", "reply_end"];
 
-const whole = (n) => Number.isInteger(n) && n >= 0;
+const whole = (n) => Number.isInteger(n) && n >= 0 && n <= 1e9;   // chat_sources.MAX_NUMBER
 const textOrNull = (v) => (typeof v === "string" ? v.slice(0, 200) : null);
 
 /** The sources a response carried, checked (a malformed one is left out), or undefined when it carried none. */
@@ -162,7 +162,11 @@ function sourceDialog() {
   text.setAttribute("data-testid", "source-text");
   text.tabIndex = 0;   // the text scrolls: the keyboard can scroll it too
   dialog.append(head, note, fix, text);
-  dialog.addEventListener("click", (ev) => { if (ev.target === dialog) dialog.close(); });   // outside the box
+  dialog.addEventListener("click", (ev) => {   // a click on the dimmed page around the box closes it
+    const r = dialog.getBoundingClientRect();
+    const inside = ev.clientX >= r.left && ev.clientX <= r.right && ev.clientY >= r.top && ev.clientY <= r.bottom;
+    if (ev.target === dialog && !inside) dialog.close();
+  });
   dialog.addEventListener("close", lightsOff);
   document.body.appendChild(dialog);
   return dialog;

@@ -72,14 +72,19 @@ def _whole(value: Any, where: str) -> int:
 
 def markdown_lines(sources: list[dict]) -> list[str]:
     """A reply's sources in a Markdown transcript: one line per place, with the sentence that
-    supports the reply quoted ("- manual.pdf · p. 97: “The serial number is ...”")."""
-    seen: dict[tuple[str, str], str] = {}
+    supports the reply quoted ("- manual.pdf · p. 97: “The serial number is ...”"), and the
+    reply's own page mark where this place contradicts it ("(not [p. 96], as the reply says)"):
+    the transcript keeps the reply's words, so the wrong page is named where the right one is."""
+    seen: dict[tuple[str, str], tuple[str, list[str]]] = {}
     for s in sources:
-        seen.setdefault((s.get("file_id") or s["file"], s["label"]), s["quote"])
+        _, wrong = seen.setdefault((s.get("file_id") or s["file"], s["label"]), (s["quote"], []))
+        if s.get("mark_right") is False and s.get("model_mark") and s["model_mark"] not in wrong:
+            wrong.append(s["model_mark"])
     if not seen:
         return []
     out = ["Sources:", ""]
-    for (_, label), quote in seen.items():
+    for (_, label), (quote, wrong) in seen.items():
         text = " ".join(quote.split())
-        out.append(f"- {label}: “{text}”" if text else f"- {label}")
+        fix = f" (not {', '.join(wrong)}, as the reply says)" if wrong else ""
+        out.append(f"- {label}{fix}: “{text}”" if text else f"- {label}{fix}")
     return out + [""]
