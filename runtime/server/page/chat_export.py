@@ -9,6 +9,7 @@ import unicodedata
 from urllib.parse import quote
 
 from llmpack.runtime.server.page.chat_shape import EXPORT_FORMAT, branch
+from llmpack.runtime.server.page.chat_sources import markdown_lines
 
 
 def to_json(chat: dict, model_name: str) -> dict:
@@ -43,6 +44,7 @@ def to_markdown(chat: dict, model_name: str) -> str:
             out += [f"<details><summary>Attached: {html.escape(f['name'])}</summary>", "", "````text",
                     f["text"].replace("````", "` ` ` `"), "````", "", "</details>", ""]
         out += [close_fences(m["content"].rstrip()), ""]
+        out += markdown_lines(m.get("sources") or [])   # the server's, under the reply
     return "\n".join(out)
 
 

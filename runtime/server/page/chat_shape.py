@@ -10,7 +10,7 @@ and a parent always comes before its children in the list. Editing a message or 
 again adds a sibling, so nothing is thrown away; "leaf" names the last message of the branch the
 page shows. Chats saved before the tree (no ids) are one branch: the messages in order.
 An assistant message may carry "thinking" (a reasoning model's thinking, shown folded, never sent
-back). A user message's attachments are [{"name", "kind", "size", "tokens", "text", "note"?, "file_id"?}]: the text that was
+back) and "sources" (the places of the attached files that support it: chat_sources.py). A user message's attachments are [{"name", "kind", "size", "tokens", "text", "note"?, "file_id"?}]: the text that was
 sent, so the chat can be continued and exported as it was.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from llmpack.runtime.server.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
+from llmpack.runtime.server.page.chat_sources import SourceError, clean_sources
 
 ROLES = ("system", "user", "assistant")
 MODES = ("chat", "complete")
@@ -97,6 +98,11 @@ def _message(m: Any, i: int) -> dict:
         if not isinstance(m["thinking"], str):
             raise ChatError(f"messages[{i}].thinking must be text")
         item["thinking"] = scrub(m["thinking"])
+    if m.get("sources") is not None and m["role"] == "assistant":   # the server's sources (chat_sources.py)
+        try:
+            item["sources"] = clean_sources(m["sources"])
+        except SourceError as exc:
+            raise ChatError(f"messages[{i}].sources{exc}") from None
     return item
 
 
