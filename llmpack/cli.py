@@ -16,7 +16,6 @@ from llmpack.runtime.server.lifecycle.flags import (add_model_args, add_serve_ar
                                                     serve_config, whole_number)
 
 LOCAL_RAY = "local"            # `--ray` with no address: a Ray started here for this process
-DEFAULT_REPLICA_THREADS = 4    # `serve --ray` without --threads: llama.cpp threads (and Ray CPUs) per replica
 
 
 def _replicas(text: str) -> int | None:
@@ -78,9 +77,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise LlmpackError("--rpc and --ray do not go together: a Ray replica holds the whole model")
     from llmpack.runtime.scale.launch import RaySettings, serve_ray   # lazy: Ray, the optional extra
 
-    threads = args.threads or DEFAULT_REPLICA_THREADS
+    # --threads left out: as many as the nodes have, up to launch.DEFAULT_THREADS (launch.fit)
     settings = RaySettings(address=None if args.ray == LOCAL_RAY else args.ray, replicas=args.replicas,
-                           min_replicas=args.min_replicas, max_replicas=args.max_replicas, threads=threads,
+                           min_replicas=args.min_replicas, max_replicas=args.max_replicas, threads=args.threads,
                            host=args.host, port=args.port, router=args.router)
     return serve_ray(model_file(Path(args.model)), serve_config(args), settings)
 

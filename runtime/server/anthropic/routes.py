@@ -14,6 +14,7 @@ from llmpack.runtime.server.core.generation import Generation
 from llmpack.runtime.server.core.output import final_choices, stream_steps
 from llmpack.runtime.server.core.request import prepare_chat
 from llmpack.runtime.server.http.errors import register_shape
+from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed
 
 bp = Blueprint("anthropic", __name__)
@@ -30,6 +31,7 @@ register_shape(bp.name, _error)
 
 
 @bp.post("/v1/messages")
+@security.carries_files
 def messages() -> Response:
     model, body = model_and_body()
     req = chat_request(body)
@@ -68,6 +70,7 @@ def _stream(gen: Generation, msg_id: str, model_id: str, stops: set[str]) -> Ite
 
 
 @bp.post("/v1/messages/count_tokens")
+@security.carries_files
 def count_tokens() -> Response:
     """The prompt's length in tokens, exactly as /v1/messages would submit it."""
     model, body = model_and_body()

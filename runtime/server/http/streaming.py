@@ -11,7 +11,6 @@ from typing import Any, Callable, Iterable, Iterator
 
 from flask import Response, request
 
-from llmpack.runtime.server.core.attachments import ATTACH_BODY
 from llmpack.runtime.server.core.errors import ApiError
 from llmpack.runtime.server.core.generation import Generation, cache_salt_for
 from llmpack.runtime.server.core.request import Prepared
@@ -19,12 +18,10 @@ from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, check_model_name, json_body, ready_model
 
 
-def model_and_body(files: bool = True) -> tuple[ServedModel, Any]:
+def model_and_body() -> tuple[ServedModel, Any]:
     """The ready model and the request's JSON body, its `model` name noted (any name is served).
-    `files`: the body may carry files or images, so it may be as large as attachments are."""
+    How large the body may be is the route's (security.carries_files), checked before this runs."""
     ctx = app_context()
-    if files:
-        request.max_content_length = max(ATTACH_BODY, ctx.options.max_body)
     model = ready_model(ctx.state)
     body = json_body()
     check_model_name(body, model)

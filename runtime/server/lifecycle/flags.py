@@ -101,7 +101,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true",
                    help="technical details on the console: why no GPU is used, the CPU backend")
     p.add_argument("--threads", type=whole_number(1, "--threads"), default=None,
-                   help="llama.cpp threads (default: every core)")
+                   help="llama.cpp threads (default: every core; with --ray, per replica: as many as a node has, "
+                        "up to 4)")
     p.add_argument("--rpc", type=flag_type(_endpoints, "HOST:PORT list"), default=(), metavar="HOST:PORT,...",
                    help="put the model's layers on llmpack RPC workers (`llmpack rpc-worker` or `chat.exe "
                         "--rpc-worker` on each machine); reach other PCs through an SSH tunnel: docs/SCALING.md")

@@ -19,6 +19,7 @@ from llmpack.runtime.server.core.request import ChatRequest, prepare_chat, prepa
 from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, ready_model
 from llmpack.runtime.server.http.errors import register_shape
+from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed
 from llmpack.runtime.server.ollama import protocol as P
 
@@ -43,6 +44,7 @@ def _loaded(model: ServedModel, key: str, empty: Any) -> Response:
 
 
 @bp.post("/chat")
+@security.carries_files
 def chat() -> Response:
     model, body = model_and_body()
     if isinstance(body, dict) and body.get("messages") == []:
@@ -52,6 +54,7 @@ def chat() -> Response:
 
 
 @bp.post("/generate")
+@security.carries_files
 def generate() -> Response:
     model, body = model_and_body()
     if isinstance(body, dict) and not body.get("prompt") and not body.get("images"):

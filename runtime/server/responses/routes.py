@@ -14,6 +14,7 @@ from llmpack.runtime.server.core.output import final_choices, stream_steps
 from llmpack.runtime.server.core.request import prepare_chat
 from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, ready_model
+from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed
 from llmpack.runtime.server.responses.protocol import (assistant_turn, chat_request, file_citations, new_id,
                                                        output_items, response_object, usage)
@@ -49,6 +50,7 @@ def _keep(model: ServedModel, body: dict, final: dict, conversation: list[dict],
 
 
 @bp.post("/v1/responses")
+@security.carries_files
 def create_response() -> Response:
     model, body = model_and_body()
     req, conversation = chat_request(body, _history(model, body))
