@@ -30,19 +30,22 @@ import subprocess
 import sys
 import threading
 import time
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.server.documents import extract as D
 
 if os.name == "nt":
     from llmpack.runtime.server.documents import winjob
+if TYPE_CHECKING:
+    import numpy as np
 
 MEMORY_BYTES = 1 << 30      # address space of one worker (a 32 MB PDF needs a few hundred MB)
 MEMORY_ENV = "LLMPACK_EXTRACT_MEMORY_MB"   # another cap, in MiB
 WORKERS = 2
 GRACE_S = 1.0               # after the deadline, before the kill: the worker's own check words it better
 POLL_S = 0.05               # Windows: how often the parent looks at a reading worker's memory
+AUDIO_TIME_LIMIT_S = 20.0   # decoding one clip: five minutes of MP3 takes well under a second
 WORKER_FLAG = "--llmpack-extract-worker"
 _HEADER = struct.Struct(">II")   # JSON length, payload length
 
@@ -92,17 +95,33 @@ def worker_main(memory: int = MEMORY_BYTES) -> None:
     while True:
         try:
             head, data = _receive(inp)
+            if head.get("job") == "audio":
+                _send(out, *_audio_job(head, data))
+                continue
             doc = D.extract(head["name"], data, media_type=head["media_type"],
                             deadline=time.monotonic() + head["time_limit"])
             _send(out, {"doc": {"name": doc.name, "kind": doc.kind, "text": doc.text, "size": doc.size,
                                 "pages": doc.pages}})
         except EOFError:
             return
-        except D.DocumentError as exc:
+        except LlmpackError as exc:      # DocumentError, AudioError: the file's own fault
             _send(out, {"error": str(exc)})
         except MemoryError:
             _send(out, {"memory": True})
             return           # its heap may be in pieces: the parent starts a fresh worker
+
+
+def _audio_job(head: dict, data: bytes) -> tuple[dict, bytes]:
+    """Sound to mono float32 PCM at the model's rate (media/audio.py): the answer's payload."""
+    from llmpack.runtime.media.audio import decode_pcm   # lazy: numpy and llama.cpp only for sound
+
+    try:
+        pcm = decode_pcm(data, int(head["rate"]), float(head["max_seconds"]))
+    except (LlmpackError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a decoder's surprise is the clip's fault: say so, stay warm
+        return {"error": f"the audio could not be decoded ({type(exc).__name__}: {exc})"}, b""
+    return {"frames": int(pcm.size)}, pcm.astype("<f4").tobytes()
 
 
 # ---------------------------------------------------------------- the server side
@@ -122,7 +141,7 @@ class _Worker:
     def _read(self) -> None:
         try:
             while True:
-                self.answers.put(_receive(self.proc.stdout)[0])
+                self.answers.put(_receive(self.proc.stdout))
         except (EOFError, OSError, ValueError):
             self.answers.put(None)
 
@@ -158,17 +177,35 @@ class Sandbox:
 
     def extract(self, name: str, data: bytes, *, media_type: str = "", time_limit: float = D.TIME_LIMIT_S) -> D.Document:
         """documents.extract in a worker; DocumentError for the file, its time or its memory."""
+        answer, _ = self._run({"name": name, "media_type": media_type}, data, time_limit, _DocumentJob(name, self.memory))
+        return D.Document(**answer["doc"])
+
+    def decode_audio(self, data: bytes, *, rate: int, max_seconds: float, what: str = "the audio",
+                     time_limit: float = AUDIO_TIME_LIMIT_S) -> "np.ndarray":
+        """Sound to mono float32 PCM at `rate` Hz in a worker (media/audio.decode_pcm); AudioError
+        for the clip, its length, its time or its memory, worded with `what`."""
+        import numpy as np   # lazy: only sound needs it here
+
+        answer, payload = self._run({"job": "audio", "rate": rate, "max_seconds": max_seconds}, data, time_limit,
+                                    _AudioJob(what, self.memory, time_limit))
+        pcm = np.frombuffer(payload, "<f4")
+        if pcm.size != answer.get("frames") or pcm.size == 0:
+            raise _AudioJob(what, self.memory, time_limit).failed("its decoder answered nonsense")
+        return pcm
+
+    def _run(self, head: dict, data: bytes, time_limit: float, job: "_Job") -> tuple[dict, bytes]:
+        """One request to a warm worker, within `time_limit`: its answer and payload."""
         deadline = time.monotonic() + time_limit
         try:
             worker = self._idle.get(timeout=time_limit)
         except queue.Empty:
-            raise _slow(name) from None
+            raise job.slow() from None
         try:
             if worker is None or not worker.alive():
                 worker = _Worker(self.memory)
                 self.started += 1
-            answer = self._ask(worker, name, data, media_type, deadline)
-            if answer is None or answer.get("memory"):
+            got = self._ask(worker, head, data, deadline, job)
+            if got is None or got[0].get("memory"):
                 worker.kill()
                 worker = None
         except BaseException:
@@ -178,17 +215,16 @@ class Sandbox:
             raise
         finally:
             self._idle.put(worker)
-        if answer is None or answer.get("memory"):
-            raise D.DocumentError(f"{name} needs more memory to read than llmpack allows ({D._mb(self.memory)}); "
-                                  "attach a smaller file or copy its text in")
-        if "error" in answer:
-            raise D.DocumentError(answer["error"])
-        return D.Document(**answer["doc"])
+        if got is None or got[0].get("memory"):
+            raise job.too_big()
+        if "error" in got[0]:
+            raise job.failed(got[0]["error"])
+        return got
 
-    def _ask(self, worker: _Worker, name: str, data: bytes, media_type: str, deadline: float) -> dict | None:
+    def _ask(self, worker: _Worker, head: dict, data: bytes, deadline: float, job: "_Job") -> tuple[dict, bytes] | None:
         left = deadline - time.monotonic()
         try:
-            _send(worker.proc.stdin, {"name": name, "media_type": media_type, "time_limit": max(left, 0.0)}, data)
+            _send(worker.proc.stdin, {**head, "time_limit": max(left, 0.0)}, data)
         except OSError:
             return None
         end, step = deadline + GRACE_S, (POLL_S if os.name == "nt" else float("inf"))
@@ -202,7 +238,7 @@ class Sandbox:
                 return None        # refused as too big for the memory cap
             if time.monotonic() >= end:
                 worker.kill()
-                raise _slow(name) from None
+                raise job.slow() from None
 
     def close(self) -> None:
         """Kill the idle workers (a busy one is killed by its own deadline)."""
@@ -212,6 +248,45 @@ class Sandbox:
                 worker.kill()
 
 
-def _slow(name: str) -> D.DocumentError:
-    return D.DocumentError(f"reading {name} took longer than {D.TIME_LIMIT_S:.0f} s, so llmpack gave up; "
-                           "attach a smaller file or copy its text in")
+class _Job:
+    """How a job's failures read: the file's own error, too slow, too big for the memory cap."""
+
+    def failed(self, why: str) -> LlmpackError: ...
+
+    def slow(self) -> LlmpackError: ...
+
+    def too_big(self) -> LlmpackError: ...
+
+
+class _DocumentJob(_Job):
+    def __init__(self, name: str, memory: int) -> None:
+        self.name, self.memory = name, memory
+
+    def failed(self, why: str) -> LlmpackError:
+        return D.DocumentError(why)
+
+    def slow(self) -> LlmpackError:
+        return D.DocumentError(f"reading {self.name} took longer than {D.TIME_LIMIT_S:.0f} s, so llmpack gave up; "
+                               "attach a smaller file or copy its text in")
+
+    def too_big(self) -> LlmpackError:
+        return D.DocumentError(f"{self.name} needs more memory to read than llmpack allows ({D._mb(self.memory)}); "
+                               "attach a smaller file or copy its text in")
+
+
+class _AudioJob(_Job):
+    def __init__(self, what: str, memory: int, time_limit: float) -> None:
+        self.what, self.memory, self.time_limit = what, memory, time_limit
+
+    def failed(self, why: str) -> LlmpackError:
+        from llmpack.runtime.media.audio import AudioError   # lazy: numpy
+
+        return AudioError(why)
+
+    def slow(self) -> LlmpackError:
+        return self.failed(f"decoding {self.what} took longer than {self.time_limit:.0f} s, so llmpack gave up; "
+                           "send a shorter clip, or WAV")
+
+    def too_big(self) -> LlmpackError:
+        return self.failed(f"{self.what} needs more memory to decode than llmpack allows ({D._mb(self.memory)}); "
+                           "send a shorter clip")

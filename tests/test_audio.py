@@ -1,0 +1,146 @@
+"""Sound, below the server: the test-made audio model is real to llama.cpp (mtmd loads the tiny
+Qwen2-Audio projector and encodes a clip into rows that depend on the sound), and untrusted audio
+bytes are checked, then decoded to PCM in the sandbox child, bounded in size and length."""
+from __future__ import annotations
+
+import ctypes
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+from audio_ggufs import ROWS_PER_WINDOW, SAMPLE_RATE, tone, wav_bytes, write_tiny_audio_mmproj, write_tiny_audio_model
+from llama_cpp import mtmd_cpp as mtmd
+
+from llmpack.runtime.media import audio
+from llmpack.runtime.media.audio import AudioError, check_audio, decode_pcm, sniff_audio
+from llmpack.runtime.engine.config import EngineConfig
+from llmpack.runtime.engine.model_runner import ModelRunner
+from llmpack.runtime.server.documents.sandbox import Sandbox
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    model = write_tiny_audio_model(tmp_path_factory.mktemp("audio") / "tiny-audio.gguf")
+    r = ModelRunner(EngineConfig(str(model), n_ctx=2048, n_threads=2))
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def mmproj(tmp_path_factory) -> Path:
+    return write_tiny_audio_mmproj(tmp_path_factory.mktemp("audio-proj") / "mmproj-audio.gguf", n_embd_text=64)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    box = Sandbox(workers=1)
+    yield box
+    box.close()
+
+
+def encoded(ctx, pcm: np.ndarray, n_embd: int = 64) -> tuple[list[int], np.ndarray]:
+    """Straight through mtmd: the chunk kinds of "hear <clip> this", and the clip's encoded rows."""
+    bmp = mtmd.mtmd_bitmap_init_from_audio(len(pcm), pcm.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+    text = f"hear {mtmd.mtmd_default_marker().decode()} this".encode()
+    inp = mtmd.mtmd_input_text(text, len(text), True, True)
+    chunks = mtmd.mtmd_input_chunks_init()
+    try:
+        assert mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), (mtmd.mtmd_bitmap_p_ctypes * 1)(bmp), 1) == 0
+        kinds = [mtmd.mtmd_input_chunk_get_type(mtmd.mtmd_input_chunks_get(chunks, i))
+                 for i in range(mtmd.mtmd_input_chunks_size(chunks))]
+        clip = mtmd.mtmd_input_chunks_get(chunks, kinds.index(2))
+        n = mtmd.mtmd_input_chunk_get_n_tokens(clip)
+        assert mtmd.mtmd_encode_chunk(ctx, clip) == 0
+        rows = np.ctypeslib.as_array(mtmd.mtmd_get_output_embd(ctx), shape=(n * n_embd,)).reshape(n, n_embd).copy()
+        return kinds, rows
+    finally:
+        mtmd.mtmd_input_chunks_free(chunks)
+        mtmd.mtmd_bitmap_free(bmp)
+
+
+def test_mtmd_loads_the_tiny_audio_projector_and_encodes_a_clip(runner: ModelRunner, mmproj: Path) -> None:
+    params = mtmd.mtmd_context_params_default()
+    params.use_gpu, params.n_threads, params.warmup = False, 2, False
+    ctx = mtmd.mtmd_init_from_file(str(mmproj).encode(), runner.model, params)
+    assert ctx, "llama.cpp's clip loader refused the tiny audio projector"
+    try:
+        assert mtmd.mtmd_support_audio(ctx) and not mtmd.mtmd_support_vision(ctx)
+        assert mtmd.mtmd_get_audio_sample_rate(ctx) == SAMPLE_RATE
+        kinds, a = encoded(ctx, tone(3.0, 440))
+        # text "hear <|audio_bos|>", the clip, text "<|audio_eos|> this": the markers are the model's tokens
+        assert kinds == [0, 2, 0]
+        assert a.shape == (ROWS_PER_WINDOW, 64) and np.isfinite(a).all() and a.std() > 0.01
+        _, b = encoded(ctx, tone(3.0, 1200, seed=1))
+        assert not np.allclose(a, b), "two different sounds, the same rows"
+        _, again = encoded(ctx, tone(3.0, 440))
+        assert np.array_equal(a, again)
+    finally:
+        mtmd.mtmd_free(ctx)
+
+
+def test_audio_is_checked_by_its_bytes_before_anything_decodes_it() -> None:
+    wav = wav_bytes(tone(0.5))
+    assert check_audio(wav, "wav").format == "wav" and check_audio(wav, "audio/x-wav").format == "wav"
+    assert sniff_audio(b"fLaC" + bytes(40)) == "flac" and sniff_audio(b"ID3" + bytes(40)) == "mp3"
+    with pytest.raises(AudioError, match="empty"):
+        check_audio(b"")
+    with pytest.raises(AudioError, match="labelled MP3 but is a WAV"):
+        check_audio(wav, "mp3")
+    with pytest.raises(AudioError, match="WAV, MP3 or FLAC, not ogg"):
+        check_audio(wav, "ogg")
+    with pytest.raises(AudioError, match="not a WAV, MP3 or FLAC"):
+        check_audio(b"OggS" + bytes(60))
+    with pytest.raises(AudioError, match="the limit is 25 MiB"):
+        check_audio(b"RIFF" + bytes(4) + b"WAVE" + bytes(audio.MAX_AUDIO_BYTES))
+
+
+def test_wav_decodes_to_the_models_rate_in_mono() -> None:
+    pcm = tone(1.0, 300)
+    assert np.abs(decode_pcm(wav_bytes(pcm), SAMPLE_RATE) - pcm).max() < 1e-3
+    stereo = decode_pcm(wav_bytes(tone(1.0, 300, rate=44100), rate=44100, channels=2, width=4), SAMPLE_RATE)
+    assert abs(stereo.size - SAMPLE_RATE) <= 2
+    # the same sound, resampled: what a 16 kHz recording of it would hold, near enough
+    assert np.corrcoef(stereo[100:15000], pcm[100:15000])[0, 1] > 0.95
+    eight_bit = decode_pcm(wav_bytes(pcm, width=1), SAMPLE_RATE)
+    assert np.abs(eight_bit - pcm).max() < 0.02
+
+
+def test_a_clip_past_the_length_cap_is_refused_by_its_header() -> None:
+    long = wav_bytes(np.zeros(int(3.5 * 8000), np.float32), rate=8000)
+    with pytest.raises(AudioError, match="4 s long; the limit is 3 s"):
+        decode_pcm(long, SAMPLE_RATE, max_seconds=3)
+
+
+def flac_bytes(pcm: np.ndarray, fmt: str = "FLAC") -> bytes:
+    out = io.BytesIO()
+    soundfile.write(out, pcm, SAMPLE_RATE, format=fmt)
+    return out.getvalue()
+
+
+def test_flac_and_mp3_decode_with_llmpacks_llama_cpp_or_are_refused_saying_what_is_missing() -> None:
+    """llmpack's llama.cpp decodes them (mtmd_helper_decode_audio); another one says it cannot."""
+    pcm = tone(1.0, 300)
+    if audio._patched_decoder() is not None:
+        assert np.abs(decode_pcm(flac_bytes(pcm), SAMPLE_RATE) - pcm).max() < 1e-3   # lossless
+        assert decode_pcm(flac_bytes(pcm, "MP3"), SAMPLE_RATE).size >= SAMPLE_RATE // 2
+        with pytest.raises(AudioError, match="the limit is 0 s"):
+            decode_pcm(flac_bytes(pcm), SAMPLE_RATE, max_seconds=0.5)
+    else:
+        for fmt in ("FLAC", "MP3"):
+            with pytest.raises(AudioError, match=f"WAV sound only, not {fmt}.*mtmd_helper_decode_audio"):
+                decode_pcm(flac_bytes(pcm, fmt), SAMPLE_RATE)
+
+
+def test_the_sandbox_child_decodes_and_the_server_gets_only_pcm(sandbox: Sandbox) -> None:
+    pcm = tone(2.0, 500)
+    got = sandbox.decode_audio(wav_bytes(pcm), rate=SAMPLE_RATE, max_seconds=10)
+    assert got.dtype == np.float32 and np.array_equal(got, decode_pcm(wav_bytes(pcm), SAMPLE_RATE))
+    with pytest.raises(AudioError, match="the limit is 1 s"):
+        sandbox.decode_audio(wav_bytes(pcm), rate=SAMPLE_RATE, max_seconds=1, what="messages[0].content[1]")
+    with pytest.raises(AudioError, match="could not be read"):
+        sandbox.decode_audio(b"RIFF\x10\x00\x00\x00WAVEjunkjunkjunk", rate=SAMPLE_RATE, max_seconds=10)
+    assert sandbox.started == 1            # a refused clip does not cost the warm worker
+    # documents still go through the same worker
+    assert sandbox.extract("notes.txt", b"hello there").text.startswith("hello there")
