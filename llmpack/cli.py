@@ -78,8 +78,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="layers to offload to the GPU: N, all, auto (fit free GPU memory; default) or 0 (CPU only)")
     p.add_argument("--system", default=None, help="default system prompt for the chat page")
     p.add_argument("--mmproj", metavar="FILE", default=None,
-                   help="the model's vision projector (an mmproj*.gguf published with it): the chat page and the API "
-                        "then take images")
+                   help="the model's projector (an mmproj*.gguf published with it): the chat page and the API "
+                        "then take images, sound or both, as the projector reads them")
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -188,8 +188,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = Path(args.model)
     validate_gguf(path)   # a clear error before anything listens
     if args.mmproj:
-        check_mmproj(args.mmproj)   # likewise for the projector: one line, not a llama.cpp log
-        print(f"llmpack: images: using the vision projector {Path(args.mmproj).name}", flush=True)
+        proj = check_mmproj(args.mmproj)   # likewise for the projector: one line, not a llama.cpp log
+        takes = " and ".join(k for k, has in (("images", proj.image_size is not None), ("sound", proj.hears)) if has)
+        print(f"llmpack: {takes or 'images'}: using the projector {Path(args.mmproj).name}", flush=True)
     elif (hint := beside_hint(path)) is not None:
         print(f"llmpack: note: {hint}", flush=True)
     return serve(serve_config(args), lambda progress: path)

@@ -14,7 +14,7 @@ from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, check_ima
 from llmpack.runtime.engine.outputs import RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
-from llmpack.runtime.engine.vision import MultimodalPrompt
+from llmpack.runtime.engine.media import MultimodalPrompt
 from llmpack.runtime.structured.grammar import GrammarError
 
 # The errors a client of the engine handles, importable from here with the protocol.
@@ -52,12 +52,18 @@ class EngineClient(Protocol):
         """Why the engine stopped, once it has (every request then fails); None while it serves."""
 
     @property
-    def vision(self) -> bool:
-        """Whether the model sees images (it was started with a vision projector, --mmproj)."""
+    def media_kinds(self) -> frozenset[str]:
+        """What the model reads besides text: "image" (it sees), "audio" (it hears); the projector it
+        was started with (--mmproj) says which. Empty for a text-only model."""
 
-    def image_prompt(self, parts: Sequence[str | tuple[bytes, str]]) -> MultimodalPrompt:
-        """A rendered prompt given as text pieces and (image bytes, media type) in order, as a prompt
-        for add_request. Raises ImageError for an image that cannot be used (or a text-only model)."""
+    @property
+    def audio_sample_rate(self) -> int:
+        """The rate of the PCM `media_prompt` takes for sound (16000 for Whisper encoders); 0 if it cannot hear."""
+
+    def media_prompt(self, parts: "Sequence[str | tuple[str, bool] | tuple[bytes, str] | np.ndarray]") -> MultimodalPrompt:
+        """A rendered prompt given as text pieces, pictures (bytes, media type) and sound (mono float32
+        PCM at audio_sample_rate) in order, as a prompt for add_request. Raises ImageError or AudioError
+        for a picture or clip that cannot be used (or a model that cannot see or hear)."""
 
     def add_request(self, prompt: str | list[int] | MultimodalPrompt, params: SamplingParams | None = None,
                     request_id: str | None = None, prompt_progress: bool = False,
