@@ -16,7 +16,9 @@ from llama_cpp import mtmd_cpp as mtmd
 from llmpack.runtime.media import audio
 from llmpack.runtime.media.audio import AudioError, check_audio, decode_pcm, sniff_audio
 from llmpack.runtime.engine.config import EngineConfig
+from llmpack.runtime.engine.media import MEDIA_TOKEN
 from llmpack.runtime.engine.model_runner import ModelRunner
+from llmpack.runtime.engine.vision import Projector
 from llmpack.runtime.server.documents.sandbox import Sandbox
 
 
@@ -144,3 +146,23 @@ def test_the_sandbox_child_decodes_and_the_server_gets_only_pcm(sandbox: Sandbox
     assert sandbox.started == 1            # a refused clip does not cost the warm worker
     # documents still go through the same worker
     assert sandbox.extract("notes.txt", b"hello there").text.startswith("hello there")
+
+
+def test_a_clip_longer_than_a_window_is_one_span_per_window_each_named_apart(runner: ModelRunner, mmproj: Path) -> None:
+    proj = Projector(mmproj, runner, n_threads=2)
+    try:
+        assert proj.kinds == {"audio"} and proj.sample_rate == SAMPLE_RATE
+        long = tone(35.0, 300)
+        mm = proj.prompt(["hear ", long, " this"], bos=[1])
+        assert [s.kind for s in mm.spans] == ["audio", "audio"] and mm.spans[0].end == mm.spans[1].start
+        assert all(s.n_tokens == s.n_pos == ROWS_PER_WINDOW and not s.whole for s in mm.spans)
+        assert mm.token_ids.count(MEDIA_TOKEN) == 2 * ROWS_PER_WINDOW
+        assert mm.spans[0].digest != mm.spans[1].digest, "two windows of one clip would share cached rows"
+        first, second = proj.encode(mm.spans[0]), proj.encode(mm.spans[1])
+        assert not np.allclose(first, second)
+        again = proj.prompt(["other words ", long, "!"], bos=[])
+        assert [s.digest for s in again.spans] == [s.digest for s in mm.spans]   # named by the sound itself
+        with pytest.raises(AudioError, match="no samples"):
+            proj.prompt(["x", np.zeros(0, np.float32), "y"], bos=[])
+    finally:
+        proj.close()

@@ -162,3 +162,31 @@ def test_a_vision_model_says_it_cannot_hear(tiny_chat_model: Path, tmp_path) -> 
     with live_server(tiny_chat_model, "--mmproj", str(mmproj), "--ctx", "512") as srv:
         err = ask(srv, audio_part(wav_bytes(tone(0.5)))).json()["error"]
         assert err["code"] == "model_not_audio" and "without an audio projector" in err["message"]
+
+
+def test_flac_and_mp3_are_heard_as_wav_is_or_refused_saying_what_is_missing(audio_server) -> None:
+    """With llmpack's llama.cpp (mtmd_helper_decode_audio) a FLAC clip is the same samples as its
+    WAV, so the same greedy reply; with another llama.cpp it is one 400 that says what is missing."""
+    import io
+
+    import soundfile   # lazy: only this test writes FLAC and MP3
+
+    from llmpack.runtime.media import audio
+
+    pcm = tone(2.0, 440)
+
+    def encoded(fmt: str) -> bytes:
+        out = io.BytesIO()
+        soundfile.write(out, pcm, 16000, format=fmt.upper(), subtype="PCM_16" if fmt == "flac" else None)
+        return out.getvalue()
+
+    wav_reply = ask(audio_server, audio_part(wav_bytes(pcm))).json()["choices"][0]["message"]["content"]
+    flac, mp3 = ask(audio_server, audio_part(encoded("flac"), "flac")), ask(audio_server, audio_part(encoded("mp3"), "mp3"))
+    if audio._patched_decoder() is not None:
+        assert flac.status_code == 200 and flac.json()["choices"][0]["message"]["content"] == wav_reply
+        assert mp3.status_code == 200, mp3.text
+    else:
+        for r, fmt in ((flac, "FLAC"), (mp3, "MP3")):
+            err = r.json()["error"]
+            assert r.status_code == 400 and err["code"] == "bad_audio", r.text
+            assert f"WAV sound only, not {fmt}" in err["message"] and "mtmd_helper_decode_audio" in err["message"]
