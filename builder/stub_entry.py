@@ -253,7 +253,7 @@ def selftest() -> int:
         import pypdf       # PDF attachments (runtime/server/documents/extract.py imports it on first use)
         import zstandard   # models built with --compress
         from llama_cpp import mtmd_cpp   # pictures (--mmproj): llama.cpp's mtmd library loads from the bundle
-        from PIL import Image            # noqa: F401 - WebP pictures (runtime/engine/vision.py)
+        from PIL import Image            # noqa: F401 - pictures, decoded in a sandboxed child (runtime/engine/pictures.py)
 
         from llmpack.runtime.engine import engine  # noqa: F401
         from llmpack.runtime.chat.recipes import load_recipes
@@ -302,10 +302,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--llmpack-extract-worker"]:   # documents.sandbox.WORKER_FLAG: a document reader child
-        from llmpack.runtime.server.documents.sandbox import worker_main   # lazy: only in that child
+    if sys.argv[1:2] == ["--llmpack-extract-worker"]:   # sandbox.pool.WORKER_FLAG JOB MEMORY: a document or picture reader
+        from llmpack.runtime.sandbox.pool import worker_main   # lazy: only in that child
 
-        worker_main(int(sys.argv[2]))
+        worker_main(sys.argv[2], int(sys.argv[3]))
         sys.exit(0)
     if os.name == "nt":
         import multiprocessing   # lazy: Windows only

@@ -19,7 +19,6 @@ from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.media import MEDIA_TOKEN
 from llmpack.runtime.engine.model_runner import ModelRunner
 from llmpack.runtime.engine.vision import Projector
-from llmpack.runtime.server.documents.sandbox import Sandbox
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +32,6 @@ def runner(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mmproj(tmp_path_factory) -> Path:
     return write_tiny_audio_mmproj(tmp_path_factory.mktemp("audio-proj") / "mmproj-audio.gguf", n_embd_text=64)
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    box = Sandbox(workers=1)
-    yield box
-    box.close()
 
 
 def encoded(ctx, pcm: np.ndarray, n_embd: int = 64) -> tuple[list[int], np.ndarray]:
@@ -135,17 +127,20 @@ def test_flac_and_mp3_decode_with_llmpacks_llama_cpp_or_are_refused_saying_what_
                 decode_pcm(flac_bytes(pcm, fmt), SAMPLE_RATE)
 
 
-def test_the_sandbox_child_decodes_and_the_server_gets_only_pcm(sandbox: Sandbox) -> None:
+def test_a_sandboxed_child_decodes_and_the_server_gets_only_pcm() -> None:
     pcm = tone(2.0, 500)
-    got = sandbox.decode_audio(wav_bytes(pcm), rate=SAMPLE_RATE, max_seconds=10)
+    got = audio.decode(wav_bytes(pcm), "wav", SAMPLE_RATE, max_seconds=10)
     assert got.dtype == np.float32 and np.array_equal(got, decode_pcm(wav_bytes(pcm), SAMPLE_RATE))
+    pool = audio._decoders()
+    started = pool.started
     with pytest.raises(AudioError, match="the limit is 1 s"):
-        sandbox.decode_audio(wav_bytes(pcm), rate=SAMPLE_RATE, max_seconds=1, what="messages[0].content[1]")
+        audio.decode(wav_bytes(pcm), "wav", SAMPLE_RATE, max_seconds=1)
     with pytest.raises(AudioError, match="could not be read"):
-        sandbox.decode_audio(b"RIFF\x10\x00\x00\x00WAVEjunkjunkjunk", rate=SAMPLE_RATE, max_seconds=10)
-    assert sandbox.started == 1            # a refused clip does not cost the warm worker
-    # documents still go through the same worker
-    assert sandbox.extract("notes.txt", b"hello there").text.startswith("hello there")
+        audio.decode(b"RIFF\x10\x00\x00\x00WAVEjunkjunkjunk", "wav", SAMPLE_RATE, max_seconds=10)
+    with pytest.raises(AudioError, match="labelled MP3 but is a WAV"):     # refused before any child
+        audio.decode(wav_bytes(pcm), "mp3", SAMPLE_RATE)
+    assert pool.started == started and pool.peak_busy <= audio.WORKERS   # refused clips cost no worker
+    assert pool.pids(), "the decoder is a child process, not this one"
 
 
 def test_a_clip_longer_than_a_window_is_one_span_per_window_each_named_apart(runner: ModelRunner, mmproj: Path) -> None:

@@ -26,7 +26,8 @@ SOURCES = {"llmpack": "llmpack", "builder": "llmpack.builder", "runtime": "llmpa
 # Each unit -> the units it may import (besides itself). A module's unit is the longest prefix here.
 BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpack.signals", "llmpack.lru"}
 MODEL, HARDWARE, STRUCTURED = "llmpack.runtime.model", "llmpack.runtime.hardware", "llmpack.runtime.structured"
-MEDIA = "llmpack.runtime.media"        # strangers' pictures and sound, checked and decoded (the sandbox runs it)
+SANDBOX = "llmpack.runtime.sandbox"     # child processes for a stranger's bytes: documents' and pictures' jobs
+MEDIA = "llmpack.runtime.media"        # strangers' sound, checked, and decoded in the sandbox's children
 ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "llmpack.runtime.llm",
                              "llmpack.runtime.server")
 S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("core", "documents", "http", "page",
@@ -34,7 +35,7 @@ S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("core"
 # The rooms that each speak one wire format over the core (issue 26 adds responses, anthropic, ollama).
 PROTOCOLS = {f"{SERVER}.{room}" for room in ("openai", "responses", "anthropic", "ollama")}
 SERVER_ROOMS = {S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE, *PROTOCOLS}
-RUNTIME = {MODEL, HARDWARE, STRUCTURED, MEDIA, ENGINE, CHAT, LLM, SERVER, *SERVER_ROOMS}
+RUNTIME = {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA, ENGINE, CHAT, LLM, SERVER, *SERVER_ROOMS}
 SCALE = "llmpack.runtime.scale"
 ALLOWED: dict[str, set[str]] = {
     "llmpack": {LLM, ENGINE},                     # the package exports LLM / SamplingParams, lazily
@@ -47,11 +48,12 @@ ALLOWED: dict[str, set[str]] = {
     MODEL: BASE,
     HARDWARE: BASE | {MODEL},
     STRUCTURED: BASE,
-    MEDIA: BASE | {HARDWARE},
-    ENGINE: BASE | {MODEL, HARDWARE, STRUCTURED, MEDIA},
+    SANDBOX: BASE,
+    MEDIA: BASE | {HARDWARE, SANDBOX},
+    ENGINE: BASE | {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA},
     CHAT: BASE | {MODEL, ENGINE},
     LLM: BASE | {MODEL, ENGINE, CHAT, S_CORE},     # LLM.chat takes the server's generation core
-    S_DOCS: BASE | {MEDIA},
+    S_DOCS: BASE | {SANDBOX},
     S_CORE: BASE | {MODEL, ENGINE, CHAT, STRUCTURED, MEDIA, S_DOCS},
     S_HTTP: BASE | {ENGINE, S_CORE},
     **{room: BASE | {ENGINE, STRUCTURED, S_CORE, S_HTTP} for room in PROTOCOLS},

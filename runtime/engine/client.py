@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, runtime_checkabl
 from llmpack.runtime.engine.embeddings import EmbeddingError
 from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, check_image, sniff
 from llmpack.runtime.engine.outputs import RequestOutput
+from llmpack.runtime.engine.pictures import DecoderBusy, Picture
+from llmpack.runtime.engine.pictures import decode as decode_picture
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.engine.media import MultimodalPrompt
@@ -20,7 +22,8 @@ from llmpack.runtime.structured.grammar import GrammarError
 # The errors a client of the engine handles, importable from here with the protocol.
 __all__ = ["EngineClient", "OutputStream", "EmbeddingError", "EngineDeadError", "GrammarError",
            "InvalidParameterError", "PromptTooLongError", "QueueFullError",
-           "ImageError", "MAX_IMAGE_BYTES", "MultimodalPrompt", "check_image", "sniff"]   # images (runtime/engine/images.py)
+           "ImageError", "MAX_IMAGE_BYTES", "MultimodalPrompt", "check_image", "sniff",   # images (engine/images.py)
+           "DecoderBusy", "Picture", "decode_picture"]   # pictures decoded in a sandboxed child (engine/pictures.py)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,10 +63,11 @@ class EngineClient(Protocol):
     def audio_sample_rate(self) -> int:
         """The rate of the PCM `media_prompt` takes for sound (16000 for Whisper encoders); 0 if it cannot hear."""
 
-    def media_prompt(self, parts: "Sequence[str | tuple[str, bool] | tuple[bytes, str] | np.ndarray]") -> MultimodalPrompt:
-        """A rendered prompt given as text pieces, pictures (bytes, media type) and sound (mono float32
-        PCM at audio_sample_rate) in order, as a prompt for add_request. Raises ImageError or AudioError
-        for a picture or clip that cannot be used (or a model that cannot see or hear)."""
+    def media_prompt(self, parts: "Sequence[str | tuple[str, bool] | Picture | tuple[bytes, str] | np.ndarray]") -> MultimodalPrompt:
+        """A rendered prompt given as text pieces, pictures (a decoded Picture, or (bytes, media type),
+        decoded in the sandbox) and sound (mono float32 PCM at audio_sample_rate, decoded in the sandbox)
+        in order, as a prompt for add_request. Raises ImageError or AudioError for a picture or clip
+        that cannot be used (or a model that cannot see or hear)."""
 
     def add_request(self, prompt: str | list[int] | MultimodalPrompt, params: SamplingParams | None = None,
                     request_id: str | None = None, prompt_progress: bool = False,

@@ -1,16 +1,18 @@
 """A model's projector (the mmproj GGUF: a vision encoder, an audio encoder or both), through
 llama.cpp's mtmd library.
 
-mtmd does three things for us: it preprocesses a picture or a clip into a bitmap and then into
-chunks (a picture resized, normalised, split into tiles as the projector wants; sound as a log-mel
-spectrogram in 30-second windows), it says how many embedding rows each chunk becomes in the text
-model's sequence, and it runs the encoder and projector (`encode`), leaving those rows in its
-output buffer. Everything after that - where the rows go in the KV cache, when they are decoded,
-what is cached - is the engine's (runtime/engine/multimodal.py), so pictures and sound share the
-block tables, the prefix cache and the token budget with text (media.MediaSpan).
+mtmd does three things for us: it preprocesses a picture (raw RGB, decoded in a sandboxed child by
+pictures.py) or a clip into a bitmap and then into chunks (a picture resized, normalised, split into
+tiles as the projector wants; sound as a log-mel spectrogram in 30-second windows), it says how many
+embedding rows each chunk becomes in the text model's sequence, and it runs the encoder and
+projector (`encode`), leaving those rows in its output buffer. Everything after that - where the
+rows go in the KV cache, when they are decoded, what is cached - is the engine's
+(runtime/engine/multimodal.py), so pictures and sound share the block tables, the prefix cache and
+the token budget with text (media.MediaSpan).
 
-A picture comes as its file's bytes; sound comes as mono float32 PCM at the model's rate,
-already decoded in the sandbox child (runtime/media/audio.py): no audio decoder runs here.
+A picture comes as raw RGB (or its file's bytes, decoded in the sandbox on the way); sound comes as
+mono float32 PCM at the model's rate, already decoded in the sandbox child (runtime/media/audio.py):
+no picture or audio decoder runs in this process.
 
 Threads: `prompt()` runs on request threads (preprocessing takes a while, and must not hold up
 the engine); `encode()` runs on the encoder thread only. mtmd_tokenize takes a const context, so
@@ -28,8 +30,10 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.engine.images import ImageError, check_image
+from llmpack.runtime.engine.images import ImageError
 from llmpack.runtime.engine.media import IMAGE_TOKEN, MEDIA_TOKEN, ImageSpan, MediaSpan, MultimodalPrompt
+from llmpack.runtime.engine.pictures import Picture
+from llmpack.runtime.engine.pictures import decode as decode_picture
 from llmpack.runtime.engine.model_runner import _route_llama_log
 from llmpack.runtime.media.audio import AudioError
 
@@ -138,25 +142,16 @@ class Projector:
         self.encodes = 0                  # images encoded so far (the cache tests count them)
 
     # ---- request threads ------------------------------------------------------------------
-    def bitmap(self, data: bytes, media_type: str | None = None) -> tuple[int, bytes]:
-        """Decode one image into an mtmd bitmap (the caller frees it) and its digest. The header
-        is checked first (images.check_image): nothing that fails it reaches a decoder."""
-        info = check_image(data, media_type)
-        if info.format == "webp":   # stb_image, llama.cpp's decoder, has no WebP
-            rgb, nx, ny = _webp_rgb(data)
-            bmp = mtmd.mtmd_bitmap_init(nx, ny, (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb))
-        else:
-            buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-            bmp = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
+    def bitmap(self, picture: "Picture | bytes", media_type: str | None = None) -> tuple[int, bytes]:
+        """An mtmd bitmap (the caller frees it) and its digest, from a decoded Picture or from bytes,
+        which are decoded first in a sandboxed child (pictures.decode): the bitmap is built from raw
+        RGB, so no picture file reaches llama.cpp's own decoder (stb_image) in this process."""
+        if not isinstance(picture, Picture):
+            picture = decode_picture(picture, media_type)
+        nx, ny, pixels = picture.width, picture.height, picture.rgb
+        bmp = mtmd.mtmd_bitmap_init(nx, ny, ctypes.cast(ctypes.c_char_p(pixels), ctypes.POINTER(ctypes.c_uint8)))
         if not bmp:
-            raise ImageError(f"the {info.format.upper()} image could not be decoded (damaged or cut off)")
-        nx, ny = mtmd.mtmd_bitmap_get_nx(bmp), mtmd.mtmd_bitmap_get_ny(bmp)
-        if (nx, ny) != (info.width, info.height):
-            mtmd.mtmd_bitmap_free(bmp)
-            raise ImageError(f"the image decoded to {nx} x {ny} pixels, not the {info.width} x {info.height} "
-                             f"its header says: it is damaged")
-        n = mtmd.mtmd_bitmap_get_n_bytes(bmp)
-        pixels = ctypes.string_at(mtmd.mtmd_bitmap_get_data(bmp), n)
+            raise ImageError(f"llama.cpp could not take the {nx} x {ny} picture")
         digest = hashlib.sha256(nx.to_bytes(4, "little") + ny.to_bytes(4, "little") + pixels).digest()
         mtmd.mtmd_bitmap_set_id(bmp, digest.hex().encode())
         return bmp, digest
@@ -176,11 +171,11 @@ class Projector:
         mtmd.mtmd_bitmap_set_id(bmp, digest.hex().encode())
         return bmp
 
-    def prompt(self, parts: Sequence[str | tuple[str, bool] | bytes | tuple[bytes, str] | np.ndarray],
+    def prompt(self, parts: Sequence[str | tuple[str, bool] | Picture | bytes | tuple[bytes, str] | np.ndarray],
                bos: list[int]) -> MultimodalPrompt:
         """Tokenize a rendered prompt given as text pieces (a str, whose special tokens are
-        parsed, or (text, parse_special)), pictures (raw bytes, or (bytes, media type)) and sound
-        (mono float32 PCM at `sample_rate`, a numpy array), in order.
+        parsed, or (text, parse_special)), pictures (a decoded Picture, or bytes or (bytes, media type),
+        decoded in the sandbox) and sound (mono float32 PCM at `sample_rate`, a numpy array), in order.
         `bos`: ids to put first unless the text already starts with them.
         Raises ImageError or AudioError for a picture or clip that cannot be used."""
         bitmaps: list[int] = []
@@ -192,7 +187,7 @@ class Projector:
                 if isinstance(part, np.ndarray):
                     bitmaps.append(self.audio_bitmap(part))
                     p.bitmap = bitmaps[-1]
-                elif isinstance(part, str) or isinstance(part[0], str):
+                elif isinstance(part, str) or (isinstance(part, tuple) and isinstance(part[0], str)):
                     piece, special = (part, True) if isinstance(part, str) else part
                     raw = piece.encode("utf-8", errors="replace")
                     text = mtmd.mtmd_input_text(raw, len(raw), False, special)
@@ -202,7 +197,7 @@ class Projector:
                     if "image" not in self.kinds:
                         raise ImageError("this model's projector has no vision encoder: it cannot see pictures")
                     data, media_type = part if isinstance(part, tuple) else (part, None)
-                    bmp, _ = self.bitmap(data, media_type)
+                    bmp, _ = self.bitmap(data, media_type)   # a Picture, or bytes decoded in the sandbox
                     bitmaps.append(bmp)
                     p.bitmap = bmp
                 keep.append(p)
@@ -291,18 +286,3 @@ def _route_mtmd_log() -> None:
     if callback is not None:
         mtmd.mtmd_log_set(callback, ctypes.c_void_p(0))
         mtmd.mtmd_helper_log_set(callback, ctypes.c_void_p(0))
-
-
-def _webp_rgb(data: bytes) -> tuple[bytes, int, int]:
-    """A WebP's first frame as RGB bytes, through Pillow (llama.cpp's stb_image cannot read WebP)."""
-    import io   # lazy: only WebP needs Pillow
-
-    from PIL import Image   # lazy: Pillow loads ~40 modules; most images never need it
-
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            im.seek(0)
-            rgb = im.convert("RGB")
-            return rgb.tobytes(), rgb.width, rgb.height
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise ImageError(f"the WebP image could not be decoded ({exc})") from None

@@ -3,11 +3,14 @@
 A clip reaches us from a stranger (an API call, the chat page's microphone), and the decoders
 behind it (miniaudio's WAV, MP3 and FLAC readers inside llama.cpp's mtmd) trust their input. So
 the bytes are checked here first (a size cap, the format by its signature, which must agree with
-what the client said it sent), and the decoding itself runs in the sandbox child under a memory
-limit and a deadline (runtime/server/documents/sandbox.py calls `decode_pcm` there): the server
-only ever sees mono float samples. A clip is refused *before* its samples are allocated when it
-is longer than MAX_AUDIO_SECONDS (llmpack's llama.cpp patch `mtmd_helper_decode_audio` reads the
-length first; builder/llama_source.py). Every limit lives here once.
+what the client said it sent), and the decoding itself is a job of the sandbox's worker pool
+(runtime/sandbox/pool.py: a warm child under a memory cap and a deadline, at most WORKERS clips at
+once, the pool's slots the semaphore), as pictures are (engine/pictures.py): `decode` sends the
+bytes, `decode_job` runs `decode_pcm` in the child, and the server only ever sees mono float
+samples, no more of them than the length cap allows. A clip is refused *before* its samples are
+allocated when it is longer than MAX_AUDIO_SECONDS (llmpack's llama.cpp patch
+`mtmd_helper_decode_audio` reads the length first; builder/llama_source.py). Every limit lives
+here once.
 
 Where the installed llama.cpp lacks that patch (someone's own llama-cpp-python), WAV is read with
 Python's `wave` module instead, and MP3 and FLAC are refused with a sentence that says so.
@@ -17,15 +20,21 @@ from __future__ import annotations
 import ctypes
 import io
 import struct
+import threading
 import wave
 from dataclasses import dataclass
 
 import numpy as np
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime.sandbox import pool as P
 
 MAX_AUDIO_BYTES = 25 * 1024 * 1024     # per clip, as OpenAI's audio uploads
 MAX_AUDIO_SECONDS = 300                # five minutes: mtmd makes ~750 rows of every 30 s (Qwen2-Audio)
+MAX_RATE = 48000                       # the highest model rate a decoder child answers for (its answer's cap)
+MEMORY_BYTES = 1 << 30                 # address space of one decoder child: five minutes at 48 kHz fit many times
+TIME_LIMIT_S = 20.0                    # to wait for a free decoder, and again to decode (5 min of MP3: < 1 s)
+WORKERS = 2                            # clips decoded at once, in the whole server
 FORMATS = ("wav", "mp3", "flac")       # what input_audio's "format" names, as OpenAI and llama-server
 MEDIA_TYPES = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/vnd.wave": "wav",
                "audio/mpeg": "mp3", "audio/mp3": "mp3", "audio/flac": "flac", "audio/x-flac": "flac"}
@@ -33,6 +42,10 @@ MEDIA_TYPES = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "a
 
 class AudioError(LlmpackError):
     """This clip cannot be used; the message says why in words a person can act on."""
+
+
+class AudioBusy(AudioError):
+    """Every sound decoder stayed busy for TIME_LIMIT_S: the server is overloaded, not the clip bad."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +84,59 @@ def check_audio(data: bytes, fmt: str | None = None) -> AudioInfo:
     return AudioInfo(found, len(data))
 
 
+_pool: P.Pool | None = None
+_pool_lock = threading.Lock()
+
+
+def _decoders() -> P.Pool:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = P.Pool(f"{__name__}:decode_job", workers=WORKERS, memory=MEMORY_BYTES,
+                           max_answer=MAX_AUDIO_SECONDS * MAX_RATE * 4)
+        return _pool
+
+
+def decode(data: bytes, fmt: str | None, sample_rate: int, max_seconds: float = MAX_AUDIO_SECONDS) -> np.ndarray:
+    """The clip in `data` as mono float32 PCM at `sample_rate` Hz, decoded in a sandboxed child, or
+    AudioError with a sentence that names the problem (AudioBusy when no decoder was free)."""
+    info = check_audio(data, fmt)        # cheap, here: most bad clips never reach a child
+    name = info.format.upper()
+    if not 0 < sample_rate <= MAX_RATE:
+        raise AudioError(f"this model takes sound at {sample_rate} Hz; llmpack decodes for up to {MAX_RATE} Hz")
+    try:
+        head, raw = _decoders().run({"rate": sample_rate, "max_seconds": max_seconds}, data, time_limit=TIME_LIMIT_S)
+    except P.Refused as exc:
+        raise AudioError(str(exc)) from None
+    except P.OutOfMemory:
+        raise AudioError(f"the {name} audio needs more memory to decode than llmpack allows "
+                         f"({MEMORY_BYTES >> 20} MiB); send a shorter clip") from None
+    except P.TooSlow:
+        raise AudioError(f"decoding the {name} audio took longer than {TIME_LIMIT_S:.0f} s, so llmpack gave up; "
+                         f"send a shorter clip, or WAV") from None
+    except P.Busy:
+        raise AudioBusy(f"the server is decoding other sound and none finished within {TIME_LIMIT_S:.0f} s; "
+                        f"try again in a moment") from None
+    pcm = np.frombuffer(raw, "<f4")
+    if pcm.size != head.get("frames") or pcm.size == 0 or pcm.size > max_seconds * sample_rate + sample_rate:
+        raise AudioError(f"the {name} audio decoded to {pcm.size} samples, which its decoder did not account for")
+    return pcm
+
+
+def decode_job(head: dict, data: bytes) -> tuple[dict, bytes]:
+    """The worker's side: sound to mono float32 PCM at the model's rate (an AudioError refuses it)."""
+    try:
+        pcm = decode_pcm(data, int(head["rate"]), float(head["max_seconds"]))
+    except (LlmpackError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a decoder's surprise is the clip's fault: say so, stay warm
+        raise AudioError(f"the audio could not be decoded ({type(exc).__name__}: {exc})") from None
+    return {"frames": int(pcm.size)}, pcm.astype("<f4").tobytes()
+
+
 def decode_pcm(data: bytes, sample_rate: int, max_seconds: float = MAX_AUDIO_SECONDS) -> np.ndarray:
     """The clip as mono float32 samples at `sample_rate` Hz (the model's, mtmd_get_audio_sample_rate).
-    Meant for the sandbox child: it runs a decoder over untrusted bytes. Raises AudioError."""
+    Runs a decoder over untrusted bytes: the sandbox child calls it (decode_job). Raises AudioError."""
     info = check_audio(data)
     max_frames = int(max_seconds * sample_rate)
     decode = _patched_decoder()

@@ -15,9 +15,9 @@ that says so. A model that cannot see (or hear) refuses the part with a 400 nami
 what is needed, before anything is decoded.
 
 How a part reaches the engine: `take_media_parts` replaces each media part with a marker (a
-random string per request, so no user text can forge one), checks pictures' headers
-(runtime/engine/images.py) and decodes sound to PCM in the sandbox child
-(runtime/media/audio.py, documents/sandbox.py: the server never runs an audio decoder), the chat
+random string per request, so no user text can forge one), checks each item and decodes it in a
+sandboxed child under a memory cap (pictures to RGB: runtime/engine/pictures.py; sound to PCM:
+runtime/media/audio.py; the server runs no picture or audio decoder; a busy decoder is a 503), the chat
 template renders the conversation as usual, and `media_prompt` cuts the rendered text at the
 markers and hands text, pictures and PCM to the projector (EngineClient.media_prompt), which
 tokenizes the text and turns each picture or clip into its rows. Nothing is stored: a refused
@@ -36,11 +36,12 @@ import numpy as np
 
 from llmpack.lru import LruCache
 from llmpack.runtime.chat import untrusted
-from llmpack.runtime.engine.client import MAX_IMAGE_BYTES, ImageError, MultimodalPrompt, check_image, sniff
-from llmpack.runtime.media.audio import FORMATS, MAX_AUDIO_BYTES, MAX_AUDIO_SECONDS, AudioError, check_audio
+from llmpack.runtime.engine.client import (MAX_IMAGE_BYTES, DecoderBusy, ImageError, MultimodalPrompt, Picture,
+                                           decode_picture, sniff)
+from llmpack.runtime.media import audio
+from llmpack.runtime.media.audio import FORMATS, MAX_AUDIO_BYTES, AudioBusy, AudioError
 from llmpack.runtime.server.core.errors import ApiError, bad
 from llmpack.runtime.server.core.served_model import ServedModel
-from llmpack.runtime.server.documents.sandbox import Sandbox
 
 MAX_IMAGES = 16          # per request; each is also limited in bytes and pixels (engine/images.py)
 MAX_CLIPS = 8            # sound clips per request; each is limited in bytes and length (media/audio.py)
@@ -51,7 +52,6 @@ NO_EARS = ("this model cannot hear: it was started without an audio projector, s
            "Qwen2-Audio or Voxtral)")
 NO_EYES = ("this model hears but cannot see: its projector has no vision encoder (start llmpack with the --mmproj "
            "of a vision model to send pictures)")
-_SANDBOX = Sandbox()     # sound is decoded here, never in the server; workers start on the first clip
 _PCM: LruCache[bytes, np.ndarray] = LruCache(64 << 20, weigh=lambda pcm: pcm.nbytes)   # a chat re-sends its clips
 
 
@@ -74,7 +74,7 @@ def media_part(item: MediaItem) -> dict:
 @dataclasses.dataclass
 class Media:
     marker: str
-    items: list[Any]                   # (bytes, media type) for a picture, float32 PCM for a clip, in order
+    items: list[Any]                   # a decoded Picture, or a clip's float32 PCM, in order
     where: list[str]                   # where each came from, for 400s
 
 
@@ -118,15 +118,14 @@ def take_media_parts(messages: Any, model: ServedModel, param: str = "messages")
             if item is None:
                 pieces.append(part)
                 continue
-            found.items.append(_read(item, model))
+            if sum(isinstance(x, Picture) for x in found.items) == MAX_IMAGES and item.kind == "image":
+                raise bad(param, f"at most {MAX_IMAGES} images per request; send fewer pictures", "too_many_images")
+            if sum(isinstance(x, np.ndarray) for x in found.items) == MAX_CLIPS and item.kind == "audio":
+                raise bad(param, f"at most {MAX_CLIPS} sound clips per request; send fewer", "too_many_clips")
+            found.items.append(_read(item, model))   # checked, then decoded in a sandboxed child
             found.where.append(item.where)
             pieces.append({"type": "text", "text": found.marker})
         out.append({**m, "content": pieces})
-    kinds = [isinstance(x, tuple) for x in found.items]
-    if sum(kinds) > MAX_IMAGES:
-        raise bad(param, f"at most {MAX_IMAGES} images per request; send fewer pictures", "too_many_images")
-    if len(kinds) - sum(kinds) > MAX_CLIPS:
-        raise bad(param, f"at most {MAX_CLIPS} sound clips per request; send fewer", "too_many_clips")
     return (out, found) if found.items else (messages, None)
 
 
@@ -178,7 +177,7 @@ def _read(item: MediaItem, model: ServedModel) -> Any:
     return _audio(item, model.engine.audio_sample_rate)
 
 
-def _image(item: MediaItem) -> tuple[bytes, str]:
+def _image(item: MediaItem) -> Picture:
     url, where = item.data, item.where
     if not isinstance(url, str):
         raise bad(where, f"{where} must be {{\"type\": \"image_url\", \"image_url\": {{\"url\": \"data:image/png;"
@@ -192,10 +191,11 @@ def _image(item: MediaItem) -> tuple[bytes, str]:
     data = _payload(payload, where, MAX_IMAGE_BYTES, "image")
     media_type = head[5:-7].split(";")[0].strip().lower()
     try:
-        check_image(data, media_type)
+        return decode_picture(data, media_type)
+    except DecoderBusy as exc:
+        raise ApiError(503, f"{where}: {exc}", param=where, code="pictures_busy") from None
     except ImageError as exc:
         raise bad(where, f"{where}: {exc}", "bad_image") from None
-    return data, media_type
 
 
 def _audio(item: MediaItem, rate: int) -> np.ndarray:
@@ -210,11 +210,13 @@ def _audio(item: MediaItem, rate: int) -> np.ndarray:
     data = _payload(payload, where, MAX_AUDIO_BYTES, "audio")
     key = hashlib.sha256(rate.to_bytes(4, "little") + data).digest()
     try:
-        check_audio(data, fmt)           # the label is checked every time, even for a clip decoded before
+        audio.check_audio(data, fmt)     # the label is checked every time, even for a clip decoded before
         pcm = _PCM.get(key)
         if pcm is None:
-            pcm = _SANDBOX.decode_audio(data, rate=rate, max_seconds=MAX_AUDIO_SECONDS, what=where)
+            pcm = audio.decode(data, fmt, rate)
             _PCM.put(key, pcm)
+    except AudioBusy as exc:
+        raise ApiError(503, f"{where}: {exc}", param=where, code="audio_busy") from None
     except AudioError as exc:
         raise bad(where, f"{where}: {exc}", "bad_audio") from None
     return pcm

@@ -10,7 +10,5 @@ the core's attachments (core/attachments.py) use it like any library.
 - `index`: those pieces in SQLite FTS5 (BM25) in the per-user data folder;
 - `excerpts`: the pieces one question reads within a token budget, written under their marks,
   and what the reply reports of them (so the page can show which parts of the file were read);
-- `reading`: which files of a request are read whole and which are searched (`file.read`);
-- `sandbox`: extraction in worker processes under a deadline and a memory limit; they decode
-  sound too (runtime/media/audio.py, the one thing of the runtime this room imports).
+- `reading`: which files of a request are read whole and which are searched (`file.read`).
 """
