@@ -28,9 +28,10 @@ from pathlib import Path
 from llmpack import __version__
 from llmpack.builder import extract, packfile
 from llmpack.builder.mmproj import mmproj_source
-from llmpack.cli import RPC_PORT, add_model_args, add_serve_args, add_worker_args, serve_config
 from llmpack.errors import LlmpackError
 from llmpack.progress import human_bytes
+from llmpack.runtime.server.lifecycle.flags import (RPC_PORT, add_model_args, add_serve_args, add_worker_args,
+                                                    serve_config)
 
 SELFTEST_FLAG = "--llmpack-selftest"
 FAILED_MODEL_GRACE_S = 30.0   # keep serving the error page this long when a browser was opened

@@ -4,31 +4,37 @@ The server depends on this protocol and on nothing else of the engine, as vLLM's
 depends on its `EngineClient`: `LLMEngine` implements it in-process, tests/fake_engine.py
 implements it with no model (the protocol tests), and a remote engine (a Ray Serve replica)
 can implement it over a connection. Every method may be called from any thread.
+
+Like vLLM's engine/protocol.py it holds the protocol and the data types and errors it carries,
+nothing that runs a model: importing it loads no llama.cpp (tests/test_layers.py checks), so a
+front-end that only speaks to an engine stays light.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, runtime_checkable
 
-from llmpack.runtime.engine.embeddings import EmbeddingError
-from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, check_image, sniff
+from llmpack.errors import LlmpackError
+from llmpack.runtime.engine.images import ImageError
 from llmpack.runtime.engine.outputs import RequestOutput
-from llmpack.runtime.engine.pictures import DecoderBusy, Picture
-from llmpack.runtime.engine.pictures import decode as decode_picture
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
-from llmpack.runtime.engine.media import MultimodalPrompt
 from llmpack.runtime.structured.grammar import GrammarError
 
 # The errors a client of the engine handles, importable from here with the protocol.
-__all__ = ["EngineClient", "OutputStream", "EmbeddingError", "EngineDeadError", "GrammarError",
-           "InvalidParameterError", "PromptTooLongError", "QueueFullError",
-           "ImageError", "MAX_IMAGE_BYTES", "MultimodalPrompt", "check_image", "sniff",   # images (engine/images.py)
-           "DecoderBusy", "Picture", "decode_picture"]   # pictures decoded in a sandboxed child (engine/pictures.py)
+__all__ = ["EngineClient", "OutputStream", "EmbeddingError", "EngineDeadError", "GrammarError", "ImageError",
+           "InvalidParameterError", "PromptTooLongError", "QueueFullError"]
 
 if TYPE_CHECKING:
     import numpy as np
 
     from llmpack.runtime.engine.outputs import EngineStats
+    from llmpack.runtime.engine.media import MultimodalPrompt   # built by the engine (media_prompt), only passed back
+    from llmpack.runtime.engine.pictures import Picture
+
+
+class EmbeddingError(LlmpackError):
+    """An input cannot be embedded (too long) or the model cannot embed (HTTP 400). Defined here, not in
+    embeddings.py, so that a client catches it without loading llama.cpp."""
 
 
 class OutputStream(Protocol):

@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from llmpack.runtime.engine.batch_planner import plan_batch
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.detokenizer import Detokenizer
@@ -36,11 +37,11 @@ from llmpack.runtime.engine.multimodal import MultimodalPrompt, check_media_fit,
 from llmpack.runtime.engine.output_processor import OutputProcessor
 from llmpack.runtime.engine.parsed_grammars import ParsedGrammars
 from llmpack.runtime.engine.outputs import EngineStats, RequestOutput
-from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
+from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, RequestStream
 from llmpack.runtime.engine.sampler import SequenceSampler
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.engine.scheduler import Scheduler, SchedulerOutput
-from llmpack.runtime.engine.sequence import Sequence
+from llmpack.runtime.engine.sequence import Request, Sequence
 from llmpack.runtime.engine.speculative import NgramDrafter
 from llmpack.runtime.engine.step_trace import StepTrace
 from llmpack.runtime.hardware.placement import backend_report, plan_offload
@@ -261,7 +262,7 @@ class LLMEngine:
             starts = self.mm.decode_images(out.chunks) if self.mm is not None else None
         except Exception as exc:  # noqa: BLE001
             return self._step_failed(out, exc)
-        plan = self.runner.build(out.chunks, starts)
+        plan = plan_batch(out.chunks, starts)
         trace.lap("build")
         self.output.flush()               # the last step's outputs: their threads wake during the decode
         trace.lap("emit")

@@ -54,9 +54,7 @@ if TYPE_CHECKING:
     from llmpack.runtime.engine.block_manager import BlockManager
     from llmpack.runtime.engine.config import EngineConfig
     from llmpack.runtime.engine.model_runner import ModelRunner
-    from llmpack.runtime.engine.request import Request
-    from llmpack.runtime.engine.scheduler import ScheduledChunk
-    from llmpack.runtime.engine.sequence import Sequence
+    from llmpack.runtime.engine.sequence import Request, ScheduledChunk, Sequence
 
 EMBD_CACHE_BYTES = 256 * 2**20     # encoded images kept for a later turn or a recompute
 # text models whose M-RoPE image rows this engine places (llama.cpp's arch for Qwen2-VL and

@@ -17,34 +17,15 @@ or a full context. Stop *strings* are found by the output processor, which then 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from llmpack.runtime.engine.block_manager import BlockManager
-from llmpack.runtime.engine.sequence import Sequence, SequenceStatus
+from llmpack.runtime.engine.sequence import ScheduledChunk, Sequence, SequenceStatus
 from llmpack.runtime.engine.speculative import NgramDrafter
 
 if TYPE_CHECKING:
     from llmpack.runtime.engine.multimodal import Multimodal
-
-
-@dataclass(slots=True)
-class ScheduledChunk:
-    seq: Sequence
-    start: int          # first token index (== position) computed this step
-    num_tokens: int     # of seq.token_ids, from start
-    draft: list[int] = field(default_factory=list)   # speculative tokens decoded after them
-    num_accepted: int = 0                            # of the draft, once verified
-    # the chunk reaches the sequence's last token, so a new token is sampled after it (decided
-    # when scheduled: once the token is appended, the sequence is longer)
-    samples: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.samples = self.start + self.num_tokens == self.seq.num_tokens
-
-    @property
-    def is_prefill(self) -> bool:
-        return self.num_tokens > 1 or not self.samples
 
 
 @dataclass(slots=True)

@@ -30,14 +30,15 @@ import binascii
 import dataclasses
 import hashlib
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llmpack.lru import LruCache
 from llmpack.runtime.chat import untrusted
-from llmpack.runtime.engine.client import (MAX_IMAGE_BYTES, DecoderBusy, ImageError, MultimodalPrompt, Picture,
-                                           decode_picture, sniff)
+from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, sniff
+from llmpack.runtime.engine.pictures import DecoderBusy, Picture
+from llmpack.runtime.engine.pictures import decode as decode_picture
 from llmpack.runtime.media import audio
 from llmpack.runtime.media.audio import FORMATS, MAX_AUDIO_BYTES, AudioBusy, AudioError
 from llmpack.runtime.server.core.errors import ApiError, bad
@@ -52,6 +53,9 @@ NO_EARS = ("this model cannot hear: it was started without an audio projector, s
            "Qwen2-Audio or Voxtral)")
 NO_EYES = ("this model hears but cannot see: its projector has no vision encoder (start llmpack with the --mmproj "
            "of a vision model to send pictures)")
+if TYPE_CHECKING:
+    from llmpack.runtime.engine.media import MultimodalPrompt
+
 _PCM: LruCache[bytes, np.ndarray] = LruCache(64 << 20, weigh=lambda pcm: pcm.nbytes)   # a chat re-sends its clips
 
 

@@ -8,7 +8,7 @@ import json
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flask import current_app, request
 
@@ -18,9 +18,6 @@ from llmpack.runtime.server.http.metrics import Metrics
 from llmpack.runtime.server.http.options import ServerOptions
 from llmpack.runtime.server.http.state import ServerState
 
-if TYPE_CHECKING:
-    from llmpack.runtime.server.page.chats import ChatStore
-
 
 @dataclass
 class AppContext:
@@ -29,7 +26,7 @@ class AppContext:
     state: ServerState
     options: ServerOptions
     metrics: Metrics
-    chats: "ChatStore"                 # the page's saved chats (opens its file on first use)
+    chats: Any                         # the page's saved chats: page/chats.ChatStore (page/ sits above http/)
     other_names: "_NameLog" = field(default_factory=lambda: _NameLog())
 
 
