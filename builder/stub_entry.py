@@ -25,7 +25,11 @@ import time
 import traceback
 from pathlib import Path
 
-from llmpack import __version__
+from llmpack.runtime.hardware import dll_search
+
+dll_search.restrict()   # Windows, before any library loads: system DLLs from System32, never the download folder
+
+from llmpack import __version__  # noqa: E402 - after the DLL search is safe
 from llmpack.builder import extract, packfile
 from llmpack.builder.mmproj import mmproj_source
 from llmpack.errors import LlmpackError

@@ -211,10 +211,11 @@ def test_imports_inside_functions_say_why():
 
 
 # What the server may import from the engine room: its client protocol, the data it carries, and the
-# image header checks it runs before any decoding (pure Python, as light as the protocol).
+# image header checks it runs before any decoding and the sandboxed picture decoder it calls while a
+# request is read (pure Python in the server process, as light as the protocol), and the media data
+# types (engine/media.py: MultimodalPrompt, MediaSpan; numpy only).
 ENGINE_CONTRACT = {f"{ENGINE}.{m}" for m in ("client", "outputs", "request", "sampling_params", "config", "images",
-                                             "media", "pictures")}   # media: MultimodalPrompt, data only; pictures:
-# a picture decoded in a sandboxed child before it is handed to the engine (engine/pictures.py)
+                                              "pictures", "media")}
 
 
 def test_the_server_reaches_the_engine_only_through_its_client():

@@ -143,11 +143,13 @@ function updateChip(p) {
   p.chip.classList.toggle("reading", p.status === "reading");
 }
 
-/** A file that was not attached: what happened and what to do; `detail` goes in a Details fold. */
-function addProblem(text, detail) {
+/** A file that was not attached: what happened and what to do; `detail` goes in a Details fold.
+ * `testid` names other notes shown in the same place (a file the index forgot). */
+function addProblem(text, detail, testid = "attach-problem") {
   const box = el("div", "attach-problem");
-  box.setAttribute("role", "alert");
-  box.setAttribute("data-testid", "attach-problem");
+  box.setAttribute("role", testid === "attach-problem" ? "alert" : "status");
+  box.setAttribute("data-testid", testid);
+  box.classList.toggle("note", testid !== "attach-problem");
   const line = el("p", "attach-problem-text", text);
   if (detail) {
     const more = el("details", "notice-detail");
@@ -265,6 +267,7 @@ export async function addFiles(files) {
       p.doc.words = wordCount(p.doc.text);
       p.status = "ready";
       updateChip(p);
+      if (p.doc.forgot && p.doc.forgot.length) addProblem(forgotWords(p.doc), undefined, "index-forgot");
     } catch (err) {
       const plain = attachError(p.name, err);
       addProblem(plain.text, plain.detail);
@@ -273,6 +276,15 @@ export async function addFiles(files) {
     }
     render();
   }
+}
+
+/** The index of long files on this computer is bounded: what it forgot to make room for `doc`. */
+function forgotWords(doc) {
+  const names = doc.forgot.map((n) => "“" + n + "”");
+  const list = names.length === 1 ? names[0] : names.slice(0, -1).join(", ") + " and " + names[names.length - 1];
+  return "To make room for " + doc.name + ", this computer forgot its copy of " + list +
+    " (the long files used longest ago): it keeps at most " + fmtSize(doc.index_cap) + " of long files' text. " +
+    "Chats that used " + (names.length === 1 ? "it" : "them") + " still have the text and send it again when you go on.";
 }
 
 async function extract(file) {

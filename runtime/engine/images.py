@@ -1,7 +1,7 @@
 """Checking an image's bytes before anything decodes them: format, size and integrity.
 
 An image reaches us from a stranger (a chat page, an API call), and the decoders behind it
-(stb_image inside llama.cpp, Pillow for WebP) trust their input: a 40 kB PNG can declare
+(zlib, libjpeg-turbo, libwebp and Pillow's own; stb_image inside llama.cpp) trust their input: a 40 kB PNG can declare
 30000 x 30000 pixels and make a decoder allocate 2.7 GB, and a JPEG cut off mid-transfer decodes
 to a grey smear without complaint. So the headers are read here, in plain Python, and anything
 outside the limits below is refused with a sentence that names the problem, before a single

@@ -6,7 +6,8 @@ user message's text in `expand_file_parts`: {"filename", "file_data", "file_id"?
 "whole" | "excerpts"}. A file too long for the context is indexed (documents/index.py, once per
 content; `describe` does it as soon as the page attaches one and answers its `file_id`), and the
 latest question reads the parts of it that fit (documents/reading.py); `expand_file_parts` says
-which, for the response's `X-Llmpack-Read` header (READ_HEADER).
+which, for the response's `X-Llmpack-Read` header (READ_HEADER), and what the model was given,
+so the reply can be attributed to its places (documents/attribution.py: the `sources` field).
 
 Both run `documents.extract` in worker processes (documents/sandbox.py: at most two files at
 a time, each worker killed at `documents.TIME_LIMIT_S`, under a memory limit), and refuse what
@@ -28,6 +29,7 @@ from llmpack.runtime.server.core.errors import ApiError, bad
 from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.documents import extract as D
 from llmpack.runtime.server.documents import reading as Rd
+from llmpack.runtime.server.documents.attribution import Attribution
 from llmpack.runtime.server.documents.index import DocumentIndex, IndexUnusable
 from llmpack.runtime.server.documents.sandbox import Sandbox
 
@@ -100,6 +102,8 @@ def describe(doc: D.Document, model: ServedModel) -> dict:
     if out["tokens"] > out["budget"]:
         indexed = _indexed(lambda: INDEX.add(doc, model.model_key))
         out.update(searched=True, file_id=indexed.id, chunks=indexed.chunks)
+        if indexed.forgot:   # the page says which files the index forgot to make room, and why
+            out.update(forgot=list(indexed.forgot), index_cap=INDEX.max_bytes)
     return out
 
 
@@ -111,11 +115,13 @@ def _indexed(fn):
 
 
 # ---------------------------------------------------------------- file parts in chat requests
-def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict]]:
+def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict], Attribution]:
     """(`messages` with every user message that has `file` parts turned into one text, what was
-    read of each searched file). Messages without file parts are returned as they are."""
+    read of each searched file, the places the model was given to attribute its reply to).
+    Messages without file parts are returned as they are."""
+    nothing = Attribution([])
     if not isinstance(messages, list):
-        return messages, []
+        return messages, [], nothing
     found: list[Rd.FileMessage] = []
     for i, m in enumerate(messages):
         content = m.get("content") if isinstance(m, dict) else None
@@ -134,7 +140,7 @@ def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict
                 raise bad("messages", f"messages[{i}].content[{j}] must be a text, file or image_url part")
         found.append(Rd.FileMessage(i, files, "\n\n".join(texts)))
     if not found:
-        return messages, []
+        return messages, [], nothing
     try:
         done = _indexed(lambda: Rd.arrange(messages, found, budget=budget(model.n_ctx), index=INDEX,
                                             count=lambda text: _tokens(model, text), owner=model.model_key))
@@ -144,7 +150,7 @@ def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict
     # files were written into is marked whole (the person's own words in it are plain text too)
     marked = [{**m, "content": untrusted.mark(m["content"])} if m is not messages[i] else m
               for i, m in enumerate(done.messages)]
-    return marked, done.reports
+    return marked, done.reports, done.attribution
 
 
 def _file_part(spec: Any, where: str) -> Rd.Attached:

@@ -16,6 +16,7 @@ from llmpack.runtime.chat.reasoning import ReasoningParser, ReasoningSyntax, spl
 from llmpack.runtime.engine.outputs import TokenLogprob
 from llmpack.runtime.server.core.errors import ApiError
 from llmpack.runtime.server.core.plan import OutputPlan
+from llmpack.runtime.server.documents.attribution import Source
 from llmpack.runtime.structured import tool_calls as T
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ class ChoiceEvent:
     finish_reason: str | None = None                 # stop | length | tool_calls
     reasoning: str = ""                              # a reasoning model's thinking, to show now
     stop: str | None = None                          # the stop string that ended the choice, if one did
+    sources: list[Source] | None = None              # at the choice's end, when the request read documents
 
 
 @dataclass(slots=True)
@@ -106,6 +108,7 @@ def stream_steps(gen: "Generation", chat: bool) -> Iterator[Step]:
     prep = gen.prep
     held = [ChoiceText(prep.plan, prep.reasoning, prep.thinking_open) for _ in range(gen.num_choices)] if chat else []
     progress_sent = 0   # the last `processed` reported; each step that read more of the prompt reports
+    said: dict[int, list[str]] = {}   # each choice's answer so far, to attribute at its end
     for base, out in gen.outputs():
         progress = None
         if gen.prep.return_progress and gen.processed > progress_sent:
@@ -121,6 +124,10 @@ def stream_steps(gen: "Generation", chat: bool) -> Iterator[Step]:
                                 stop=c.stop_reason if isinstance(c.stop_reason, str) else None)
             if chat:
                 _hold(held[event.index], event)
+                if prep.attribution is not None:
+                    said.setdefault(event.index, []).append(event.text)
+                    if event.finish_reason:
+                        event.sources = prep.attribution.sources("".join(said.pop(event.index)))
             events.append(event)
         yield Step(progress, events)
 
@@ -146,6 +153,7 @@ class FinalChoice:
     logprobs: list[TokenLogprob]
     reasoning: str | None = None     # a reasoning model's thinking, split from the text
     stop: str | None = None          # the stop string that ended it, if one did
+    sources: list[Source] | None = None   # the places that support its sentences; None: read no documents
 
 
 def final_choices(gen: "Generation", chat: bool) -> list[FinalChoice]:
@@ -176,5 +184,7 @@ def final_choices(gen: "Generation", chat: bool) -> list[FinalChoice]:
                 reason = "tool_calls"
             else:
                 content = text
-        choices.append(FinalChoice(idx, content, calls, reason, lps.get(idx, []), thinking or None, stops.get(idx)))
+        sources = gen.prep.attribution.sources(content or "") if chat and gen.prep.attribution is not None else None
+        choices.append(FinalChoice(idx, content, calls, reason, lps.get(idx, []), thinking or None, stops.get(idx),
+                                   sources))
     return choices

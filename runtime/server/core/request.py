@@ -13,6 +13,7 @@ from typing import Any
 from llmpack.runtime.chat.reasoning import ReasoningSyntax, ThinkingSwitchError, opens_thinking, thinking_template_kwargs
 from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.server.core.attachments import expand_file_parts
+from llmpack.runtime.server.documents.attribution import Attribution
 from llmpack.runtime.server.core.errors import bad
 from llmpack.runtime.server.core.media import media_prompt, take_media_parts
 from llmpack.runtime.server.core.params import SamplingValues, check_token_ids, is_token_ids, sampling_params
@@ -69,6 +70,7 @@ class Prepared:
     thinking_open: bool = False                # the prompt itself opened the thinking (DeepSeek-R1)
     reasoning_budget: int | None = None        # thinking tokens before core/generation.py ends it
     read: list[dict] = field(default_factory=list)   # what was read of each searched file (attachments)
+    attribution: Attribution | None = None   # the documents' places the reply is attributed to; None: read none
 
 
 def with_turn_stops(params: SamplingParams, model: ServedModel) -> SamplingParams:
@@ -79,7 +81,7 @@ def with_turn_stops(params: SamplingParams, model: ServedModel) -> SamplingParam
 
 def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
     messages, media = take_media_parts(req.messages, model, req.param)   # pictures and sound become markers (media.py)
-    messages, read = expand_file_parts(messages, model)
+    messages, read, attribution = expand_file_parts(messages, model)
     plan = plan_output(model, req.constraint, req.tools, chat=True)
     if req.params is not None:
         params = with_turn_stops(dataclasses.replace(req.params, grammar=plan.grammar or req.params.grammar), model)
@@ -96,7 +98,7 @@ def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
     return Prepared([ids], params, req.stream, req.include_usage, req.param,
                     top_logprobs=req.logprobs, texts=[untrusted.clean(text)], plan=plan,
                     return_progress=req.prompt_progress and req.stream, reasoning=syntax, thinking_open=opened,
-                    reasoning_budget=budget or None, read=read)
+                    reasoning_budget=budget or None, read=read, attribution=attribution or None)
 
 
 def reasoning_budget(req: ChatRequest, model: ServedModel, n: int) -> int | None:

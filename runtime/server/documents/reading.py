@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmpack.runtime.server.documents import excerpts
+from llmpack.runtime.server.documents import excerpts, places
+from llmpack.runtime.server.documents.attribution import Attribution
 from llmpack.runtime.server.documents.extract import Document, DocumentError, format_message
 from llmpack.runtime.server.documents.index import DocumentIndex, Indexed
 
@@ -67,6 +68,8 @@ class FileMessage:
 class Arranged:
     messages: list
     reports: list[dict] = field(default_factory=list)   # excerpts.Reading.report() per searched file
+    # what the model was given of the files, to attribute its reply to (documents/attribution.py)
+    attribution: Attribution = field(default_factory=lambda: Attribution([]))
 
 
 def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, count: Callable[[str], int],
@@ -90,9 +93,10 @@ def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, co
     for m in file_messages:
         sections = [(f.doc.name, f.doc.text) if id(f) in is_whole else (_stand_in(f.indexed), "") for f in m.files]
         out[m.at] = {**messages[m.at], "content": format_message(sections, m.text)}
-    if not searched:
-        return Arranged(out)
     question = by_at[last].text if last in by_at else _text(messages[last]) if last >= 0 else ""
+    whole_places = [p for i, f in enumerate(files) if id(f) in is_whole for p in places.of_document(f.doc, i)]
+    if not searched:
+        return Arranged(out, attribution=Attribution(whole_places, question))
     used = sum(count(_text(x)) + PER_MESSAGE for x in out)
     room = budget - used
     names = ", ".join(dict.fromkeys(f.name for f in searched))
@@ -108,7 +112,14 @@ def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, co
     own = by_at[last].text if last in by_at else _text(target)
     before = [(f.doc.name, f.doc.text) for f in (by_at[last].files if last in by_at else []) if id(f) in is_whole]
     out[last] = {**target, "content": format_message(before + [r.section() for r in readings], own)}
-    return Arranged(out, [r.report() for r in readings])
+    first = {}   # a searched file's first part in the request: its name, place among the files and text
+    for i, f in enumerate(files):
+        if id(f) not in is_whole:
+            first.setdefault(f.indexed.id, (f, i))
+    read = [p for r in readings
+            for p in places.of_hits(r.hits, first[r.doc.id][0].name, r.doc.id, first[r.doc.id][1], first[r.doc.id][0].doc)]
+    # what the model read first comes first: the parts read for the question, then whole files
+    return Arranged(out, [r.report() for r in readings], Attribution(read + whole_places, question))
 
 
 def _choose(files: list[Attached], budget: int) -> tuple[list[Attached], list[Attached]]:

@@ -20,6 +20,8 @@ def whole(c: FinalChoice, want_lp: bool, k: int) -> dict:
         message["reasoning_content"] = message["reasoning"] = c.reasoning
     if c.tool_calls:
         message["tool_calls"] = [t.to_openai() for t in c.tool_calls]
+    if c.sources is not None:   # the request read documents: where the reply's sentences come from
+        message["sources"] = [s.to_json() for s in c.sources]
     return {"index": c.index, "message": message,
             "logprobs": {"content": P.chat_logprobs(c.logprobs, k)} if want_lp else None,
             "finish_reason": c.finish_reason}
@@ -31,6 +33,8 @@ def delta(e: ChoiceEvent, want_lp: bool, k: int, offsets: dict[int, int]) -> dic
         delta["reasoning_content"] = delta["reasoning"] = e.reasoning
     if e.tool_calls:
         delta["tool_calls"] = P.tool_calls(e.tool_calls)
+    if e.sources is not None:   # with the finish reason, once the whole reply can be attributed
+        delta["sources"] = [s.to_json() for s in e.sources]
     lp = {"content": P.chat_logprobs(e.logprobs or [], k)} if want_lp else None
     if not (delta or lp or e.finish_reason):
         return None

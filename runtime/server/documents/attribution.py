@@ -1,0 +1,241 @@
+"""Which place of the documents supports which sentence of a reply: sources the server computes,
+not the model (a 0.5B model copies the first page mark it meets, right or not).
+
+After a reply that read documents, each of its sentences (a "claim") is compared with every
+sentence of the places the model was given (documents/places.py). Words are compared as rough
+stems ("serviced" and "services" meet), stop words left out; each word weighs by how rare it
+is among those sentences (inverse document frequency), and a word with a digit in it (a
+serial, a date, an amount) weighs NUMBER_WEIGHT times more, since it is what a fact hangs on.
+The words the question itself used weigh half: repeating the question proves nothing.
+
+A claim is attributed to the document sentence that covers the most of its weight, and only
+when the support is clear; otherwise the server abstains and shows nothing rather than a wrong
+place:
+
+- at least MIN_COVER of the claim's weight is found in that one sentence, by at least two words
+  or one with a digit;
+- every number of the claim (that the question did not bring) is in that sentence: a reply
+  with a wrong serial is not attributed to the sentence that holds the right one;
+- no sentence of another place supports it as well (the same line on every page of a manual
+  cannot say which page).
+
+Page marks the model wrote ("[p. 96]", "page 96", "(p. 96)") are not words of the claim; each
+source says which mark the model wrote in that claim and whether the server's place agrees.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llmpack.runtime.server.documents.index import STOPWORDS
+from llmpack.runtime.server.documents.places import Place
+
+MIN_COVER = 0.5          # share of a claim's weight one document sentence must hold
+NUMBER_WEIGHT = 3.0      # a word with a digit: a serial, a date, an amount
+QUESTION_WEIGHT = 0.5    # a word the question used
+TIE = 1e-6
+
+# A place as a model writes it: "[p. 96]", "[end of p. 96]", "[§ Terms]", "[lines 3-9]", "(p. 96)",
+# "page 96", "pages 3-5", "p. 96", "pp. 3-5".
+_MARK = re.compile(r"\[(?:end of )?(?:p\.|pp\.|pages?|§|lines?)[^\]\n]{0,80}\]"
+                   r"|\((?:p\.|pp\.|pages?)\s*\d[\d\s,–-]*\)"
+                   r"|\b(?:pages?|pp?\.)\s*\d{1,5}(?:\s*(?:-|–|to|and)\s*\d{1,5})?", re.I)
+_NUMBER = re.compile(r"\d{1,5}")
+_WORD = re.compile(r"\w+", re.UNICODE)
+_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|\s*\n\s*")
+_ABBREV = re.compile(r"(?:\b(?:p|pp|no|nr|e\.g|i\.e|vs|st|dr|mr|mrs|ms|fig|approx|ca|cf|etc)\.)$", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One claim of a reply and the place that supports it."""
+    place: Place
+    quote_start: int       # the supporting sentence in place.text
+    quote_end: int
+    reply_start: int       # the claim in the reply
+    reply_end: int
+    model_mark: str | None = None    # the place the model wrote in that claim, as written ("[p. 96]")
+    mark_right: bool | None = None   # whether it names the server's place (None: the model wrote none)
+
+    @property
+    def quote(self) -> str:
+        return self.place.text[self.quote_start:self.quote_end]
+
+    @property
+    def lines(self) -> tuple[int, int] | None:
+        """The quote's lines in the file (plain text cut by lines)."""
+        p = self.place
+        if not p.first_line:
+            return None
+        first = p.first_line + p.text.count("\n", 0, self.quote_start)
+        return first, first + p.text.count("\n", self.quote_start, self.quote_end)
+
+    @property
+    def where(self) -> str:
+        """What a reader cites: "p. 97", "§ Termination", "line 131"."""
+        lines = self.lines
+        if lines:
+            return f"line {lines[0]}" if lines[0] == lines[1] else f"lines {lines[0]}-{lines[1]}"
+        return self.place.label
+
+    def to_json(self) -> dict:
+        """The chat completion's `sources` entry (README, "Sources")."""
+        p, lines = self.place, self.lines
+        return {"file": p.file, "file_id": p.file_id, "page": p.page or None, "section": p.section,
+                "lines": list(lines) if lines else None, "label": f"{p.file} · {self.where}",
+                "quote": self.quote, "context": p.text, "quote_start": self.quote_start, "quote_end": self.quote_end,
+                "reply_start": self.reply_start, "reply_end": self.reply_end,
+                "model_mark": self.model_mark, "mark_right": self.mark_right}
+
+
+@dataclass(slots=True)
+class _Unit:
+    place: int
+    start: int
+    end: int
+    terms: frozenset[str]
+
+
+class Attribution:
+    """The places one request's model read, ready to attribute its replies to (one per choice)."""
+
+    def __init__(self, places: Sequence[Place], question: str = "") -> None:
+        self.places = list(places)
+        self.question = frozenset(terms(question))
+        self._units: list[_Unit] = []
+        self._by_term: dict[str, list[int]] = defaultdict(list)
+        for i, p in enumerate(self.places):
+            for a, b in sentences(p.text):
+                t = frozenset(terms(p.text[a:b]))
+                if t:
+                    for term in t:
+                        self._by_term[term].append(len(self._units))
+                    self._units.append(_Unit(i, a, b, t))
+
+    def __bool__(self) -> bool:
+        return bool(self.places)
+
+    def weight(self, term: str) -> float:
+        n = len(self._units)
+        w = math.log(1 + (n + 1) / (len(self._by_term.get(term, ())) + 1))
+        if _has_digit(term):
+            w *= NUMBER_WEIGHT
+        return w * (QUESTION_WEIGHT if term in self.question else 1.0)
+
+    def sources(self, reply: str) -> list[Source]:
+        """The sources of `reply`'s claims that the places clearly support, in reply order."""
+        out = []
+        for a, b in claims(reply):
+            found = self._support(_MARK.sub(" ", reply[a:b]))
+            if found is None:
+                continue
+            unit = self._units[found]
+            place = self.places[unit.place]
+            mark = _MARK.search(reply, a, b)
+            out.append(Source(place, unit.start, unit.end, a, b, mark.group() if mark else None,
+                              _agrees(mark.group(), place) if mark else None))
+        return out
+
+    def _support(self, claim: str) -> int | None:
+        """The unit that clearly supports `claim`, or None (abstain)."""
+        mine = set(terms(claim))
+        if not mine:
+            return None
+        w = {t: self.weight(t) for t in mine}
+        total = sum(w.values())
+        scored: dict[int, float] = defaultdict(float)
+        for t in mine:
+            for u in self._by_term.get(t, ()):
+                scored[u] += w[t]
+        if not scored:
+            return None
+        # most weight covered; then the tightest sentence (fewest words of its own); then read first
+        ranked = sorted(scored, key=lambda u: (-scored[u], len(self._units[u].terms), u))
+        best = ranked[0]
+        matched = mine & self._units[best].terms
+        if scored[best] < MIN_COVER * total or (len(matched) < 2 and not any(map(_has_digit, matched))):
+            return None
+        if any(_has_digit(t) for t in mine - matched - self.question):   # a number the place does not hold
+            return None
+        where = self._where(best)
+        for other in ranked[1:]:
+            if scored[other] < scored[best] - TIE:
+                break
+            if self._where(other) != where:   # as well supported elsewhere: which place is unknowable
+                return None
+        return best
+
+    def _where(self, unit: int) -> tuple[str, str]:
+        p = self.places[self._units[unit].place]
+        return p.file_id, p.label
+
+
+def terms(text: str) -> list[str]:
+    """The words of `text` that carry meaning, as rough stems."""
+    out = []
+    for w in _WORD.findall(text.lower()):
+        if w in STOPWORDS or (len(w) < 2 and not w.isdigit()):
+            continue
+        out.append(_stem(w))
+    return out
+
+
+def _has_digit(term: str) -> bool:
+    return any(ch.isdigit() for ch in term)
+
+
+def _stem(word: str) -> str:
+    if not word.isalpha():
+        return word
+    for suffix in ("ing", "ed", "es", "s", "ly"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            word = word[:-len(suffix)]
+            break
+    return word[:7]
+
+
+def sentences(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the sentences and lines of `text`, without surrounding white space."""
+    out, start = [], 0
+    for m in _END.finditer(text):
+        if "\n" not in m.group() and _ABBREV.search(text, max(0, m.start() - 6), m.start()):
+            continue   # "p. 97", "e.g. this": not the end of a sentence
+        if text[start:m.start()].strip():
+            out.append((start, m.start()))
+        start = m.end()
+    if text[start:].strip():
+        out.append((start, len(text.rstrip())))
+    return out
+
+
+def claims(reply: str) -> list[tuple[int, int]]:
+    """The reply's sentences that say something, with the marks around them: a fragment that is
+    only a mark ("(p. 96)", "It is on page 96.") joins the claim before it, or the one after it
+    when it leads the reply."""
+    out: list[list[int]] = []
+    lead: int | None = None
+    for a, b in sentences(reply):
+        piece = reply[a:b]
+        if terms(_MARK.sub(" ", piece)):
+            out.append([lead if lead is not None else a, b])
+            lead = None
+        elif _MARK.search(piece):
+            if out:
+                out[-1][1] = b
+            elif lead is None:
+                lead = a
+    return [(a, b) for a, b in out]
+
+
+def _agrees(mark: str, place: Place) -> bool:
+    """Whether a mark the model wrote names `place`."""
+    if place.page and re.search(r"p\.|pp\.|page", mark, re.I):
+        nums = [int(n) for n in _NUMBER.findall(mark)]
+        if len(nums) == 2 and nums[0] < nums[1] <= nums[0] + 20:
+            return nums[0] <= place.page <= nums[1]
+        return place.page in nums
+    inner = re.sub(r"^\[(?:end of )?|\]$", "", mark.strip()).lower()
+    return inner == place.label.lower() or bool(place.section and place.section.lower() in inner)

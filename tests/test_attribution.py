@@ -1,0 +1,139 @@
+"""The server's sources (documents/attribution.py) on crafted replies: what the model was given
+comes from the real reading path (reading.arrange over the real index), the reply is written
+here, so each test says exactly which sentence must point where, or nowhere."""
+from __future__ import annotations
+
+import pytest
+
+from doc_files import make_docx, make_pdf
+from long_docs import contract_pages
+from llmpack.runtime.server.documents import extract as D
+from llmpack.runtime.server.documents import index as I
+from llmpack.runtime.server.documents import reading as R
+from llmpack.runtime.server.documents.attribution import Attribution, claims
+from llmpack.runtime.server.documents.places import Place, of_document
+
+
+def words(text: str) -> int:
+    return len(text.split()) + text.count("\n")
+
+
+@pytest.fixture
+def index(tmp_path, monkeypatch) -> I.DocumentIndex:
+    monkeypatch.setenv("LLMPACK_DATA_DIR", str(tmp_path / "data"))
+    return I.DocumentIndex()
+
+
+@pytest.fixture(scope="module")
+def contract():
+    pages, needle = contract_pages()
+    return D.extract("contract.pdf", make_pdf(pages)), needle
+
+
+def arranged(index, files: list[R.Attached], question: str) -> Attribution:
+    got = R.arrange([{"role": "user", "content": []}], [R.FileMessage(0, files, question)],
+                    budget=3000, count=words, index=index, owner="m")
+    return got.attribution
+
+
+def only(sources):
+    assert len(sources) == 1, [s.to_json()["label"] for s in sources]
+    return sources[0].to_json()
+
+
+def test_a_reply_that_states_the_fact_points_at_its_page(index, contract):
+    doc, needle = contract
+    att = arranged(index, [R.Attached("contract.pdf", doc=doc)], needle.question)
+    reply = "Kestrel Marine services the emergency generator, under contract number KM-4471 [p. 217]."
+    src = only(att.sources(reply))
+    assert (src["file"], src["page"], src["label"]) == ("contract.pdf", 217, "contract.pdf · p. 217")
+    assert src["quote"] == needle.text and src["context"][src["quote_start"]:src["quote_end"]] == needle.text
+    assert needle.text in doc.pages[216] and src["context"] in doc.pages[216]
+    assert (src["reply_start"], src["reply_end"]) == (0, len(reply))
+    assert (src["model_mark"], src["mark_right"]) == ("[p. 217]", True)
+    assert src["file_id"] == I.doc_id(doc) and src["section"] is None and src["lines"] is None
+
+
+@pytest.mark.parametrize("written, mark", [("[p. 216]", "[p. 216]"), ("(p. 216)", "(p. 216)"),
+                                           ("on page 216", "page 216"), ("[end of p. 216]", "[end of p. 216]")])
+def test_a_wrong_page_mark_is_overruled_and_flagged(index, contract, written, mark):
+    doc, needle = contract
+    att = arranged(index, [R.Attached("contract.pdf", doc=doc)], needle.question)
+    src = only(att.sources(f"The generator is serviced by Kestrel Marine (contract KM-4471), {written}."))
+    assert src["page"] == 217 and src["model_mark"] == mark and src["mark_right"] is False
+
+
+def test_a_mark_alone_or_a_page_alone_is_no_claim(index, contract):
+    doc, needle = contract
+    att = arranged(index, [R.Attached("contract.pdf", doc=doc)], needle.question)
+    assert att.sources("[p. 96]") == [] and att.sources("It is on page 217.") == []
+    # a mark after the sentence it cites belongs to that sentence
+    reply = "Kestrel Marine services it under contract KM-4471.\n[p. 216]"
+    assert claims(reply) == [(0, len(reply))]
+    assert only(att.sources(reply))["mark_right"] is False
+
+
+def test_unsupported_sentences_get_no_source(index, contract):
+    doc, needle = contract
+    att = arranged(index, [R.Attached("contract.pdf", doc=doc)], needle.question)
+    assert att.sources("The generator was painted green in 1998 by volunteers.") == []
+    assert att.sources("It is serviced by Kestrel Marine under contract number KM-9930.") == []   # a wrong number
+    assert att.sources("I hope this helps! Let me know if you have other questions.") == []
+    reply = "Sure. Kestrel Marine services it under contract number KM-4471. It also sells boats to pirates."
+    src = only(att.sources(reply))
+    assert reply[src["reply_start"]:src["reply_end"]] == "Kestrel Marine services it under contract number KM-4471."
+
+
+def test_a_paraphrase_is_attributed(index, contract):
+    doc, needle = contract
+    att = arranged(index, [R.Attached("contract.pdf", doc=doc)], "Which firm maintains the Harrow Lane backup power?")
+    src = only(att.sources("The backup generator of the depot on Harrow Lane is maintained by Kestrel Marine."))
+    assert src["page"] == 217 and src["quote"] == needle.text
+
+
+def test_numbers_decide_between_near_identical_sentences():
+    pages = ["The door code of the archive is 4711. Staff sign in at the desk.",
+             "The door code of the archive is 5822. Staff sign in at the desk."]
+    doc = D.extract("codes.pdf", make_pdf(pages))
+    att = Attribution(of_document(doc, 0), "What is the door code of the archive?")
+    assert only(att.sources("The door code is 5822."))["page"] == 2
+    assert only(att.sources("The archive's door code is 4711."))["page"] == 1
+    # the same sentence on both pages: which page is unknowable, so no source
+    assert att.sources("Staff sign in at the desk.") == []
+
+
+def test_two_files_each_sentence_points_at_its_own(index, contract):
+    doc, needle = contract
+    note = D.extract("note.txt", b"Shopping list.\nMilk and bread.\nThe door code of the shed is 4711.\nCall Anna.\n")
+    att = arranged(index, [R.Attached("contract.pdf", doc=doc), R.Attached("note.txt", doc=note)], needle.question)
+    reply = "Kestrel Marine services the generator under contract KM-4471. The shed's door code is 4711."
+    first, second = (s.to_json() for s in att.sources(reply))
+    assert first["label"] == "contract.pdf · p. 217"
+    assert (second["file"], second["page"], second["lines"], second["label"]) == ("note.txt", None, [3, 3],
+                                                                                    "note.txt · line 3")
+    assert second["quote"] == "The door code of the shed is 4711." and second["reply_start"] > first["reply_end"]
+
+
+def test_a_section_of_a_docx_is_named(index):
+    data = make_docx([("Heading1", "Terms"), ("Normal", "Payment is due within 30 days of the invoice."),
+                      ("Heading1", "Termination"), ("Normal", "Either party may end the agreement with 90 days notice."),
+                      ("Normal", "Notice must be given in writing to the registered office.")])
+    doc = D.extract("agreement.docx", data)
+    att = arranged(index, [R.Attached("agreement.docx", "excerpts", doc)], "How can the agreement be ended?")
+    src = only(att.sources("The agreement can be ended by either party with 90 days notice [§ Termination]."))
+    assert (src["section"], src["label"], src["mark_right"]) == ("Termination", "agreement.docx · § Termination", True)
+
+
+def test_places_of_a_csv_row():
+    csv = "id,item,serial\n1,pump,SN-1002\n2,boiler,SN-7781\n3,valve,SN-4410\n"
+    doc = D.extract("inventory.csv", csv.encode())
+    att = Attribution(of_document(doc, 0), "What is the serial of the boiler?")
+    src = only(att.sources("The boiler's serial is SN-7781."))
+    assert src["quote"] == "2,boiler,SN-7781" and src["lines"] == [3, 3]
+
+
+def test_no_places_no_sources():
+    att = Attribution([])
+    assert not att and att.sources("Anything at all, 4711.") == []
+    one = Attribution([Place("a.txt", "doc-1", 0, "line 1", "The code is 4711.", first_line=1)])
+    assert only(one.sources("The code is 4711."))["label"] == "a.txt · line 1"
