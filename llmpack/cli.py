@@ -40,8 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     validate_gguf(path)   # a clear error before anything listens
     if args.mmproj:
         proj = check_mmproj(args.mmproj)   # likewise for the projector: one line, not a llama.cpp log
-        takes = " and ".join(k for k, has in (("images", proj.image_size is not None), ("sound", proj.hears)) if has)
-        print(f"llmpack: {takes or 'images'}: using the projector {Path(args.mmproj).name}", flush=True)
+        print(f"llmpack: {proj.reads}: using the projector {Path(args.mmproj).name}", flush=True)
     elif (hint := beside_hint(path)) is not None:
         print(f"llmpack: note: {hint}", flush=True)
     return serve(serve_config(args), lambda progress: path)

@@ -24,6 +24,12 @@ class ProjectorInfo:
     image_size: int | None         # the tower's input side, in pixels (None: it reads sound only)
     hears: bool = False            # it has an audio encoder (clip.has_audio_encoder)
 
+    @property
+    def reads(self) -> str:
+        """What it takes, as `inspect` and the start-up line say it: "images", "sound" or both."""
+        kinds = [k for k, has in (("images", self.image_size is not None), ("sound", self.hears)) if has]
+        return " and ".join(kinds) or "images"
+
 
 def check_mmproj(path: str | os.PathLike[str], offset: int = 0, length: int | None = None) -> ProjectorInfo:
     """The header of a projector file, bounds-checked; GGUFError (one line) when it is not one."""
