@@ -3,6 +3,7 @@ Qwen2-Audio projector and encodes a clip into rows that depend on the sound), an
 bytes are checked, then decoded to PCM in the sandbox child, bounded in size and length."""
 from __future__ import annotations
 
+import base64
 import ctypes
 import io
 from pathlib import Path
@@ -161,3 +162,20 @@ def test_a_clip_longer_than_a_window_is_one_span_per_window_each_named_apart(run
             proj.prompt(["x", np.zeros(0, np.float32), "y"], bos=[])
     finally:
         proj.close()
+
+
+def test_a_saved_chat_keeps_a_clip_as_a_wav_data_url_and_nothing_else() -> None:
+    from llmpack.runtime.server.page.chat_shape import MAX_CLIP_URL, ChatError, clean_chat
+
+    url = "data:audio/wav;base64," + base64.b64encode(wav_bytes(tone(0.5))).decode()
+
+    def chat(audio_url: str) -> dict:
+        return {"title": "t", "messages": [{"role": "user", "content": "hear this", "attachments": [
+            {"name": "Recording 1", "kind": "audio", "text": "", "note": "0:01", "audio_url": audio_url}]}]}
+
+    kept = clean_chat(chat(url))["messages"][0]["attachments"][0]
+    assert kept["audio_url"] == url and kept["kind"] == "audio"
+    for bad in ("data:audio/mpeg;base64,AAAA", "data:text/html;base64,PGI+", "javascript:alert(1)",
+                "data:audio/wav;base64," + "A" * MAX_CLIP_URL):
+        with pytest.raises(ChatError, match=r"attachments\[\]\.audio_url must be a WAV data: URL"):
+            clean_chat(chat(bad))
