@@ -16,6 +16,8 @@ from llama_cpp import mtmd_cpp as mtmd
 
 from llmpack.runtime.media import audio
 from llmpack.runtime.media.audio import AudioError, check_audio, decode_pcm, sniff_audio
+from llmpack.runtime.server.page.chat_export import to_markdown
+from llmpack.runtime.server.page.chat_shape import MAX_CLIP_URL, ChatError, clean_chat
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.media import MEDIA_TOKEN
 from llmpack.runtime.engine.model_runner import ModelRunner
@@ -164,9 +166,7 @@ def test_a_clip_longer_than_a_window_is_one_span_per_window_each_named_apart(run
         proj.close()
 
 
-def test_a_saved_chat_keeps_a_clip_as_a_wav_data_url_and_nothing_else() -> None:
-    from llmpack.runtime.server.page.chat_shape import MAX_CLIP_URL, ChatError, clean_chat
-
+def test_a_saved_chat_keeps_a_clip_as_a_wav_data_url_and_exports_it_as_a_player() -> None:
     url = "data:audio/wav;base64," + base64.b64encode(wav_bytes(tone(0.5))).decode()
 
     def chat(audio_url: str) -> dict:
@@ -175,6 +175,8 @@ def test_a_saved_chat_keeps_a_clip_as_a_wav_data_url_and_nothing_else() -> None:
 
     kept = clean_chat(chat(url))["messages"][0]["attachments"][0]
     assert kept["audio_url"] == url and kept["kind"] == "audio"
+    md = to_markdown(clean_chat(chat(url)), "Tiny")
+    assert f'<audio controls src="{url}" title="Recording 1 (0:01)">Sound: Recording 1 (0:01)</audio>' in md
     for bad in ("data:audio/mpeg;base64,AAAA", "data:text/html;base64,PGI+", "javascript:alert(1)",
                 "data:audio/wav;base64," + "A" * MAX_CLIP_URL):
         with pytest.raises(ChatError, match=r"attachments\[\]\.audio_url must be a WAV data: URL"):
