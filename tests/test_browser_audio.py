@@ -59,6 +59,7 @@ def test_a_voice_message_is_recorded_discarded_recorded_again_and_sent(mic_brows
             page.goto(srv.server.page_url)
             page.wait_for_selector("#app:not([hidden])")
             page.wait_for_selector("[data-testid=mic]", state="visible")
+            assert "sound files" in page.get_attribute("[data-testid=attach]", "title")
             ARTIFACTS.mkdir(exist_ok=True)
 
             record(page, "0:01")                                 # thrown away while it records

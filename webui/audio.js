@@ -85,6 +85,9 @@ export function audioPart(a) {
 /** Show the microphone button only for a model that hears (and never in text-completion mode: CSS). */
 export function showMicrophone() {
   ui.mic.hidden = !state.hears;
+  if (state.hears && !ui.attach.title.includes("sound")) {   // the paperclip takes sound files too
+    ui.attach.title = ui.attach.title.replace(" (or drop", ", sound files (or drop");
+  }
 }
 
 /** The microphone button: click to record, click again (or Stop) to keep it, ✕ to throw it away.
