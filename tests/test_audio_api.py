@@ -190,3 +190,14 @@ def test_flac_and_mp3_are_heard_as_wav_is_or_refused_saying_what_is_missing(audi
             err = r.json()["error"]
             assert r.status_code == 400 and err["code"] == "bad_audio", r.text
             assert f"WAV sound only, not {fmt}" in err["message"] and "mtmd_helper_decode_audio" in err["message"]
+
+
+def test_a_clip_outside_a_user_message_and_too_many_clips_are_refused_naming_them(audio_server) -> None:
+    clip = audio_part(wav_bytes(tone(0.5)))
+    messages = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": [clip]},
+                {"role": "user", "content": "and ?"}]
+    r = audio_server.post("/v1/chat/completions", {"messages": messages, "max_tokens": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[1].content[0]"
+    assert "is a sound clip; sound clips can only be in user messages" in r.json()["error"]["message"]
+    r = ask(audio_server, *[audio_part(wav_bytes(tone(0.2, 300 + 50 * k))) for k in range(9)])
+    assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_clips", r.text
