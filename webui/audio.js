@@ -106,7 +106,14 @@ async function start(keep, problem) {
       + "or attach a sound file instead.", String(err && err.message || err));
     return;
   }
-  const media = new MediaRecorder(stream);
+  let media;
+  try {
+    media = new MediaRecorder(stream);
+  } catch (err) {   // a browser without MediaRecorder, or none of its formats
+    stream.getTracks().forEach((t) => t.stop());
+    problem("This browser cannot record sound here; attach a sound file instead.", String(err && err.message || err));
+    return;
+  }
   const rec = { media, stream, chunks: [], started: performance.now(), keep: false };
   recorder = rec;
   media.ondataavailable = (ev) => { if (ev.data && ev.data.size) rec.chunks.push(ev.data); };
