@@ -106,13 +106,17 @@ def test_wav_decodes_to_the_models_rate_in_mono() -> None:
 
 def test_a_clip_past_the_length_cap_is_refused_by_its_header() -> None:
     long = wav_bytes(np.zeros(int(3.5 * 8000), np.float32), rate=8000)
-    with pytest.raises(AudioError, match="4 s long; the limit is 3 s"):
+    with pytest.raises(AudioError, match="3.5 s long; the limit is 3 s"):
         decode_pcm(long, SAMPLE_RATE, max_seconds=3)
 
 
 def flac_bytes(pcm: np.ndarray, fmt: str = "FLAC") -> bytes:
+    """`pcm` as FLAC (the very 16-bit samples wav_bytes writes, so lossless means equal) or MP3."""
     out = io.BytesIO()
-    soundfile.write(out, pcm, SAMPLE_RATE, format=fmt)
+    if fmt == "FLAC":
+        soundfile.write(out, np.frombuffer(wav_bytes(pcm)[44:], "<i2"), SAMPLE_RATE, format=fmt, subtype="PCM_16")
+    else:
+        soundfile.write(out, pcm, SAMPLE_RATE, format=fmt)
     return out.getvalue()
 
 
@@ -120,9 +124,9 @@ def test_flac_and_mp3_decode_with_llmpacks_llama_cpp_or_are_refused_saying_what_
     """llmpack's llama.cpp decodes them (mtmd_helper_decode_audio); another one says it cannot."""
     pcm = tone(1.0, 300)
     if audio._patched_decoder() is not None:
-        assert np.abs(decode_pcm(flac_bytes(pcm), SAMPLE_RATE) - pcm).max() < 1e-3   # lossless
+        assert np.array_equal(decode_pcm(flac_bytes(pcm), SAMPLE_RATE), decode_pcm(wav_bytes(pcm), SAMPLE_RATE))
         assert decode_pcm(flac_bytes(pcm, "MP3"), SAMPLE_RATE).size >= SAMPLE_RATE // 2
-        with pytest.raises(AudioError, match="the limit is 0 s"):
+        with pytest.raises(AudioError, match="the audio is 1 s long; the limit is 0.5 s"):
             decode_pcm(flac_bytes(pcm), SAMPLE_RATE, max_seconds=0.5)
     else:
         for fmt in ("FLAC", "MP3"):
@@ -138,7 +142,7 @@ def test_a_sandboxed_child_decodes_and_the_server_gets_only_pcm() -> None:
     started = pool.started
     with pytest.raises(AudioError, match="the limit is 1 s"):
         audio.decode(wav_bytes(pcm), "wav", SAMPLE_RATE, max_seconds=1)
-    with pytest.raises(AudioError, match="could not be read"):
+    with pytest.raises(AudioError, match="could not be (read|decoded)"):   # the stdlib or miniaudio says it
         audio.decode(b"RIFF\x10\x00\x00\x00WAVEjunkjunkjunk", "wav", SAMPLE_RATE, max_seconds=10)
     with pytest.raises(AudioError, match="labelled MP3 but is a WAV"):     # refused before any child
         audio.decode(wav_bytes(pcm), "mp3", SAMPLE_RATE)

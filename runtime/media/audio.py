@@ -220,4 +220,9 @@ def _decode_wav(data: bytes, rate: int, max_frames: int, max_seconds: float) -> 
 
 
 def _too_long(seconds: float, max_seconds: float) -> AudioError:
-    return AudioError(f"the audio is {seconds:.0f} s long; the limit is {max_seconds:.0f} s: send a shorter clip")
+    return AudioError(f"the audio is {_secs(seconds)} s long; the limit is {_secs(max_seconds)} s: send a shorter clip")
+
+
+def _secs(seconds: float) -> str:
+    """Seconds as a person reads them: 301, 3.5 (never 1.5 shown as 2 next to a limit of 2)."""
+    return f"{seconds:.1f}".removesuffix(".0")
