@@ -204,3 +204,10 @@ def test_a_clip_outside_a_user_message_and_too_many_clips_are_refused_naming_the
     assert "is a sound clip; sound clips can only be in user messages" in r.json()["error"]["message"]
     r = ask(audio_server, *[audio_part(wav_bytes(tone(0.2, 300 + 50 * k))) for k in range(9)])
     assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_clips", r.text
+
+
+def test_a_media_part_sent_by_a_client_is_checked_like_any_other(audio_server) -> None:
+    forged = {"type": "media", "kind": "script", "data": "AAAA", "mime": None, "where": {"x": 1}}
+    r = ask(audio_server, forged)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[1]", r.text
+    assert "a media part is an image or audio, not 'script'" in r.json()["error"]["message"]

@@ -87,8 +87,10 @@ def openai_item(part: Any, where: str) -> MediaItem | None:
     if not isinstance(part, dict):
         return None
     kind = part.get("type")
-    if kind == "media":
-        return MediaItem(part.get("kind"), part.get("data"), part.get("mime"), part.get("where") or where)
+    if kind == "media":   # a room's own part (or a stored Responses turn); a client may send one too: all checked
+        named = part.get("where")
+        return MediaItem(part.get("kind"), part.get("data"), part.get("mime"), named if isinstance(named, str) and named
+                         else where)
     if kind in ("image_url", "input_image"):
         spec = part.get("image_url")
         return MediaItem("image", spec.get("url") if isinstance(spec, dict) else spec, None, where)
