@@ -43,6 +43,8 @@ RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
     "llmpack.runtime.model": ("*.py",),
     "llmpack.runtime.sandbox": ("*.py",),   # document and picture readers (their children run it)
     "llmpack.runtime.structured": ("*.py",),
+    "llmpack.runtime.media": ("*.py",),
+    "llmpack.runtime.sandbox": ("*.py",),
     "llmpack.runtime.server": ("*.py",),
     "llmpack.runtime.server.core": ("*.py",),
     "llmpack.runtime.server.http": ("*.py",),

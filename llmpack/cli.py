@@ -38,8 +38,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = Path(args.model)
     validate_gguf(path)   # a clear error before anything listens
     if args.mmproj:
-        check_mmproj(args.mmproj)   # likewise for the projector: one line, not a llama.cpp log
-        print(f"llmpack: images: using the vision projector {Path(args.mmproj).name}", flush=True)
+        proj = check_mmproj(args.mmproj)   # likewise for the projector: one line, not a llama.cpp log
+        print(f"llmpack: {proj.reads}: using the projector {Path(args.mmproj).name}", flush=True)
     elif (hint := beside_hint(path)) is not None:
         print(f"llmpack: note: {hint}", flush=True)
     return serve(serve_config(args), lambda progress: path)

@@ -31,6 +31,7 @@ SOURCES = {"llmpack": "llmpack", "builder": "llmpack.builder", "runtime": "llmpa
 BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpack.signals", "llmpack.lru"}
 MODEL, HARDWARE, STRUCTURED = "llmpack.runtime.model", "llmpack.runtime.hardware", "llmpack.runtime.structured"
 SANDBOX = "llmpack.runtime.sandbox"     # child processes for a stranger's bytes: documents' and pictures' jobs
+MEDIA = "llmpack.runtime.media"        # strangers' sound, checked, and decoded in the sandbox's children
 ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "llmpack.runtime.llm",
                              "llmpack.runtime.server")
 S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("core", "documents", "http", "page",
@@ -38,7 +39,7 @@ S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("core"
 # The rooms that each speak one wire format over the core (issue 26 adds responses, anthropic, ollama).
 PROTOCOLS = {f"{SERVER}.{room}" for room in ("openai", "responses", "anthropic", "ollama")}
 SERVER_ROOMS = {S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE, *PROTOCOLS}
-RUNTIME = {MODEL, HARDWARE, STRUCTURED, SANDBOX, ENGINE, CHAT, LLM, SERVER, *SERVER_ROOMS}
+RUNTIME = {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA, ENGINE, CHAT, LLM, SERVER, *SERVER_ROOMS}
 SCALE = "llmpack.runtime.scale"
 ALLOWED: dict[str, set[str]] = {
     "llmpack": {LLM, ENGINE},                     # the package exports LLM / SamplingParams, lazily
@@ -52,11 +53,12 @@ ALLOWED: dict[str, set[str]] = {
     HARDWARE: BASE | {MODEL},
     STRUCTURED: BASE,
     SANDBOX: BASE,
-    ENGINE: BASE | {MODEL, HARDWARE, STRUCTURED, SANDBOX},
+    MEDIA: BASE | {HARDWARE, SANDBOX},
+    ENGINE: BASE | {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA},
     CHAT: BASE | {MODEL, ENGINE},
     LLM: BASE | {MODEL, ENGINE, CHAT, S_CORE},     # LLM.chat takes the server's generation core
     S_DOCS: BASE | {SANDBOX},
-    S_CORE: BASE | {MODEL, ENGINE, CHAT, STRUCTURED, S_DOCS},
+    S_CORE: BASE | {MODEL, ENGINE, CHAT, STRUCTURED, MEDIA, S_DOCS},
     S_HTTP: BASE | {ENGINE, S_CORE},
     **{room: BASE | {ENGINE, STRUCTURED, S_CORE, S_HTTP} for room in PROTOCOLS},
     S_PAGE: BASE | {S_CORE, S_HTTP, S_DOCS},
@@ -210,9 +212,10 @@ def test_imports_inside_functions_say_why():
 
 # What the server may import from the engine room: its client protocol, the data it carries, and the
 # image header checks it runs before any decoding and the sandboxed picture decoder it calls while a
-# request is read (pure Python in the server process, as light as the protocol).
+# request is read (pure Python in the server process, as light as the protocol), and the media data
+# types (engine/media.py: MultimodalPrompt, MediaSpan; numpy only).
 ENGINE_CONTRACT = {f"{ENGINE}.{m}" for m in ("client", "outputs", "request", "sampling_params", "config", "images",
-                                              "pictures")}
+                                              "pictures", "media")}
 
 
 def test_the_server_reaches_the_engine_only_through_its_client():

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from llmpack.runtime.engine.outputs import EngineStats
+    from llmpack.runtime.engine.media import MultimodalPrompt   # built by the engine (media_prompt), only passed back
     from llmpack.runtime.engine.pictures import Picture
-    from llmpack.runtime.engine.vision import MultimodalPrompt   # built by the engine (image_prompt), only passed back
 
 
 class EmbeddingError(LlmpackError):
@@ -61,12 +61,19 @@ class EngineClient(Protocol):
         """Why the engine stopped, once it has (every request then fails); None while it serves."""
 
     @property
-    def vision(self) -> bool:
-        """Whether the model sees images (it was started with a vision projector, --mmproj)."""
+    def media_kinds(self) -> frozenset[str]:
+        """What the model reads besides text: "image" (it sees), "audio" (it hears); the projector it
+        was started with (--mmproj) says which. Empty for a text-only model."""
 
-    def image_prompt(self, parts: Sequence[str | Picture | tuple[bytes, str]]) -> MultimodalPrompt:
-        """A rendered prompt given as text pieces and pictures (a decoded Picture, or (image bytes,
-        media type), decoded in the sandbox) in order, as a prompt for add_request. Raises ImageError for an image that cannot be used (or a text-only model)."""
+    @property
+    def audio_sample_rate(self) -> int:
+        """The rate of the PCM `media_prompt` takes for sound (16000 for Whisper encoders); 0 if it cannot hear."""
+
+    def media_prompt(self, parts: "Sequence[str | tuple[str, bool] | Picture | tuple[bytes, str] | np.ndarray]") -> MultimodalPrompt:
+        """A rendered prompt given as text pieces, pictures (a decoded Picture, or (bytes, media type),
+        decoded in the sandbox) and sound (mono float32 PCM at audio_sample_rate, decoded in the sandbox)
+        in order, as a prompt for add_request. Raises ImageError or AudioError for a picture or clip
+        that cannot be used (or a model that cannot see or hear)."""
 
     def add_request(self, prompt: str | list[int] | MultimodalPrompt, params: SamplingParams | None = None,
                     request_id: str | None = None, prompt_progress: bool = False,

@@ -21,7 +21,7 @@ from llmpack.runtime.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from llmpack.runtime.engine.sampler import SequenceSampler
-    from llmpack.runtime.engine.vision import MultimodalPrompt
+    from llmpack.runtime.engine.media import MultimodalPrompt
 
 
 class SequenceStatus(Enum):
@@ -58,7 +58,7 @@ class Sequence:
 
     def position(self, index: int) -> int:
         """Where token `index` sits in llama.cpp's memory: its index, except after and inside
-        M-RoPE images (vision.MultimodalPrompt.position). Every KV range the engine hands
+        M-RoPE images (media.MultimodalPrompt.position). Every KV range the engine hands
         llama.cpp (seq_rm, seq_cp, a batch's positions) goes through here."""
         mm = getattr(self.request, "mm", None)    # unit tests' sequences may have no request
         return index if mm is None else mm.position(index)
@@ -117,7 +117,7 @@ class Request:
     prompt_progress: bool = False     # emit a progress output per prefill step (add_request's flag)
     arrival_time: float = field(default_factory=time.monotonic)
     cache_salt: str | None = None     # requests with different salts never share prefix-cache blocks
-    mm: "MultimodalPrompt | None" = None   # the prompt's images, when it has any (multimodal.py)
+    mm: "MultimodalPrompt | None" = None   # the prompt's pictures or sound, when it has any (media.py)
     grammar_parses: list = field(default_factory=list)   # llama.cpp's parse of params.grammar, one per sample to come
 
     def final_output(self, error: str | None = None) -> RequestOutput:

@@ -66,8 +66,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="layers to offload to the GPU: N, all, auto (fit free GPU memory; default) or 0 (CPU only)")
     p.add_argument("--system", default=None, help="default system prompt for the chat page")
     p.add_argument("--mmproj", metavar="FILE", default=None,
-                   help="the model's vision projector (an mmproj*.gguf published with it): the chat page and the API "
-                        "then take images")
+                   help="the model's projector (an mmproj*.gguf published with it): the chat page and the API "
+                        "then take images, sound or both, as the projector reads them")
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:

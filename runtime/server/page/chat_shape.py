@@ -10,8 +10,10 @@ and a parent always comes before its children in the list. Editing a message or 
 again adds a sibling, so nothing is thrown away; "leaf" names the last message of the branch the
 page shows. Chats saved before the tree (no ids) are one branch: the messages in order.
 An assistant message may carry "thinking" (a reasoning model's thinking, shown folded, never sent
-back) and "sources" (the places of the attached files that support it: chat_sources.py). A user message's attachments are [{"name", "kind", "size", "tokens", "text", "note"?, "file_id"?}]: the text that was
-sent, so the chat can be continued and exported as it was.
+back) and "sources" (the places of the attached files that support it: chat_sources.py). A user
+message's attachments are [{"name", "kind", "size", "tokens", "text", "note"?, "file_id"?, "data_url"?
+(a picture), "audio_url"? (a sound clip)}]: what was sent, so the chat can be continued and exported
+as it was.
 """
 from __future__ import annotations
 
@@ -207,6 +209,8 @@ def _clean_attachments(files: Any, i: int) -> list[dict]:
         item = {"name": scrub(f["name"][:MAX_TITLE]), "text": scrub(f["text"])}
         if f.get("data_url") is not None:
             item["data_url"] = _picture(f["data_url"], i)
+        if f.get("audio_url") is not None:
+            item["audio_url"] = _clip(f["audio_url"], i)
         item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note", "file_id") if isinstance(f.get(k), str)})
         for k in ("size", "tokens"):
             if f.get(k) is None:
@@ -228,6 +232,19 @@ def _picture(url: Any, i: int) -> str:
     if not isinstance(url, str) or len(url) > MAX_PICTURE_URL or not _PICTURE_URL.fullmatch(url):
         raise ChatError(f"messages[{i}].attachments[].data_url must be a PNG, JPEG, WebP or GIF data: URL of at most "
                         f"{MAX_PICTURE_URL >> 20} MB")
+    return url
+
+
+# A sound clip kept in a saved chat, as the page sends it (webui/audio.js: 16 kHz mono 16-bit WAV,
+# at most 90 s, about 2.9 MB): a WAV data: URL of up to this many bytes.
+MAX_CLIP_URL = 4 * 1024 * 1024
+_CLIP_URL = re.compile(r"data:audio/wav;base64,[A-Za-z0-9+/]*={0,2}")
+
+
+def _clip(url: Any, i: int) -> str:
+    if not isinstance(url, str) or len(url) > MAX_CLIP_URL or not _CLIP_URL.fullmatch(url):
+        raise ChatError(f"messages[{i}].attachments[].audio_url must be a WAV data: URL of at most "
+                        f"{MAX_CLIP_URL >> 20} MB")
     return url
 
 

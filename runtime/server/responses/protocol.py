@@ -14,6 +14,7 @@ import secrets
 from typing import Any
 
 from llmpack.runtime.server.core.errors import bad
+from llmpack.runtime.server.core.media import MediaItem, media_part
 from llmpack.runtime.server.core.params import SamplingValues, flag, known_fields
 from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.server.core.request import ChatRequest
@@ -48,14 +49,17 @@ def _content(content: Any, where: str) -> Any:
             if not isinstance(p.get("image_url"), str):
                 raise bad(f"{pw}.image_url", f"'{pw}.image_url' must be a URL or a data: URL (file_id is not "
                           "supported: this server keeps no files)")
-            parts.append({"type": "image_url", "image_url": {"url": p["image_url"]}})
+            parts.append(media_part(MediaItem("image", p["image_url"], None, pw)))
+        elif kind == "input_audio":
+            spec = p.get("input_audio") if isinstance(p.get("input_audio"), dict) else {}
+            parts.append(media_part(MediaItem("audio", spec.get("data"), spec.get("format"), pw)))
         elif kind == "input_file":
             if not isinstance(p.get("file_data"), str):
                 raise bad(f"{pw}.file_data", f"'{pw}.file_data' is required (file_id and file_url are not "
                           "supported: this server keeps and fetches no files)")
             parts.append({"type": "file", "file": {"file_data": p["file_data"], "filename": p.get("filename") or "file"}})
         else:
-            raise bad(f"{pw}.type", f"'{pw}.type' must be input_text, input_image or input_file, got {kind!r}")
+            raise bad(f"{pw}.type", f"'{pw}.type' must be input_text, input_image, input_audio or input_file, got {kind!r}")
     return parts
 
 
