@@ -4,8 +4,9 @@ Serve's HTTP proxy, with the single-machine API (deployments.py) and prefix-affi
 
 Ray is started quiet and closed: usage stats off (set before Ray is imported), no dashboard, the
 proxy on 127.0.0.1 unless --host says otherwise. ADDRESS joins a running cluster (`ray start
---head` on one machine, `ray start --address` on the others: docs/SCALING.md); without it a
-one-machine Ray is started for this process and stopped with it.
+--head` on one machine, `ray start --address` on the others: docs/SCALING.md), with a warning
+when it has no token authentication; without it a one-machine Ray is started for this process
+and stopped with it, every listener on 127.0.0.1 and behind llmpack's own token (ray_security.py).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any, Callable
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.model.source import ModelFile
+from llmpack.runtime.scale import ray_security
 from llmpack.runtime.scale.bridge import APP_NAME
 from llmpack.runtime.server.http.options import Cors
 
@@ -145,32 +147,50 @@ def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing:
     return ingress.bind(replica.bind(model, size, config, options), options)
 
 
-def _on_this_machine(address: str | None) -> bool:
-    """A cluster started here (no ADDRESS) or at a loopback ADDRESS keeps its nodes on 127.0.0.1:
-    Ray would otherwise pick this machine's network address and talk to itself through it."""
-    if not address:
-        return True
-    host = address.split("://")[-1].rsplit(":", 1)[0].strip("[]")
-    return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
-
-
-def connect(settings: RaySettings) -> RaySettings:
-    """Connect to (or start) Ray; `settings` fitted to the cluster it finds (fit)."""
-    ray = import_ray()
-    if not ray.is_initialized():
-        local = {"_node_ip_address": "127.0.0.1"} if _on_this_machine(settings.address) else {}
-        ray.init(address=settings.address, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, **{**local, **settings.init_kwargs})
+def connect(settings: RaySettings, say: Callable[[str], None] = print) -> RaySettings:
+    """Connect to (or start) Ray; `settings` fitted to the cluster it finds (fit). A Ray started
+    here, or one at a loopback ADDRESS, stays on 127.0.0.1; one started here has llmpack's own
+    token and private folder (ray_security). Joining a cluster without token authentication says
+    so (OPEN_CLUSTER_WARNING)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        _init(settings, say)
     return fit(settings, node_cpus())
 
 
+def _init(settings: RaySettings, say: Callable[[str], None]) -> None:
+    kwargs: dict[str, Any] = {}
+    if ray_security.on_this_machine(settings.address):
+        ray_security.keep_on_loopback()   # before Ray is imported
+        kwargs["_node_ip_address"] = ray_security.LOOPBACK
+    if settings.address is None:
+        head = ray_security.local_head()
+        head.apply()
+        kwargs.update(head.init_kwargs())
+    ray = import_ray()
+    try:
+        # "local": a Ray of its own, never one that RAY_ADDRESS names
+        ray.init(address=settings.address or "local", include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, **{**kwargs, **settings.init_kwargs})
+    except ConnectionError:
+        if ray_security.refuses_us(settings.address):
+            raise RayStartError(f"the Ray cluster at {settings.address} refused this connection: it needs its token. "
+                                "Set RAY_AUTH_MODE=token and give Ray the cluster's token (RAY_AUTH_TOKEN_PATH, "
+                                "or ~/.ray/auth_token): docs/SCALING.md, \"A real cluster\"") from None
+        raise
+    if settings.address is not None:
+        gcs = ray.get_runtime_context().gcs_address
+        if ray_security.answers_without_token(gcs):
+            say(ray_security.OPEN_CLUSTER_WARNING.format(address=settings.address))
+
+
 def start(model: ModelFile, config: Any, settings: RaySettings, *, max_ongoing: int, api_key: str | None = None,
-          cors: Cors = False) -> str:
+          cors: Cors = False, say: Callable[[str], None] = print) -> str:
     """Connect to (or start) Ray, start Serve's proxy and the app; returns the base URL once every
     replica has loaded the model, or raises RayStartError as soon as one cannot be placed or load."""
     from ray import serve   # lazy: see import_ray
 
-    settings = connect(settings)
+    settings = connect(settings, say)
     serve.start(proxy_location="HeadOnly", http_options={"host": settings.host, "port": settings.port})
     app = build_app(model, config, settings, max_ongoing, api_key, cors)
     serve._run(app, name=APP_NAME, route_prefix="/", _blocking=False)   # pinned ray 2.60.0: deploy, do not wait
@@ -218,12 +238,13 @@ def serve_ray(model: ModelFile, config: Any, settings: RaySettings, say: Callabl
     """`llmpack serve --ray`: start, say where, serve until Ctrl+C, then stop Serve and Ray."""
     try:
         say(f"llmpack: connecting to {settings.address or 'a Ray started on this machine'} (Ctrl+C to stop)")
-        settings = connect(settings)
+        settings = connect(settings, say)
         how = (f"{settings.replicas} replica(s)" if settings.replicas is not None
                else f"{settings.min_replicas} to {settings.max_replicas} replicas (autoscaling)")
         say(f"llmpack: starting {how} of {model.path.name}, {settings.threads} thread(s) each, {settings.router} "
             "routing; this loads the model once per replica")
-        url = start(model, config, settings, max_ongoing=config.parallel, api_key=config.api_key, cors=config.cors)
+        url = start(model, config, settings, max_ongoing=config.parallel, api_key=config.api_key, cors=config.cors,
+                    say=say)
         say(f"llmpack: OpenAI-compatible API at {url}/v1 (Ray Serve; Ctrl+C to stop)")
         say(f"LLMPACK_LISTENING {url}")
         if settings.host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:

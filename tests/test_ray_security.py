@@ -1,0 +1,233 @@
+"""A Ray started by `llmpack serve --ray` stays on this machine and behind llmpack's own token
+(issue 36): every listening socket of its processes is on 127.0.0.1, except the one kind that Ray
+2.60 cannot move, which must then refuse a caller without the token; the head's GCS refuses a
+client without the token; the token is 0600 and Ray's files sit in a 0700 folder of llmpack's
+data folder, never in ~/.ray; joining a cluster without authentication prints a warning naming
+the risk. Everything runs as real processes: `serve --ray` and Ray clusters in subprocesses."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from needs import skip_or_fail
+
+from llmpack.runtime.scale import ray_security
+
+ray_security.keep_on_loopback()   # before Ray is imported: it reads the switch once
+
+try:
+    import ray  # noqa: F401
+    from ray import serve  # noqa: F401
+except ImportError:
+    skip_or_fail("ray[serve] is not installed (pip install 'llmpack[ray]')", module=True)
+
+import psutil   # Ray's own copy (ray/thirdparty_files), on the path once Ray is imported
+
+from ggufs import CHATML_TEMPLATE, write_tiny_model
+
+WAIT_S = 240
+# What Ray 2.60 binds to every interface whatever the node address, with no setting to change it:
+# Ray Serve's inter-deployment gRPC server in each replica process (serve/_private/replica.py,
+# `_on_initialized`: "[::]:0"). It is built with Ray's token interceptor, so it must refuse this call.
+CANNOT_MOVE = {"ray::ServeReplica": "/ray.serve.ASGIService/HandleRequest"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    """This environment without any Ray token setting, with HOME in a fresh folder (so that
+    ~/.ray/auth_token is one this test can look at)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    return {**env, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", **extra}
+
+
+def short_folder() -> Path:
+    # Ray's sockets live under its temp folder, and an AF_UNIX path has 107 bytes: pytest's tmp_path is too long
+    return Path(tempfile.mkdtemp(prefix="llmpack-ray-"))
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGINT) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("raysec") / "chat.gguf", chat_template=CHATML_TEMPLATE, seed=3)
+
+
+@pytest.fixture(scope="module")
+def served(model):
+    """`llmpack serve --ray MODEL` with its own data folder and HOME, running until the module ends."""
+    root = short_folder()
+    data, home = root / "data", root / "home"
+    home.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "llmpack", "serve", "--ray", str(model), "--threads", "1",
+                             "--port", str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=clean_env(home, LLMPACK_DATA_DIR=str(data)), start_new_session=True)
+    out = []
+    try:
+        started = time.monotonic()
+        for line in proc.stdout:
+            out.append(line)
+            if line.startswith("LLMPACK_LISTENING"):
+                break
+            assert time.monotonic() - started < WAIT_S, "".join(out)[-3000:]
+        assert proc.poll() is None, "".join(out)[-3000:]
+        yield proc, data, home
+    finally:
+        stop(proc)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def listeners(session: int) -> list[tuple[str, int, str]]:
+    """(address, port, process name) of every listening TCP socket of the processes in `session`."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) != session:
+                continue
+            name = proc.name() if proc.name().startswith("ray::") else Path(proc.cmdline()[0]).name
+            found += [(c.laddr.ip, c.laddr.port, name) for c in proc.net_connections(kind="inet")
+                      if c.status == psutil.CONN_LISTEN]
+        except (psutil.Error, ProcessLookupError, IndexError):
+            continue
+    return found
+
+
+def loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
+
+
+def test_every_listener_of_a_local_head_is_on_loopback_or_needs_the_token(served) -> None:
+    proc, _, _ = served
+    found = listeners(proc.pid)
+    names = {name for _, _, name in found}
+    assert {"gcs_server", "raylet", "ray::DashboardAgent", "ray::RuntimeEnvAgent"} <= names, found
+    outside = [(ip, port, name) for ip, port, name in found if not loopback(ip)]
+    unmovable = [(ip, port, name) for ip, port, name in outside
+                 if any(name.startswith(kind) for kind in CANNOT_MOVE)]
+    assert outside == unmovable, f"listening beyond 127.0.0.1: {sorted(set(outside) - set(unmovable))}"
+    for _, port, name in unmovable:
+        method = next(m for kind, m in CANNOT_MOVE.items() if name.startswith(kind))
+        assert ray_security.answers_without_token(f"127.0.0.1:{port}", method) is False, (name, port)
+
+
+def gcs_address(session: int) -> str:
+    return next(f"127.0.0.1:{port}" for _, port, name in listeners(session) if name == "gcs_server")
+
+
+def test_the_head_refuses_a_client_without_its_token(served) -> None:
+    proc, data, home = served
+    gcs = gcs_address(proc.pid)
+    assert ray_security.answers_without_token(gcs) is False
+    code = "import ray; ray.init(address='%s', log_to_driver=False); print('JOINED', ray.cluster_resources()['CPU'])"
+    loop = {ray_security.LOOPBACK_ENV: "0"}
+    stranger = subprocess.run([sys.executable, "-c", code % gcs], env=clean_env(home, **loop), capture_output=True,
+                              text=True, timeout=WAIT_S)
+    assert stranger.returncode != 0 and "JOINED" not in stranger.stdout, stranger.stdout[-2000:]
+    assert "token" in stranger.stderr.lower(), stranger.stderr[-2000:]
+    token = data / "ray" / "auth_token"
+    owner = subprocess.run([sys.executable, "-c", code % gcs], capture_output=True, text=True, timeout=WAIT_S,
+                           env=clean_env(home, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), **loop))
+    assert "JOINED" in owner.stdout, owner.stderr[-2000:]   # the same call with the token gets in
+
+
+def test_the_token_and_rays_files_are_private_and_never_in_dot_ray(served) -> None:
+    _, data, home = served
+    folder, token = data / "ray", data / "ray" / "auth_token"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert len(token.read_text()) == 64
+    assert (folder / "tmp" / "session_latest").is_dir()   # Ray's temp folder: inside the 0700 one
+    assert not (home / ".ray").exists()
+
+
+def test_the_token_is_made_once_and_narrowed_again_at_each_start(tmp_path) -> None:
+    first = ray_security.local_head(tmp_path / "ray")
+    secret = first.token_file.read_text()
+    first.token_file.chmod(0o644)
+    again = ray_security.local_head(tmp_path / "ray")
+    assert again.token_file.read_text() == secret
+    assert stat.S_IMODE(again.token_file.stat().st_mode) == 0o600
+    assert again.env()[ray_security.TOKEN_PATH_ENV] == str(again.token_file)
+
+
+def test_rays_folder_moves_to_a_private_short_one_when_the_data_folder_path_is_too_long(tmp_path) -> None:
+    deep = tmp_path / ("d" * 60)   # Ray's sockets would pass the 107 bytes of an AF_UNIX path
+    head = ray_security.local_head(deep / "ray")
+    try:
+        assert not head.temp_dir.is_relative_to(deep)
+        assert len(str(head.temp_dir)) + ray_security.SOCKET_TAIL <= ray_security.UNIX_PATH_MAX
+        assert stat.S_IMODE(head.temp_dir.parent.stat().st_mode) == 0o700
+    finally:
+        shutil.rmtree(head.temp_dir.parent)
+
+
+def test_joining_a_head_without_its_token_is_one_line_naming_what_to_set(served, model) -> None:
+    proc, _, home = served
+    joined = subprocess.run([sys.executable, "-m", "llmpack", "serve", "--ray", gcs_address(proc.pid), str(model),
+                             "--port", str(free_port())], env=clean_env(home), capture_output=True, text=True,
+                            timeout=WAIT_S)
+    assert joined.returncode not in (0, None)
+    assert "refused this connection: it needs its token. Set RAY_AUTH_MODE=token" in joined.stdout + joined.stderr, \
+        (joined.stdout + joined.stderr)[-2000:]
+    assert "Traceback" not in joined.stdout + joined.stderr
+
+
+OPEN_CLUSTER = """
+import sys
+from llmpack.runtime.scale import ray_security
+ray_security.keep_on_loopback()
+from ray.cluster_utils import Cluster
+c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
+                                                  "node_ip_address": "127.0.0.1", "temp_dir": sys.argv[1]})
+print(c.address, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_joining_a_cluster_without_token_authentication_warns_of_shadowray(model) -> None:
+    root = short_folder()
+    (root / "home").mkdir()
+    cluster = subprocess.Popen([sys.executable, "-c", OPEN_CLUSTER, str(root / "tmp")], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, start_new_session=True,
+                               env=clean_env(root / "home", RAY_AUTH_MODE="disabled"))
+    try:
+        address = cluster.stdout.readline().strip()
+        assert address.startswith("127.0.0.1:"), address
+        assert ray_security.answers_without_token(address) is True
+        # --threads 4 on a 2-CPU node: the start ends right after connecting, with the fitting error
+        joined = subprocess.run([sys.executable, "-m", "llmpack", "serve", "--ray", address, str(model),
+                                 "--threads", "4", "--port", str(free_port())], env=clean_env(root / "home"),
+                                capture_output=True, text=True, timeout=WAIT_S)
+        out = joined.stdout + joined.stderr
+        assert f"the Ray cluster at {address} has no token authentication: anyone who can reach its ports can " \
+               "run any code on it" in out, out[-2000:]
+        assert "ShadowRay, CVE-2023-48022" in out and "RAY_AUTH_MODE=token" in out
+        assert "use --threads 2 or fewer" in out, out[-2000:]
+    finally:
+        stop(cluster, signal.SIGTERM)
+        shutil.rmtree(root, ignore_errors=True)
