@@ -41,10 +41,9 @@ RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
     "llmpack.runtime.engine": ("*.py",),
     "llmpack.runtime.hardware": ("*.py",),
     "llmpack.runtime.model": ("*.py",),
-    "llmpack.runtime.sandbox": ("*.py",),   # document and picture readers (their children run it)
-    "llmpack.runtime.structured": ("*.py",),
     "llmpack.runtime.media": ("*.py",),
-    "llmpack.runtime.sandbox": ("*.py",),
+    "llmpack.runtime.sandbox": ("*.py",),   # document, picture and sound readers (their children run it)
+    "llmpack.runtime.structured": ("*.py",),
     "llmpack.runtime.server": ("*.py",),
     "llmpack.runtime.server.core": ("*.py",),
     "llmpack.runtime.server.http": ("*.py",),
