@@ -6,6 +6,7 @@ parameter (the API tests count with the real one)."""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import stat
 
@@ -121,6 +122,15 @@ def test_a_document_that_fails_half_way_leaves_nothing(index, contract, monkeypa
                            "+ (SELECT COUNT(*) FROM owners)").fetchone() == (0,)
 
 
+def test_the_best_match_leads_and_its_neighbours_follow_it():
+    """Picked in the order best, second best, then neighbours: each run is written from its best
+    chunk on, then what came before it, so no neighbour's mark comes before the best match's."""
+    def hit(o: int) -> I.Hit:
+        return I.Hit("d", o, o // 2 + 1, f"p. {o // 2 + 1}", "", f"text {o}")
+    picked = [hit(o) for o in (10, 40, 11, 9, 41, 39)]
+    assert [h.ord for h in E._best_first(picked)] == [10, 11, 9, 40, 41, 39]
+
+
 def test_the_question_finds_page_217(index, contract):
     doc, needle = contract
     ix = index.add(doc, "m")
@@ -128,12 +138,13 @@ def test_the_question_finds_page_217(index, contract):
     assert (best.page, best.label) == (217, "p. 217") and needle.text in best.text
     reading, = E.read(index, [ix], needle.question, 600, words)
     assert any(needle.text in h.text for h in reading.hits) and reading.matched
-    assert needle.text in reading.hits[0].text or needle.text in reading.hits[1].text   # its run comes first
+    assert needle.text in reading.hits[0].text   # the best match first: its mark is the first one the model meets
     runs = [h.ord for h in reading.hits]
     assert len(set(runs)) == len(runs)
     section = D.format_message([reading.section()], needle.question)
     assert words(section) <= 600 + words(needle.question) + 2
     assert "[p. 217]\n" in section and "contract.pdf (300 pages, too long to read whole" in section
+    assert re.search(r"\[p\. \d+\]", section).group() == "[p. 217]"
     report = reading.report()
     assert 217 in [p["page"] for p in report["parts"]] and report["file_id"] == ix.id and report["pages"] == 300
 

@@ -31,6 +31,14 @@ def test_normal_files_come_back_whole(sandbox: Sandbox):
     assert sandbox.started == 1          # one warm worker served all three
 
 
+def test_a_docx_keeps_its_headings_through_the_worker(sandbox: Sandbox):
+    """The headings are what a searched DOCX is cut and cited by ("§ Termination"): without them
+    the server cut a DOCX by lines and its sources said "line 280"."""
+    data = make_docx([("Heading1", "Terms"), "Pay within 30 days.", ("Heading2", "Termination"), "Ninety days."])
+    doc = sandbox.extract("agreement.docx", data)
+    assert doc.headings == D.extract("agreement.docx", data).headings == [(0, 1, "Terms"), (26, 2, "Termination")]
+
+
 def test_a_page_that_never_ends_costs_one_killed_worker(sandbox: Sandbox):
     hostile = endless_pdf()
     sandbox.extract("warm.txt", b"warm up", media_type="text/plain")

@@ -87,3 +87,59 @@ def test_two_files_the_source_names_the_one_that_says_it(citer: LiveServer, chat
     (src,) = resp["choices"][0]["message"]["sources"]
     check_source(src)
     assert json.dumps(src, ensure_ascii=False).count("note.txt") == 0
+
+
+def test_responses_carry_file_citations(citer: LiveServer, chat_data: Path):
+    client = citer.openai()
+    pdf = pdf_part()["file"]
+    content = [{"type": "input_file", "filename": "contract.pdf", "file_data": pdf["file_data"]},
+               {"type": "input_text", "text": NEEDLE.question}]
+    resp = client.responses.create(model="m", input=[{"role": "user", "content": content}])
+    (text,) = [c for item in resp.output if item.type == "message" for c in item.content]
+    assert text.text == TEXT
+    (note,) = text.annotations
+    assert (note.type, note.index, note.filename) == ("file_citation", len(TEXT.strip()), "contract.pdf")
+    assert note.file_id.startswith("doc-")
+    with client.responses.stream(model="m", input=[{"role": "user", "content": content}]) as stream:
+        events = list(stream)
+    added = [e for e in events if e.type == "response.output_text.annotation.added"]
+    assert [(e.annotation_index, e.annotation.model_dump()) for e in added] == [(0, note.model_dump())]
+    done = [e for e in events if e.type == "response.output_text.done"]
+    assert len(done) == 1 and events.index(added[0]) < events.index(done[0])
+    final = events[-1].response
+    assert final.output[-1].content[0].annotations[0].model_dump() == note.model_dump()
+
+
+def test_anthropic_messages_carry_citations(citer: LiveServer, chat_data: Path):
+    client = anthropic.Anthropic(base_url=citer.url, api_key="not-needed")
+    data = pdf_part()["file"]["file_data"].split(",", 1)[1]
+    note = base64.b64encode(b"Shopping list.\nThe generator key hangs in the shed, hook 7.\n").decode()
+    content = [{"type": "document", "source": {"type": "base64", "media_type": "text/plain", "data": note},
+                "title": "note.txt"},
+               {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": data},
+                "title": "contract.pdf", "citations": {"enabled": True}},
+               {"type": "text", "text": NEEDLE.question}]
+    msg = client.messages.create(model="m", max_tokens=64, messages=[{"role": "user", "content": content}])
+    (block,) = msg.content
+    assert block.text == TEXT
+    (cite,) = block.citations
+    assert (cite.type, cite.document_index, cite.document_title) == ("page_location", 1, "contract.pdf")
+    assert (cite.start_page_number, cite.end_page_number, cite.cited_text) == (217, 218, NEEDLE.text)
+    with client.messages.stream(model="m", max_tokens=64, messages=[{"role": "user", "content": content}]) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    deltas = [e for e in events if e.type == "content_block_delta" and e.delta.type == "citations_delta"]
+    assert [d.delta.citation.model_dump() for d in deltas] == [cite.model_dump()]
+    assert final.content[0].citations[0].model_dump() == cite.model_dump()
+
+
+def test_anthropic_char_location_points_into_a_text_document(citer: LiveServer, chat_data: Path):
+    client = anthropic.Anthropic(base_url=citer.url, api_key="not-needed")
+    text = "Notes.\n\n" + NEEDLE.text + "\n\nNothing else.\n"
+    content = [{"type": "document", "title": "notes.txt",
+                "source": {"type": "base64", "media_type": "text/plain", "data": base64.b64encode(text.encode()).decode()}},
+               {"type": "text", "text": NEEDLE.question}]
+    msg = client.messages.create(model="m", max_tokens=64, messages=[{"role": "user", "content": content}])
+    (cite,) = msg.content[0].citations
+    assert cite.type == "char_location" and cite.document_index == 0
+    assert text[cite.start_char_index:cite.end_char_index] == cite.cited_text == NEEDLE.text

@@ -248,14 +248,31 @@ def tool_use_block(call_id: str, name: str, arguments: str) -> dict:
     return {"type": "tool_use", "id": call_id, "name": name, "input": args if isinstance(args, dict) else {}}
 
 
+def citations(sources: list | None) -> list[dict]:
+    """The server's sources (documents/attribution.py) as Anthropic's citations: `page_location`
+    for a PDF (end page exclusive, as Anthropic counts), else `char_location` in the document's
+    text; `document_index` counts the request's base64 documents in order."""
+    out = []
+    for s in sources or ():
+        p = s.place
+        where = {"cited_text": s.quote, "document_index": p.doc_index, "document_title": p.file}
+        if p.page:
+            out.append({"type": "page_location", **where, "start_page_number": p.page, "end_page_number": p.page + 1})
+        elif p.offset is not None:
+            out.append({"type": "char_location", **where, "start_char_index": p.offset + s.quote_start,
+                        "end_char_index": p.offset + s.quote_end})
+    return out
+
+
 def message(msg_id: str, model: str, *, thinking: str, text: str, calls: list, finish: str | None,
-            stop_sequence: str | None, usage: dict) -> dict:
-    """A whole Message: thinking first, then the text (always one block when there is nothing else), then tool_use."""
+            stop_sequence: str | None, usage: dict, cited: list[dict] | None = None) -> dict:
+    """A whole Message: thinking first, then the text (always one block when there is nothing else,
+    with its `citations` when the request read documents), then tool_use."""
     content: list[dict] = []
     if thinking:
         content.append({"type": "thinking", "thinking": thinking, "signature": ""})
     if text or not calls:
-        content.append({"type": "text", "text": text})
+        content.append({"type": "text", "text": text, **({"citations": cited} if cited else {})})
     content += [tool_use_block(c.id, c.name, c.arguments) for c in calls]
     return {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": stop_reason(finish, stop_sequence), "stop_sequence": stop_sequence, "usage": usage}

@@ -9,7 +9,7 @@ from typing import Iterator
 
 from flask import Blueprint, Response, jsonify
 
-from llmpack.runtime.server.anthropic.protocol import chat_request, error_body, message, new_id, usage
+from llmpack.runtime.server.anthropic.protocol import chat_request, citations, error_body, message, new_id, usage
 from llmpack.runtime.server.anthropic.stream import MessageStream, event
 from llmpack.runtime.server.core.errors import ApiError
 from llmpack.runtime.server.core.generation import Generation
@@ -47,7 +47,7 @@ def messages() -> Response:
         return jsonify(message(msg_id, model.model_id, thinking=choice.reasoning or "", text=choice.text or "",
                                calls=choice.tool_calls, finish=choice.finish_reason,
                                stop_sequence=choice.stop if choice.stop in stops else None,
-                               usage=usage(prompt, generated, cached)))
+                               usage=usage(prompt, generated, cached), cited=citations(choice.sources)))
     finally:
         gen.close()
 
@@ -62,6 +62,7 @@ def _stream(gen: Generation, msg_id: str, model_id: str, stops: set[str]) -> Ite
             for e in step.choices:
                 yield from out.thinking(e.reasoning)
                 yield from out.text(e.text)
+                yield from out.citations(citations(e.sources))
                 for call in e.tool_calls:
                     yield from out.tool_use(call.id, call.name, call.arguments)
                 if e.finish_reason:

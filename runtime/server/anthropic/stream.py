@@ -1,6 +1,7 @@
 """Anthropic's streaming events, in the documented order: message_start; for each content block
 (thinking, text, tool_use, in the order the model wrote them) content_block_start, its
-content_block_delta events (thinking_delta, text_delta, input_json_delta) and content_block_stop;
+content_block_delta events (thinking_delta, text_delta, input_json_delta; a text block of a request
+that read documents ends with the server's citations as citations_delta) and content_block_stop;
 then message_delta (stop reason, output tokens) and message_stop. An error after the stream began
 is an `error` event in Anthropic's error shape."""
 from __future__ import annotations
@@ -56,6 +57,12 @@ class MessageStream:
             return []
         out = [] if self.open == "text" else self._begin("text", {"type": "text", "text": ""})
         return out + [self._delta({"type": "text_delta", "text": text})]
+
+    def citations(self, cited: list[dict]) -> list[bytes]:
+        """The text block's citations (the server's sources, once its text is whole), each a citations_delta."""
+        if self.open != "text":
+            return []
+        return [self._delta({"type": "citations_delta", "citation": c}) for c in cited]
 
     def tool_use(self, call_id: str, name: str, arguments: str) -> list[bytes]:
         block = tool_use_block(call_id, name, arguments)

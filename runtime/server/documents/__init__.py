@@ -10,5 +10,7 @@ the core's attachments (core/attachments.py) use it like any library.
 - `index`: those pieces in SQLite FTS5 (BM25) in the per-user data folder;
 - `excerpts`: the pieces one question reads within a token budget, written under their marks,
   and what the reply reports of them (so the page can show which parts of the file were read);
-- `reading`: which files of a request are read whole and which are searched (`file.read`).
+- `reading`: which files of a request are read whole and which are searched (`file.read`);
+- `places`, `attribution`: what the model was given, and which place of it supports each
+  sentence of the reply (the server's sources; nothing when the support is weak).
 """

@@ -4,9 +4,10 @@
 question: first the pages the question names ("what does page 212 say?"), then BM25's best
 matches across all the documents (their scores are comparable: one index, one IDF), each taken
 whole if it still fits; room still left goes to the chunks just before and after those (an
-answer often runs across a cut). What is picked is written back best match first (neighbouring
-chunks together, in document order), each under the place a reader would cite and closed by an
-end mark, so the model can answer "... (p. 217)":
+answer often runs across a cut). What is picked is written back best match first, then what
+follows it and then what comes before it (`_best_first`), each under the place a reader would
+cite and closed by an end mark, so the first mark the model meets is the best match's and it
+can answer "... (p. 217)":
 
     ## File: contract.pdf (300 pages, too long to read whole: here are the 8 parts that best match
     the question, each under its page in brackets; when you use one, say its page)
@@ -133,9 +134,12 @@ def read(index: DocumentIndex, docs: Sequence[Indexed], question: str, budget: i
 
 def _best_first(hits: list[Hit]) -> list[Hit]:
     """`hits` (in the order they were picked: best match first, neighbours last) as runs of
-    neighbouring chunks, each run in document order, the run holding the best match first.
-    Best first because a small model leans on what it reads first: in document order the 0.5B
-    demo model answered from p. 217 but cited p. 150, the first page it read."""
+    neighbouring chunks, the run holding the best match first; within a run its best match
+    first, then the chunks after it, then those before it (each in document order).
+    Best first because a small model leans on what it reads first and copies the first mark it
+    meets: in document order the 0.5B demo model answered from p. 217 but cited p. 150, and
+    with a neighbour's end of p. 96 read before the best match it answered "[p. 96]" for a
+    fact on p. 97."""
     rank = {h.ord: i for i, h in enumerate(hits)}
     runs: list[list[Hit]] = []
     for h in sorted(hits, key=lambda h: h.ord):
@@ -143,7 +147,11 @@ def _best_first(hits: list[Hit]) -> list[Hit]:
             runs[-1].append(h)
         else:
             runs.append([h])
-    return [h for run in sorted(runs, key=lambda r: min(rank[h.ord] for h in r)) for h in run]
+    out: list[Hit] = []
+    for run in sorted(runs, key=lambda r: min(rank[h.ord] for h in r)):
+        top = min(range(len(run)), key=lambda j: rank[run[j].ord])
+        out += run[top:] + run[:top]
+    return out
 
 
 def _trimmed(hit: Hit, question: str, room: int, count: Callable[[str], int]) -> Hit | None:

@@ -95,7 +95,7 @@ def worker_main(memory: int = MEMORY_BYTES) -> None:
             doc = D.extract(head["name"], data, media_type=head["media_type"],
                             deadline=time.monotonic() + head["time_limit"])
             _send(out, {"doc": {"name": doc.name, "kind": doc.kind, "text": doc.text, "size": doc.size,
-                                "pages": doc.pages}})
+                                "pages": doc.pages, "headings": doc.headings}})
         except EOFError:
             return
         except D.DocumentError as exc:
@@ -183,7 +183,8 @@ class Sandbox:
                                   "attach a smaller file or copy its text in")
         if "error" in answer:
             raise D.DocumentError(answer["error"])
-        return D.Document(**answer["doc"])
+        doc = answer["doc"]   # JSON made the headings' tuples lists
+        return D.Document(**{**doc, "headings": [tuple(h) for h in doc.get("headings", [])]})
 
     def _ask(self, worker: _Worker, name: str, data: bytes, media_type: str, deadline: float) -> dict | None:
         left = deadline - time.monotonic()

@@ -178,8 +178,9 @@ def chat_request(body: Any, history: list[dict]) -> tuple[ChatRequest, list[dict
     return req, conversation
 
 
-def message_item(item_id: str, text: str | None, status: str) -> dict:
-    content = [] if text is None else [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+def message_item(item_id: str, text: str | None, status: str, annotations: list[dict] | None = None) -> dict:
+    content = [] if text is None else [{"type": "output_text", "text": text, "annotations": annotations or [],
+                                        "logprobs": []}]
     return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
 
 
@@ -193,14 +194,22 @@ def call_item(item_id: str, call: Any, status: str, arguments: str | None = None
             "arguments": call.arguments if arguments is None else arguments, "status": status}
 
 
-def output_items(thinking: str, text: str, calls: list, ids: dict[str, str], status: str = "completed") -> list[dict]:
+def file_citations(sources: list | None) -> list[dict]:
+    """The server's sources (documents/attribution.py) as OpenAI's `file_citation` annotations:
+    `index` is where the supported sentence ends in the text."""
+    return [{"type": "file_citation", "index": s.reply_end, "file_id": s.place.file_id, "filename": s.place.file}
+            for s in sources or ()]
+
+
+def output_items(thinking: str, text: str, calls: list, ids: dict[str, str], status: str = "completed",
+                 annotations: list[dict] | None = None) -> list[dict]:
     """Reasoning, then the message (when there is text, or nothing else), then the calls; `ids`
     holds the item ids a stream already announced, so the final object names the same items."""
     items: list[dict] = []
     if thinking:
         items.append(reasoning_item(ids.setdefault("reasoning", new_id("rs")), thinking, status))
     if text or not calls:
-        items.append(message_item(ids.setdefault("message", new_id("msg")), text, status))
+        items.append(message_item(ids.setdefault("message", new_id("msg")), text, status, annotations))
     items += [call_item(ids.setdefault(c.id, new_id("fc")), c, status) for c in calls]
     return items
 

@@ -16,8 +16,8 @@ from llmpack.runtime.server.core.request import prepare_chat
 from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, ready_model
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed
-from llmpack.runtime.server.responses.protocol import (assistant_turn, chat_request, new_id, output_items,
-                                                       response_object, usage)
+from llmpack.runtime.server.responses.protocol import (assistant_turn, chat_request, file_citations, new_id,
+                                                       output_items, response_object, usage)
 from llmpack.runtime.server.responses.store import ResponseStore, StoreError
 from llmpack.runtime.server.responses.stream import ResponseStream
 
@@ -63,7 +63,8 @@ def create_response() -> Response:
         status = "incomplete" if choice.finish_reason == "length" else "completed"
         prompt, generated, cached = gen.usage()
         final = response_object(body, rid, model.model_id, created, status=status, finish=choice.finish_reason,
-                                output=output_items(choice.reasoning or "", choice.text or "", choice.tool_calls, {}),
+                                output=output_items(choice.reasoning or "", choice.text or "", choice.tool_calls, {},
+                                                    annotations=file_citations(choice.sources)),
                                 usage=usage(prompt, generated, cached, gen.thinking_tokens))
     finally:
         gen.close()
@@ -80,6 +81,7 @@ def _stream(gen: Generation, body: dict, rid: str, created: int, conversation: l
             for e in step.choices:
                 yield from out.delta("reasoning", e.reasoning)
                 yield from out.delta("message", e.text)
+                yield from out.annotate(file_citations(e.sources))
                 for call in e.tool_calls:
                     yield from out.call(call)
                 finish = e.finish_reason or finish

@@ -3,6 +3,8 @@
     response.created, response.in_progress
     per output item:  response.output_item.added, response.content_part.added,
                       response.reasoning_text.delta | response.output_text.delta ...,
+                      (a message that read files: response.output_text.annotation.added ..., the
+                      server's file citations, once the text is whole)
                       response.reasoning_text.done | response.output_text.done,
                       response.content_part.done, response.output_item.done
     per call:         response.output_item.added, response.function_call_arguments.delta,
@@ -34,6 +36,7 @@ class ResponseStream:
         self.open: str | None = None     # "reasoning" | "message" while its text streams
         self.texts = {"reasoning": "", "message": ""}
         self.calls: list[Any] = []
+        self.annotations: list[dict] = []   # the message's file citations, known once its text is whole
 
     def _ev(self, kind: str, **data: Any) -> bytes:
         out = sse(kind, {"type": kind, "sequence_number": self.seq, **data})
@@ -47,11 +50,12 @@ class ResponseStream:
     def _part(self, kind: str, text: str) -> dict:
         if kind == "reasoning":
             return {"type": "reasoning_text", "text": text}
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        return {"type": "output_text", "text": text, "annotations": list(self.annotations), "logprobs": []}
 
     def _item(self, kind: str, text: str | None, status: str) -> dict:
-        make = reasoning_item if kind == "reasoning" else message_item
-        return make(self.ids[kind], text, status)
+        if kind == "reasoning":
+            return reasoning_item(self.ids[kind], text, status)
+        return message_item(self.ids[kind], text, status, list(self.annotations))
 
     def _open(self, kind: str) -> list[bytes]:
         out = self._close()
@@ -86,6 +90,18 @@ class ResponseStream:
             return out + [self._ev("response.reasoning_text.delta", **where, delta=text)]
         return out + [self._ev("response.output_text.delta", **where, delta=text, logprobs=[])]
 
+    def annotate(self, annotations: list[dict]) -> list[bytes]:
+        """The message's file citations (at its end), each as response.output_text.annotation.added."""
+        if not annotations or self.open != "message":
+            return []
+        where = {"item_id": self.ids["message"], "output_index": self.index, "content_index": 0}
+        out = []
+        for a in annotations:
+            out.append(self._ev("response.output_text.annotation.added", **where,
+                                annotation_index=len(self.annotations), annotation=a))
+            self.annotations.append(a)
+        return out
+
     def call(self, call: Any) -> list[bytes]:
         out = self._close()
         self.index += 1
@@ -108,7 +124,7 @@ class ResponseStream:
         status = "incomplete" if finish == "length" else "completed"
         final = response_object(self.body, self.response_id, self.model, self.created, status=status, usage=usage,
                                 finish=finish, output=output_items(self.texts["reasoning"], self.texts["message"],
-                                                                   self.calls, self.ids))
+                                                                   self.calls, self.ids, annotations=self.annotations))
         return out + [self._ev(f"response.{status}", response=final)], final
 
     def failed(self, code: str, message: str) -> bytes:
