@@ -17,8 +17,9 @@ advisories): a GRAPH_COMPUTE whose node is missing (id 0 or unknown) is refused;
 SET_ROWS and SSM_SCAN nodes must have the shapes ggml's constructors assert (the CPU kernels only
 assert() them, compiled out in release builds) and, where no node of the graph writes them, index
 values inside the tensor they index (SSM_SCAN's ids always: its kernel checks nothing); a tensor
-outside its buffer, a shape whose size overflows, an unknown op and a failed computation are
-refused instead of aborting the worker; COPY_TENSOR checks the destination with overflow-safe
+outside its buffer, a shape whose size overflows, an unknown op, a failed computation and a
+message size past what a vector can hold (std::length_error) are refused instead of ending the
+worker; COPY_TENSOR checks the destination with overflow-safe
 arithmetic and the destination tensor's own size.
 
 **The --cache entries are checked.** An entry is stored as HMAC-SHA256(key, content) followed by
@@ -615,6 +616,15 @@ bool rpc_random_bytes(void * out, size_t size) {
 }
 """
 
+
+
+def _range_check(offset: str, size: str) -> str:
+    return (f"    if ((uint64_t) {offset} > ggml_nbytes(tensor) || (uint64_t) {size} > ggml_nbytes(tensor) - (uint64_t) {offset}) {{"
+            "   // llmpack\n"
+            "        GGML_LOG_ERROR(\"[%s] range outside the tensor\\n\", __func__);\n"
+            "        return false;\n    }\n")
+
+
 # (file under the vendored llama.cpp, exact old text, new text)
 RPC_PATCHES: tuple[tuple[str, str, str], ...] = (
     (RPC + "transport.h", "    bool flush();\n",
@@ -648,6 +658,19 @@ RPC_PATCHES: tuple[tuple[str, str, str], ...] = (
     (RPC + "ggml-rpc.cpp", "\n    ggml_tensor * result = ggml_new_tensor_4d(ctx, (ggml_type) tensor->type,\n",
      "\n" + _DESERIALIZE_SHAPE),
     (RPC + "ggml-rpc.cpp", _BOUNDS_OLD, _BOUNDS_NEW),
+    # a size past vector::max_size() throws length_error, not bad_alloc: uncaught, it ended the worker
+    (RPC + "ggml-rpc.cpp", "    } catch (const std::bad_alloc & e) {\n        GGML_LOG_ERROR(\"Failed to allocate input buffer",
+     "    } catch (const std::exception & e) {   // llmpack: length_error too\n"
+     "        GGML_LOG_ERROR(\"Failed to allocate input buffer"),
+    # ggml_backend_tensor_set/get GGML_ASSERT(offset + size <= nbytes), which an offset near 2^64 wraps past
+    # the buffer checks before them: the range is checked against the tensor, overflow-safe, first
+    (RPC + "ggml-rpc.cpp", "    const void * data = input.data() + header_size;\n",
+     _range_check("offset", "size") + "    const void * data = input.data() + header_size;\n"),
+    (RPC + "ggml-rpc.cpp", "    ggml_backend_tensor_set(tensor, cached_file.data(), request.offset, size);\n",
+     _range_check("request.offset", "size") +
+     "    ggml_backend_tensor_set(tensor, cached_file.data(), request.offset, size);\n"),
+    (RPC + "ggml-rpc.cpp", "    response.resize(request.size, 0);\n",
+     _range_check("request.offset", "request.size") + "    response.resize(request.size, 0);\n"),
     (RPC + "ggml-rpc.cpp", _CACHE_WRITE_OLD, _CACHE_WRITE_NEW),
     (RPC + "ggml-rpc.cpp", _CACHE_READ_OLD, _CACHE_READ_NEW),
     (RPC + "ggml-rpc.cpp", _COPY_OLD, _COPY_NEW),
