@@ -14,7 +14,6 @@ import stat
 import struct
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -82,9 +81,7 @@ def test_a_silent_peer_is_dropped_and_the_worker_serves_the_next(worker):
     port, proc, _ = worker
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.recv(len(MAGIC) + NONCE)
-        started = time.monotonic()
-        assert s.recv(1) == b""   # closed by the worker's handshake timeout, not by us
-        assert time.monotonic() - started < 25
+        assert s.recv(1) == b""   # closed by the worker (10 s), before this socket's own 30 s timeout raises
     still_serves(port, proc)
 
 
