@@ -21,6 +21,7 @@ import time
 from llmpack.demo_models import demo_model_path
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.llm import collect
+from llmpack.runtime.engine.llama_batch import BatchPlan
 from llmpack.runtime.engine.model_runner import ModelRunner
 from llmpack.runtime.engine.sampling_params import SamplingParams
 
@@ -42,7 +43,7 @@ def bare_loop(runner: ModelRunner, prompts: list[list[int]], tokens: int) -> flo
     toks, pos, seqs, want, last = [], [], [], [], []
     for s, p in enumerate(prompts):       # prefill in batches of whole prompts, <= n_batch tokens
         if len(toks) + len(p) > runner.n_batch:
-            runner.decode(toks, pos, seqs, want)
+            runner.decode(BatchPlan(toks, pos, seqs, want, []))
             nxt += [int(runner.logits_row(i).argmax()) for i in last]
             toks, pos, seqs, want, last = [], [], [], [], []
         toks += p
@@ -50,11 +51,11 @@ def bare_loop(runner: ModelRunner, prompts: list[list[int]], tokens: int) -> flo
         seqs += [s] * len(p)
         want += [False] * (len(p) - 1) + [True]
         last.append(len(toks) - 1)
-    runner.decode(toks, pos, seqs, want)
+    runner.decode(BatchPlan(toks, pos, seqs, want, []))
     nxt += [int(runner.logits_row(i).argmax()) for i in last]
     cur = [len(p) for p in prompts]
     for _ in range(tokens - 1):
-        runner.decode(nxt, cur, list(range(len(prompts))), [True] * len(prompts))
+        runner.decode(BatchPlan(nxt, cur, list(range(len(prompts))), [True] * len(prompts), []))
         nxt = [int(runner.logits_row(i).argmax()) for i in range(len(prompts))]
         cur = [c + 1 for c in cur]
     elapsed = time.perf_counter() - t0

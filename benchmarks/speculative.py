@@ -27,6 +27,7 @@ import time
 
 from llmpack.demo_models import demo_model_path
 from llmpack.runtime.engine.config import EngineConfig
+from llmpack.runtime.engine.llama_batch import BatchPlan
 from llmpack.runtime.engine.model_runner import ModelRunner
 from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.llm import LLM
@@ -85,13 +86,14 @@ def row_costs(model, rows=(1, 2, 4, 5, 8, 9, 16, 17), reps: int = 7, context: in
     runner = ModelRunner(EngineConfig(model_path=str(model), n_ctx=2048, max_num_seqs=1))
     try:
         prompt = runner.tokenize(DOCUMENT)[:context]
-        runner.decode(prompt, list(range(len(prompt))), [0] * len(prompt), [False] * (len(prompt) - 1) + [True])
+        runner.decode(BatchPlan(prompt, list(range(len(prompt))), [0] * len(prompt),
+                                [False] * (len(prompt) - 1) + [True], []))
         times: dict[int, list[float]] = {r: [] for r in rows}
         for _ in range(reps):
             for r in rows:
                 n = len(prompt)
                 start = time.perf_counter()
-                runner.decode(prompt[:r], list(range(n, n + r)), [0] * r, [True] * r)
+                runner.decode(BatchPlan(prompt[:r], list(range(n, n + r)), [0] * r, [True] * r, []))
                 runner.logits(r).argmax(axis=1)
                 times[r].append((time.perf_counter() - start) * 1000)
                 runner.seq_rm(0, n, -1)

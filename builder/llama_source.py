@@ -1,7 +1,7 @@
 """The llama.cpp both runtimes are built from: llama-cpp-python's sdist from PyPI (pinned by
-sha256), with llmpack's one patch to its vendored tree applied as exact text.
+sha256), with llmpack's patches to its vendored tree applied as exact text.
 
-The patch lets llama.cpp's vision projector loader read a GGUF that lies inside a bigger file,
+**In place.** llama.cpp's vision projector loader reads a GGUF that lies inside a bigger file,
 as the text model already can (llama_model_load_from_file_ptr): a program built with
 `--mmproj` then reads its projector in place instead of copying it to the cache first.
 
@@ -11,6 +11,12 @@ as the text model already can (llama_model_load_from_file_ptr): a program built 
 * ``mtmd_init_from_file_at(fname, offset, text_model, params)`` is ``mtmd_init_from_file`` with
   that offset, exported from libmtmd. llama-cpp-python does not bind it; runtime/vision binds it
   itself and falls back to a cached copy where a llama.cpp without it is installed.
+
+**Media decoded apart.** ``mtmd_helper_decode_audio(buf, len, rate, max_frames, &out, &n)`` is the
+WAV/MP3/FLAC decoding that ``mtmd_helper_bitmap_init_from_buf`` does, without a model, so a
+sandboxed child can decode untrusted sound and pass the server only PCM; it reads the length
+before allocating, and refuses more than ``max_frames``. mtmd is built without video
+(``MTMD_VIDEO``), which would start an ``ffmpeg`` found on the PATH for pictures stb cannot read.
 
 Each replacement must match its text exactly once, so a llama.cpp update that moved the text
 stops the build instead of silently building something else. Both builds apply the same list:
@@ -74,6 +80,67 @@ mtmd_context * mtmd_init_from_file_at(const char * fname, uint64_t offset,
 void mtmd_free(mtmd_context * ctx) {
 """
 
+_DECODE_AUDIO = """\
+} // namespace audio_helpers
+
+// llmpack: mtmd_helper_bitmap_init_from_buf's audio decoding without a model, so that a sandboxed
+// child process can decode untrusted sound and hand the server only PCM. The length is read before
+// any sample buffer is allocated: longer than max_frames returns 2 with *n_frames set to it.
+int32_t mtmd_helper_decode_audio(const unsigned char * buf, size_t len, int32_t sample_rate,
+                                 uint64_t max_frames, float ** out, uint64_t * n_frames) {
+    *out = nullptr;
+    *n_frames = 0;
+    if (sample_rate <= 0 || !audio_helpers::is_audio_file((const char *) buf, len)) {
+        return 1;
+    }
+    ma_decoder_config config = ma_decoder_config_init(ma_format_f32, 1, (ma_uint32) sample_rate);
+    ma_decoder decoder;
+    if (ma_decoder_init_memory(buf, len, &config, &decoder) != MA_SUCCESS) {
+        return 1;
+    }
+    ma_uint64 frames = 0;
+    if (ma_decoder_get_length_in_pcm_frames(&decoder, &frames) != MA_SUCCESS || frames == 0) {
+        ma_decoder_uninit(&decoder);
+        return 1;
+    }
+    *n_frames = frames;
+    if (frames > max_frames) {
+        ma_decoder_uninit(&decoder);
+        return 2;
+    }
+    float * data = (float *) malloc((size_t) frames * sizeof(float));
+    if (data == nullptr) {
+        ma_decoder_uninit(&decoder);
+        return 3;
+    }
+    ma_uint64 got = 0;
+    const ma_result result = ma_decoder_read_pcm_frames(&decoder, data, frames, &got);
+    ma_decoder_uninit(&decoder);
+    if ((result != MA_SUCCESS && result != MA_AT_END) || got == 0) {
+        free(data);
+        return 1;
+    }
+    *out = data;
+    *n_frames = got;
+    return 0;
+}
+
+void mtmd_helper_audio_free(float * data) {
+    free(data);
+}
+"""
+
+_DECODE_AUDIO_DECL = """\
+// llmpack: decode WAV, MP3 or FLAC in `buf` to mono float PCM at `sample_rate` Hz, with no model.
+// Returns 0 and a buffer to free with mtmd_helper_audio_free; 1 not audio or undecodable; 2 longer
+// than `max_frames` (*n_frames holds its length; nothing allocated); 3 out of memory.
+MTMD_API int32_t mtmd_helper_decode_audio(const unsigned char * buf, size_t len, int32_t sample_rate,
+                                          uint64_t max_frames, float ** out, uint64_t * n_frames);
+MTMD_API void mtmd_helper_audio_free(float * data);
+
+// helper to count the total number of tokens from a list of chunks, useful to keep track of KV cache
+"""
+
 # (file under the vendored llama.cpp, exact old text, new text)
 PATCHES: tuple[tuple[str, str, str], ...] = (
     ("tools/mtmd/clip.h",
@@ -107,6 +174,15 @@ PATCHES: tuple[tuple[str, str, str], ...] = (
      "                                               const struct llama_model * text_model,\n"
      "                                               const struct mtmd_context_params ctx_params);\n\n"
      "MTMD_API void mtmd_free(mtmd_context * ctx);\n"),
+    ("tools/mtmd/mtmd-helper.cpp", "} // namespace audio_helpers\n", _DECODE_AUDIO),
+    ("tools/mtmd/mtmd-helper.h",
+     "// helper to count the total number of tokens from a list of chunks, useful to keep track of KV cache\n",
+     _DECODE_AUDIO_DECL),
+    # No video: with it, a picture stb cannot read (WebP, anything else) makes mtmd's helper start
+    # whatever `ffmpeg` the PATH finds, which on Windows includes the folder chat.exe was run from.
+    ("tools/mtmd/CMakeLists.txt",
+     'set(MTMD_VIDEO ON CACHE BOOL "${MTMD_VIDEO_HELP}")\n',
+     'set(MTMD_VIDEO OFF CACHE BOOL "${MTMD_VIDEO_HELP}")  # llmpack: no ffmpeg from the PATH\n'),
 )
 
 

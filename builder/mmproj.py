@@ -73,7 +73,8 @@ def vision_report(path) -> dict:
             else check_mmproj(path, blob.offset, blob.size)
         return {"projector": {"type": info.projector_type, "name": info.name, "size": blob.size,
                               "sha256": blob.sha256, "location": blob.location},
-                "line": f"images: projector {info.projector_type} ({human_bytes(blob.size)}), {where}"}
+                "line": f"{info.reads}: projector {info.projector_type} ({human_bytes(blob.size)}), {where}"}
     hint = beside_hint(path)
     return {"projector": None, "beside": [p.name for p in projectors_beside(path)],
             "line": hint or "none beside the model (a vision model needs its mmproj file: --mmproj FILE)"}
+

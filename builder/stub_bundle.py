@@ -41,6 +41,8 @@ RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
     "llmpack.runtime.engine": ("*.py",),
     "llmpack.runtime.hardware": ("*.py",),
     "llmpack.runtime.model": ("*.py",),
+    "llmpack.runtime.media": ("*.py",),
+    "llmpack.runtime.sandbox": ("*.py",),   # document, picture and sound readers (their children run it)
     "llmpack.runtime.structured": ("*.py",),
     "llmpack.runtime.server": ("*.py",),
     "llmpack.runtime.server.core": ("*.py",),
@@ -62,7 +64,8 @@ DRIVER_LIBS = ("libvulkan.so", "vulkan-1.dll", "libcuda.so", "nvcuda.dll")
 BUILD_TIME_MODULES = {"llmpack.builder.build", "llmpack.builder.splice", "llmpack.builder.stub",
                       "llmpack.builder.stub_bundle", "llmpack.builder.wheel_libs", "llmpack.webui.vendor",
                       "llmpack.builder.vulkan_headers", "llmpack.builder.windows", "llmpack.builder.sign",
-                      "llmpack.builder.stub_wheel", "llmpack.builder.llama_source"}
+                      "llmpack.builder.stub_wheel", "llmpack.builder.llama_source",
+                      "llmpack.builder.build_progress"}
 # Optional extras a built file never carries: `serve --ray` needs Ray (hundreds of MB) and runs
 # from an installed llmpack (docs/SCALING.md).
 NOT_IN_BUILT_FILES = ("llmpack.runtime.scale",)

@@ -25,12 +25,17 @@ import time
 import traceback
 from pathlib import Path
 
-from llmpack import __version__
+from llmpack.runtime.hardware import dll_search
+
+dll_search.restrict()   # Windows, before any library loads: system DLLs from System32, never the download folder
+
+from llmpack import __version__  # noqa: E402 - after the DLL search is safe
 from llmpack.builder import extract, packfile
 from llmpack.builder.mmproj import mmproj_source
-from llmpack.cli import RPC_PORT, add_model_args, add_serve_args, add_worker_args, serve_config
 from llmpack.errors import LlmpackError
 from llmpack.progress import human_bytes
+from llmpack.runtime.server.lifecycle.flags import (RPC_PORT, add_model_args, add_serve_args, add_worker_args,
+                                                    serve_config)
 
 SELFTEST_FLAG = "--llmpack-selftest"
 FAILED_MODEL_GRACE_S = 30.0   # keep serving the error page this long when a browser was opened
@@ -253,7 +258,7 @@ def selftest() -> int:
         import pypdf       # PDF attachments (runtime/server/documents/extract.py imports it on first use)
         import zstandard   # models built with --compress
         from llama_cpp import mtmd_cpp   # pictures (--mmproj): llama.cpp's mtmd library loads from the bundle
-        from PIL import Image            # noqa: F401 - WebP pictures (runtime/engine/vision.py)
+        from PIL import Image            # noqa: F401 - pictures, decoded in a sandboxed child (runtime/engine/pictures.py)
 
         from llmpack.runtime.engine import engine  # noqa: F401
         from llmpack.runtime.chat.recipes import load_recipes
@@ -302,10 +307,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--llmpack-extract-worker"]:   # documents.sandbox.WORKER_FLAG: a document reader child
-        from llmpack.runtime.server.documents.sandbox import worker_main   # lazy: only in that child
+    if sys.argv[1:2] == ["--llmpack-extract-worker"]:   # sandbox.pool.WORKER_FLAG JOB MEMORY: a document or picture reader
+        from llmpack.runtime.sandbox.pool import worker_main   # lazy: only in that child
 
-        worker_main(int(sys.argv[2]))
+        worker_main(sys.argv[2], int(sys.argv[3]))
         sys.exit(0)
     if os.name == "nt":
         import multiprocessing   # lazy: Windows only

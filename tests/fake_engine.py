@@ -69,10 +69,11 @@ class FakeEngine:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ---- tokens
-    vision = False            # a text-only model: image parts are refused before they reach here
+    media_kinds: frozenset = frozenset()   # a text-only model: media parts are refused before they reach here
+    audio_sample_rate: int = 0
 
-    def image_prompt(self, parts: Any) -> Any:
-        raise AssertionError("the server asked a text-only engine for an image prompt")
+    def media_prompt(self, parts: Any) -> Any:
+        raise AssertionError("the server asked a text-only engine for a prompt with pictures or sound")
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         ids: list[int] = [BOS_ID] if add_special else []

@@ -1,5 +1,6 @@
 """The chat page as a person meets it (issue 20): long pasted messages fold, a reload reopens the
-chat that was open (and says when a reply was cut off), the phone header has room for the name,
+chat that was open (and says when a reply was cut off), the phone header has room for the name
+(and the desktop header shows it whole),
 the base-model note can be put away, the keyboard reaches New chat without visiting every chat,
 text completion is readable in light and dark, a re-imported chat is not doubled, a reply ends
 without a network error, and the page's HTML sanitiser is DOMPurify."""
@@ -151,6 +152,45 @@ def test_the_phone_header_has_room_and_the_base_model_note_can_be_put_away(brows
         assert srv.model_id in page.evaluate("localStorage.getItem('llmpack.base-notice-hidden.v1')")
         assert page.problems == []
     ctx.close()
+
+
+HEADER_NAME = "Qwen2.5 Coder 0.5B Instruct"   # the instruct demo's name (issue 38: cut at 1280 px)
+
+
+@pytest.mark.parametrize("width, height", [(1280, 860), (390, 844)])
+def test_the_header_shows_the_whole_model_name_and_the_full_name_on_hover(browser, scripted_model: Path,
+                                                                           width: int, height: int):
+    """At 1280 px the header shows the demo model's whole name (the badges beside it give way
+    first); at 390 px a name that does not fit ends in an ellipsis, and hovering shows it all."""
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    page = new_page(ctx)
+    try:
+        with live_server(scripted_model, display_name=HEADER_NAME) as srv:
+            open_app(page, srv)
+            name = page.locator("#model-name")
+            assert name.inner_text() == HEADER_NAME
+            assert name.get_attribute("title").startswith(HEADER_NAME)
+            whole = name.evaluate("n => n.scrollWidth <= n.clientWidth")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"header-name-{width}.png"), clip={"x": 0, "y": 0, "width": width,
+                                                                                   "height": 80})
+            if width >= 1280:
+                assert whole, "the model's name is cut in the header at 1280 px"
+                parts = ["#sidebar-toggle", "#model-name", ".mode-switch", "#export-menu > summary", "#new-chat",
+                         "#settings-button"]
+                boxes = [b for b in (page.locator(p).bounding_box() for p in parts) if b]   # those shown
+                assert len(boxes) >= 4 and all(a["x"] + a["width"] <= b["x"] + 0.5 for a, b in zip(boxes, boxes[1:])), boxes
+                for badge in page.locator(".model-info .badge:visible").all():   # beside the name, or out of sight
+                    box, info = badge.bounding_box(), page.locator(".model-info").bounding_box()
+                    assert box["y"] >= info["y"] + info["height"] or box["x"] + box["width"] <= info["x"] + info["width"]
+                page.evaluate("n => document.querySelector('#model-name').textContent = n", "A " * 80)
+                assert name.evaluate("n => n.scrollWidth > n.clientWidth && getComputedStyle(n).textOverflow") \
+                    == "ellipsis"                             # a name longer than the bar still ends in an ellipsis
+            else:
+                assert not whole and name.evaluate("n => getComputedStyle(n).textOverflow") == "ellipsis"
+            assert page.problems == []
+    finally:
+        ctx.close()
 
 
 def test_the_keyboard_skips_to_the_chat_and_each_listed_chat_is_one_stop(scripted_model: Path, page):

@@ -108,3 +108,35 @@ def test_the_instruct_model_answers_from_page_217_in_the_page(browser, instruct_
             assert page.problems == []
         finally:
             ctx.close()
+
+
+@pytest.mark.parametrize("width, height", WIDTHS)
+def test_a_file_the_bounded_index_forgot_is_named_where_files_are_attached(browser, scripted_model: Path, chat_data,
+                                                                           monkeypatch, width: int, height: int):
+    """The index of long files keeps at most a cap of text (documents/index.py): attaching one past
+    it makes the index forget the one used longest ago, and the attachments area says which, why,
+    and that chats which used it still work."""
+    from llmpack.runtime.server.core import attachments
+
+    monkeypatch.setattr(attachments.INDEX, "max_bytes", 800_000)   # the contract's text is about 540 KB
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    page = new_page(ctx)
+    try:
+        with live_server(scripted_model, "--ctx", "1024") as srv:
+            page.goto(srv.server.page_url)
+            page.wait_for_selector("#app:not([hidden])")
+            attach_contract(page)
+            assert page.locator("[data-testid=index-forgot]").count() == 0
+            other = [p.replace("Kestrel", "Osprey") for p in PAGES]
+            page.set_input_files("[data-testid=attach-file]", files=[
+                {"name": "renewal.pdf", "mimeType": "application/pdf", "buffer": make_pdf(other)}])
+            note = page.locator("[data-testid=index-forgot]")
+            note.wait_for(timeout=60_000)
+            text = note.inner_text()
+            assert text.startswith("To make room for renewal.pdf, this computer forgot its copy of “contract.pdf”"), text
+            assert "used longest ago" in text and "781 KB" in text and "still have the text" in text, text
+            page.screenshot(path=str(ARTIFACTS / f"long-doc-{width}-forgot.png"))
+            fits(page, width)
+            assert page.problems == []
+    finally:
+        ctx.close()

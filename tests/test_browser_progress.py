@@ -27,12 +27,12 @@ def hold_after_first_prefill_step(engine) -> threading.Event:
     real = engine.runner.decode
     seen: list[int] = []
 
-    def decode(tokens, *rest):
-        if len(tokens) > 64:   # a prefill chunk of the paste, not a short prompt or a decode step
-            seen.append(len(tokens))
+    def decode(plan):
+        if len(plan.tokens) > 64:   # a prefill chunk of the paste, not a short prompt or a decode step
+            seen.append(len(plan.tokens))
             if len(seen) > 1:
                 release.wait(120)
-        return real(tokens, *rest)
+        return real(plan)
 
     engine.runner.decode = decode
     return release

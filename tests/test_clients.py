@@ -1,12 +1,16 @@
 """The official clients against the instruct demo model (Qwen2.5-Coder 0.5B Instruct), as an app
 would use them: OpenAI's `responses.create`, Anthropic's `messages.create` / `messages.stream` /
-`count_tokens`, and the `ollama` client's list, chat, generate and embed.
+`count_tokens`, the `ollama` client's list, chat, generate and embed, and Simon Willison's `llm`
+(its command line and its Python API) pointed at the server as an OpenAI-compatible model.
 
 Stored responses go to a temporary data folder (`chat_data`), never the user's. Greedy decoding keeps answers stable; each assertion checks what even a 0.5B model gets right
 (a capital, a tool's argument), never its wording."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import anthropic
 import jsonschema
@@ -118,3 +122,36 @@ def test_ollama_client_list_chat_generate_embed(instruct_server: LiveServer):
     assert "Paris" in gen.response
     vectors = client.embed(model=listed.model, input=["Paris is in France.", "Bananas are yellow."]).embeddings
     assert len(vectors) == 2 and len(vectors[0]) > 100
+
+
+def _llm_model(srv: LiveServer, folder: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """`llm`'s documented way to use an OpenAI-compatible server: extra-openai-models.yaml in its
+    user folder (LLM_USER_PATH), naming the server's /v1."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "extra-openai-models.yaml").write_text(
+        f"- model_id: llmpack\n  model_name: qwen\n  api_base: {srv.url}/v1\n  supports_tools: true\n")
+    monkeypatch.setenv("LLM_USER_PATH", str(folder))
+    return "llmpack"
+
+
+def test_llm_command_line_and_python_api(instruct_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import llm
+
+    name = _llm_model(instruct_server, tmp_path / "llm", monkeypatch)
+    cli = Path(sys.executable).with_name("llm")
+    out = subprocess.run([str(cli), "-m", name, "--key", "not-needed", "-o", "temperature", "0", "-o", "max_tokens",
+                          "40", "--no-log", CAPITAL], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "Paris" in out.stdout, out.stderr
+    model = llm.get_model(name)
+    reply = model.prompt(CAPITAL, key="not-needed", temperature=0, max_tokens=40)
+    pieces = list(reply)                                  # streamed
+    assert len(pieces) > 1 and "Paris" in "".join(pieces) and reply.text() == "".join(pieces)
+
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city"""
+        return "sunny, 17 C"
+
+    asked = model.prompt("What is the weather like in Paris right now?", key="not-needed", tools=[get_weather],
+                         temperature=0, max_tokens=80)
+    (call,) = asked.tool_calls()
+    assert call.name == "get_weather" and call.arguments["city"] == "Paris"

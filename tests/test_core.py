@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from fake_engine import BOS_ID, SPECIALS, FakeEngine
+from fake_engine import BOS_ID, SPECIALS, FakeEngine, FakeStream
 
 from llmpack.runtime.chat.recipes import ChatFormat, load_recipe
 from llmpack.runtime.engine.client import EngineClient
+from llmpack.runtime.engine.sampling_params import MAX_LOGPROBS, MAX_STOPS
 from llmpack.runtime.server.app import create_app
 from llmpack.runtime.server.core.served_model import describe_model
 from llmpack.runtime.server.http.options import ServerOptions
@@ -143,6 +144,57 @@ def test_bad_values_are_a_400_naming_the_field_and_nothing_is_submitted(app: App
     r = app.post("/v1/chat/completions", {"messages": HELLO, **body})
     assert r.status_code == 400 and r.json["error"]["param"] == param
     assert app.engine.requests == []
+
+
+@pytest.mark.parametrize("path, body, param, limit", [
+    ("/v1/chat/completions", {"messages": HELLO, "stop": [f"s{i}" for i in range(MAX_STOPS + 1)]}, "stop", MAX_STOPS),
+    ("/v1/chat/completions", {"messages": HELLO, "logprobs": True, "top_logprobs": MAX_LOGPROBS + 1}, "top_logprobs",
+     MAX_LOGPROBS),
+    ("/v1/completions", {"prompt": "hi", "logprobs": MAX_LOGPROBS + 1}, "logprobs", MAX_LOGPROBS),
+])
+def test_each_range_is_sampling_params_and_the_400_names_the_clients_field(app: App, path: str, body: dict,
+                                                                            param: str, limit: int):
+    """A range is written once (engine/sampling_params.py); the door (core/params.py) names the field as the
+    client spelled it, and nothing reaches the engine."""
+    r = app.post(path, body)
+    assert r.status_code == 400 and r.json["error"]["param"] == param
+    assert r.json["error"]["message"].startswith(f"'{param}' ") and str(limit) in r.json["error"]["message"]
+    assert app.engine.requests == []
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"messages": HELLO}),
+    ("/v1/responses", {"input": "hi"}),
+    ("/v1/messages", {"messages": HELLO, "max_tokens": 4}),
+    ("/api/chat", {"messages": HELLO}),
+])
+def test_every_room_refuses_an_unknown_field_by_name_and_submits_nothing(app: App, path: str, body: dict):
+    """One rule (core/params.py known_fields), each room's own wording and error shape."""
+    r = app.post(path, {"model": "m", **body, "temprature": 1})
+    assert r.status_code == 400 and "temprature" in json.dumps(r.json)
+    r = app.post(path, ["not", "an", "object"])
+    assert r.status_code == 400 and "JSON object" in json.dumps(r.json)
+    assert app.engine.requests == []
+
+
+@pytest.mark.parametrize("path, body, shape", [
+    ("/v1/chat/completions", {"messages": HELLO, "stream": True}, "data: [DONE]"),
+    ("/v1/responses", {"input": "hi", "stream": True}, "response.failed"),
+    ("/v1/messages", {"messages": HELLO, "max_tokens": 4, "stream": True}, "event: error"),
+    ("/api/chat", {"messages": HELLO}, '{"error":"'),
+])
+def test_a_stream_that_breaks_after_its_200_ends_in_the_rooms_own_error(app: App, monkeypatch, path: str,
+                                                                         body: dict, shape: str):
+    """One in-stream error tail (http/streaming.py) for every room: its own error event, none of the details."""
+    def broken(self):
+        raise RuntimeError("a detail the client must not see")
+        yield   # a generator, as the engine's stream is
+
+    monkeypatch.setattr(FakeStream, "__iter__", broken)
+    r = app.post(path, {"model": "m", **body})
+    text = r.get_data(as_text=True)
+    assert r.status_code == 200 and shape in text and "Internal server error while generating." in text
+    assert "must not see" not in text
 
 
 def test_the_engines_refusals_become_http_answers():

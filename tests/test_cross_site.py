@@ -5,6 +5,7 @@ Origin; tools that are not browsers send neither and are not affected. The Chrom
 the `fetch(url, {mode: "no-cors"})` a hostile page would: a simple request, no preflight."""
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -197,3 +198,33 @@ def test_a_page_of_an_allowed_origin_may_call_the_server_in_chromium_and_another
         ctx.close()
         for site in sites:
             site.shutdown()
+
+
+def test_a_typeless_no_cors_post_from_another_origin_in_chromium_is_not_read(chat_server: LiveServer, browser):
+    """JSON with no Content-Type is read from tools (LiteLLM's Ollama providers send it so, as Ollama
+    reads it: tests/test_client_quirks.py). A page on another origin can send such a body too (a
+    Blob without a type: no preflight); Chromium marks it with Origin and Sec-Fetch-Site, and the
+    model never runs: not through the OpenAI room nor through Ollama's."""
+    from server_fixtures import finished_metric
+
+    def finished() -> float:
+        return sum(finished_metric(chat_server.url, r) for r in ("stop", "length"))
+
+    send = ("fetch(%r, {method: 'POST', mode: 'no-cors', body: new Blob([%r])})"
+            ".then(r => r.type + ' ' + r.status, e => 'error ' + e)")
+    handler = type("Handler", (_Attacker,), {"page": b"<!doctype html><title>attacker</title>"})
+    attacker = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=attacker.serve_forever, daemon=True).start()
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(f"http://localhost:{attacker.server_address[1]}/")
+        before = finished()
+        for path, body in (("/v1/chat/completions", {**BODY, "max_tokens": 2}),
+                           ("/api/chat", {"model": "m", "messages": BODY["messages"], "stream": False})):
+            assert page.evaluate(send % (chat_server.url + path, json.dumps(body))) == "opaque 0"
+        page.wait_for_timeout(1000)
+        assert finished() == before, "a page on another origin made the model answer a typeless body"
+    finally:
+        ctx.close()
+        attacker.shutdown()

@@ -28,11 +28,11 @@ def fail_once_when_full(engine: LLMEngine, error: Exception) -> threading.Event:
     real = engine.runner.decode
     fired = threading.Event()
 
-    def decode(tokens, positions, seq_ids, want_logits):
-        if not fired.is_set() and len(tokens) == 8 and engine.scheduler.num_waiting == 8:
+    def decode(plan):
+        if not fired.is_set() and len(plan.tokens) == 8 and engine.scheduler.num_waiting == 8:
             fired.set()
             raise error
-        return real(tokens, positions, seq_ids, want_logits)
+        return real(plan)
 
     engine.runner.decode = decode
     return fired
@@ -77,11 +77,11 @@ def test_a_sequence_that_fails_twice_is_ended(engine):
     real = engine.runner.decode
     calls = {"n": 0}
 
-    def decode(tokens, positions, seq_ids, want_logits):
-        if len(tokens) == 1:       # the lone request's decode rows, every time
+    def decode(plan):
+        if len(plan.tokens) == 1:       # the lone request's decode rows, every time
             calls["n"] += 1
             raise DecodeError(1)
-        return real(tokens, positions, seq_ids, want_logits)
+        return real(plan)
 
     engine.runner.decode = decode
     final = list(engine.add_request([5, 6, 7] * 10, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)))[-1]

@@ -14,7 +14,8 @@ from engine_invariants import check_consistency
 
 from llmpack.runtime.engine.engine import EngineConfig, EngineDeadError, LLMEngine
 from llmpack.runtime.llm import collect
-from llmpack.runtime.engine.request import Request, RequestStream
+from llmpack.runtime.engine.request import RequestStream
+from llmpack.runtime.engine.sequence import Request
 from llmpack.runtime.engine.sampling_params import SamplingParams
 
 WORDS = "the of and to in is you that it he was for on are as with his they at be this have from".split()

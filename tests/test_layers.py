@@ -10,11 +10,15 @@
 - an import inside a function is there on purpose (it delays a heavy or platform-only import)
   and says so with a `# lazy: ...` comment; one that only hid a cycle is a defect.
 
-`if TYPE_CHECKING:` blocks are left out: they never run.
+Imports in `if TYPE_CHECKING:` blocks count like any other: they never run, but a module that
+names another's types depends on it, and a circle drawn with them is still a circle.
 """
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +30,8 @@ SOURCES = {"llmpack": "llmpack", "builder": "llmpack.builder", "runtime": "llmpa
 # Each unit -> the units it may import (besides itself). A module's unit is the longest prefix here.
 BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpack.signals", "llmpack.lru"}
 MODEL, HARDWARE, STRUCTURED = "llmpack.runtime.model", "llmpack.runtime.hardware", "llmpack.runtime.structured"
+SANDBOX = "llmpack.runtime.sandbox"     # child processes for a stranger's bytes: documents' and pictures' jobs
+MEDIA = "llmpack.runtime.media"        # strangers' sound, checked, and decoded in the sandbox's children
 ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "llmpack.runtime.llm",
                              "llmpack.runtime.server")
 S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("core", "documents", "http", "page",
@@ -33,7 +39,7 @@ S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("core"
 # The rooms that each speak one wire format over the core (issue 26 adds responses, anthropic, ollama).
 PROTOCOLS = {f"{SERVER}.{room}" for room in ("openai", "responses", "anthropic", "ollama")}
 SERVER_ROOMS = {S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE, *PROTOCOLS}
-RUNTIME = {MODEL, HARDWARE, STRUCTURED, ENGINE, CHAT, LLM, SERVER, *SERVER_ROOMS}
+RUNTIME = {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA, ENGINE, CHAT, LLM, SERVER, *SERVER_ROOMS}
 SCALE = "llmpack.runtime.scale"
 ALLOWED: dict[str, set[str]] = {
     "llmpack": {LLM, ENGINE},                     # the package exports LLM / SamplingParams, lazily
@@ -46,11 +52,13 @@ ALLOWED: dict[str, set[str]] = {
     MODEL: BASE,
     HARDWARE: BASE | {MODEL},
     STRUCTURED: BASE,
-    ENGINE: BASE | {MODEL, HARDWARE, STRUCTURED},
+    SANDBOX: BASE,
+    MEDIA: BASE | {HARDWARE, SANDBOX},
+    ENGINE: BASE | {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA},
     CHAT: BASE | {MODEL, ENGINE},
     LLM: BASE | {MODEL, ENGINE, CHAT, S_CORE},     # LLM.chat takes the server's generation core
-    S_DOCS: BASE,
-    S_CORE: BASE | {MODEL, ENGINE, CHAT, STRUCTURED, S_DOCS},
+    S_DOCS: BASE | {SANDBOX},
+    S_CORE: BASE | {MODEL, ENGINE, CHAT, STRUCTURED, MEDIA, S_DOCS},
     S_HTTP: BASE | {ENGINE, S_CORE},
     **{room: BASE | {ENGINE, STRUCTURED, S_CORE, S_HTTP} for room in PROTOCOLS},
     S_PAGE: BASE | {S_CORE, S_HTTP, S_DOCS},
@@ -59,7 +67,7 @@ ALLOWED: dict[str, set[str]] = {
     SCALE: BASE | RUNTIME,                        # Ray Serve replicas of the server's app (optional extra)
     "llmpack.webui": BASE,
     "llmpack.recipes": set(),
-    "llmpack.builder": BASE | RUNTIME | {"llmpack.webui", "llmpack.demo_models", "llmpack.cli"},
+    "llmpack.builder": BASE | RUNTIME | {"llmpack.webui", "llmpack.demo_models"},   # the flags: lifecycle/flags.py
     "llmpack.bench": BASE | RUNTIME | {SCALE, "llmpack.builder", "llmpack.demo_models"},
     "llmpack.cli": BASE | RUNTIME | {SCALE, "llmpack.builder", "llmpack.bench", "llmpack.demo_models"},
     "llmpack.__main__": {"llmpack.cli"},
@@ -92,14 +100,6 @@ class Import:
         return f"{MODULES[self.module].relative_to(ROOT)}:{self.line} imports {self.target}"
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skipped = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return skipped
-
-
 def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
@@ -112,17 +112,17 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     return [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
 
 
+def imports_in(module: str, source: str) -> list[Import]:
+    """Every import statement of `module`'s source, wherever it stands (functions, `if TYPE_CHECKING:`)."""
+    tree = ast.parse(source)
+    inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for n in ast.walk(f)}
+    return [Import(module, t, node.lineno, id(node) in inside) for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) for t in _targets(module, node)]
+
+
 def imports() -> list[Import]:
-    found = []
-    for module, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        skipped = _type_checking_nodes(tree)
-        inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                  for n in ast.walk(f)}
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skipped:
-                found += [Import(module, t, node.lineno, id(node) in inside) for t in _targets(module, node)]
-    return found
+    return [i for module, path in MODULES.items() for i in imports_in(module, path.read_text(encoding="utf-8"))]
 
 
 IMPORTS = imports()
@@ -133,6 +133,13 @@ def test_the_map_names_every_module():
     """A new top-level module or room must be placed in ALLOWED, not fall into a neighbour's unit."""
     for module in MODULES:
         assert any(module == u or module.startswith(u + ".") for u in ALLOWED), f"{module}: add it to ALLOWED"
+
+
+def test_the_map_is_one_way():
+    """No two units may import each other, even through others (the package's own __init__ aside: it
+    exports LLM lazily, and every unit may read its __version__). The builder once allowed the CLI back."""
+    units = {u: allowed - {u, "llmpack"} for u, allowed in ALLOWED.items() if u != "llmpack"}
+    assert find_cycle(units) is None, "ALLOWED allows a circle: " + " -> ".join(find_cycle(units) or [])
 
 
 def test_dependencies_point_one_way():
@@ -168,6 +175,14 @@ def test_find_cycle_finds_one():
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
 
+def test_type_checking_imports_are_edges():
+    """A circle drawn only with type imports is found too (engine/ once had a 12-file one)."""
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+              "    from llmpack.runtime.engine.engine import LLMEngine\n")
+    found = imports_in(f"{ENGINE}.sequence", source)
+    assert [(i.target, i.in_function) for i in found] == [("typing", False), (f"{ENGINE}.engine", False)]
+
+
 def test_no_import_cycles():
     edges: dict[str, set[str]] = {}
     for i in INTERNAL:
@@ -195,8 +210,12 @@ def test_imports_inside_functions_say_why():
                         "break a cycle by moving the shared piece down):\n" + "\n".join(silent))
 
 
-# What the server may import from the engine room: its client protocol and the data it carries.
-ENGINE_CONTRACT = {f"{ENGINE}.{m}" for m in ("client", "outputs", "request", "sampling_params", "config")}
+# What the server may import from the engine room: its client protocol, the data it carries, and the
+# image header checks it runs before any decoding and the sandboxed picture decoder it calls while a
+# request is read (pure Python in the server process, as light as the protocol), and the media data
+# types (engine/media.py: MultimodalPrompt, MediaSpan; numpy only).
+ENGINE_CONTRACT = {f"{ENGINE}.{m}" for m in ("client", "outputs", "request", "sampling_params", "config", "images",
+                                              "pictures", "media")}
 
 
 def test_the_server_reaches_the_engine_only_through_its_client():
@@ -212,6 +231,17 @@ def test_protocol_rooms_import_only_core_and_http():
     crossing = [i for i in INTERNAL if unit_of(i.target) in PROTOCOLS and unit_of(i.module) != unit_of(i.target)
                 and i.module != SERVER + ".app"]
     assert not crossing, "imports of a protocol room from outside the route table:\n" + "\n".join(map(repr, crossing))
+
+
+def test_the_engine_client_loads_no_llama_cpp():
+    """The seam is data types and a protocol (as vLLM's engine/protocol.py): a front-end that imports it
+    to speak to an engine, here or in another process, loads neither llama.cpp nor our bindings to it."""
+    heavy = ["llama_cpp", "llmpack.runtime.hardware.bindings", f"{ENGINE}.model_runner", f"{ENGINE}.engine"]
+    code = ("import json, sys; import llmpack.runtime.engine.client; "
+            f"print(json.dumps([m for m in {heavy!r} if any(k == m or k.startswith(m + '.') for k in sys.modules)]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [], "importing engine/client.py loaded " + proc.stdout
 
 
 @pytest.mark.parametrize("room", ["model", "hardware", "structured", "engine", "chat", "server",

@@ -9,10 +9,9 @@ from engine_invariants import check_consistency, run_checked
 
 from llmpack.runtime.engine.detokenizer import Detokenizer
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
-from llmpack.runtime.engine.request import Request
 from llmpack.runtime.engine.sampler import SequenceSampler
 from llmpack.runtime.engine.sampling_params import SamplingParams
-from llmpack.runtime.engine.sequence import Sequence
+from llmpack.runtime.engine.sequence import Request, Sequence
 from llmpack.runtime.engine.speculative import BUSY_ROWS, PROBE, NgramDrafter, SpecState
 
 REPLY = [f"w{i}" for i in range(40)]     # the scripted model's answer: 40 distinct pieces

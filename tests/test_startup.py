@@ -16,9 +16,10 @@ from ggufs import write_tiny_model
 
 HEAVY = ("numpy", "gguf", "llmpack.bench", "llmpack.runtime.server", "flask", "waitress", "llama_cpp", "ray")
 NOT_FOR_A_BUILD = ("llmpack.bench", "llmpack.runtime.server", "flask", "waitress", "llama_cpp")
-# The server room's package and its plain-dataclass config, which cli.py declares the flags from,
-# are not the server.
-ALLOWED = {"llmpack.runtime.server", "llmpack.runtime.server.config"}
+# The server room's package, its plain-dataclass config and the serving flags (lifecycle/flags.py,
+# argparse declarations that cli.py and a built program share) are not the server.
+ALLOWED = {"llmpack.runtime.server", "llmpack.runtime.server.config", "llmpack.runtime.server.lifecycle",
+           "llmpack.runtime.server.lifecycle.flags"}
 
 # Runs the CLI in-process with argv, then prints the modules it imported as JSON on the last line.
 # With --until-copy, splice.write_packed (the first byte written) stops the run instead.

@@ -11,6 +11,7 @@
 // Safety: model output goes through markdown.js (DOM nodes from an allowlist); every other piece
 // of untrusted text goes through textContent. Nothing assigns innerHTML.
 import { confirmFit, hasFiles, isReading, readyFiles, takeFiles, wireAttachments } from "./attach.js";
+import { showMicrophone } from "./audio.js";
 import { renderChatList, onChatListKeydown } from "./chatlist.js";
 import { closeSidebar, deleteChat, ensureChat, exportChat, importChatFile, loadChatList, newChat, onChatListClick,
   openChat, removeDeleted, reopenLast, syncSidebarToggle } from "./chats.js";
@@ -105,6 +106,8 @@ async function onReady(h) {
   state.displayName = (typeof h.display_name === "string" && h.display_name) || state.model || "Local model";
   state.nCtx = num(h.n_ctx) || 0;
   state.vision = h.vision === true;   // started with a vision projector: pictures can be attached
+  state.hears = h.hears === true;     // started with an audio projector: the microphone and sound files
+  showMicrophone();
   state.baseModel = h.base_model === true;
   state.newMode = state.baseModel ? "complete" : "chat";
   const d = h.defaults && typeof h.defaults === "object" ? h.defaults : {};   // the server's, never a copy

@@ -14,6 +14,7 @@
 // that match it (readparts.js shows which). Such a file costs the composer's meter only its
 // one-line stand-in; its saved message keeps the file_id (the index) and the text (an export).
 import { ApiError } from "./api.js";
+import { audioDoc, audioPart, clipIcon, isAudio, wireMicrophone } from "./audio.js";
 import { attachError } from "./errors.js";
 import { apiKey } from "./settings.js";
 import { state, ui } from "./state.js";
@@ -132,19 +133,23 @@ function updateChip(p) {
   const parts = [fmtSize(p.size)];
   if (p.status === "reading") parts.push("reading…");
   else if (p.doc && p.doc.kind === "image") parts.push(p.doc.note || "picture");
+  else if (p.doc && p.doc.audio_url) parts.push(p.doc.note);   // the clip's length, m:ss
   else if (p.doc) parts.push(words(p.doc.words));
   if (p.doc && p.doc.searched) parts.push("read in parts");
   p.meta.textContent = parts.join(" · ");
   if (p.doc && p.doc.data_url && p.icon) p.icon.replaceWith(p.icon = thumbnail(p.doc));
+  if (p.doc && p.doc.audio_url && p.icon) p.icon.replaceWith(p.icon = clipIcon(el));
   p.chip.title = p.doc ? p.name + ": " + words(p.doc.words) + ", " + tokens(p.doc.tokens) + " for the model" : p.name;
   p.chip.classList.toggle("reading", p.status === "reading");
 }
 
-/** A file that was not attached: what happened and what to do; `detail` goes in a Details fold. */
-function addProblem(text, detail) {
+/** A file that was not attached: what happened and what to do; `detail` goes in a Details fold.
+ * `testid` names other notes shown in the same place (a file the index forgot). */
+function addProblem(text, detail, testid = "attach-problem") {
   const box = el("div", "attach-problem");
-  box.setAttribute("role", "alert");
-  box.setAttribute("data-testid", "attach-problem");
+  box.setAttribute("role", testid === "attach-problem" ? "alert" : "status");
+  box.setAttribute("data-testid", testid);
+  box.classList.toggle("note", testid !== "attach-problem");
   const line = el("p", "attach-problem-text", text);
   if (detail) {
     const more = el("details", "notice-detail");
@@ -185,11 +190,19 @@ function refusal(file) {
     return file.name + " is " + fmtSize(file.size) + "; files can be at most 32 MB. Attach a shorter part of it.";
   }
   if (isPicture(file)) {
+    if (!state.vision && state.hears) {
+      return file.name + " is a picture; this model hears but cannot see (its projector has no vision encoder). "
+        + "Attach a sound file, a PDF, a Word file (.docx) or a text file.";
+    }
     if (!state.vision) {
       return file.name + " is a picture; this model reads only text (it was started without a vision projector). "
         + "Attach a PDF, a Word file (.docx) or a text file.";
     }
     if (!TAKEN.test(file.type)) return file.name + " is a kind of picture this model cannot read; send a PNG, JPEG, WebP or GIF.";
+  }
+  if (isAudio(file) && !state.hears) {
+    return file.name + " is a sound file; this model cannot hear (it was started without an audio projector). "
+      + "Attach a PDF, a Word file (.docx) or a text file.";
   }
   return "";
 }
@@ -250,10 +263,11 @@ export async function addFiles(files) {
     pending.push(p);
     render();
     try {
-      p.doc = isPicture(file) ? await pictureDoc(file) : await extract(file);
+      p.doc = isPicture(file) ? await pictureDoc(file) : isAudio(file) ? await audioDoc(file, p.name) : await extract(file);
       p.doc.words = wordCount(p.doc.text);
       p.status = "ready";
       updateChip(p);
+      if (p.doc.forgot && p.doc.forgot.length) addProblem(forgotWords(p.doc), undefined, "index-forgot");
     } catch (err) {
       const plain = attachError(p.name, err);
       addProblem(plain.text, plain.detail);
@@ -262,6 +276,15 @@ export async function addFiles(files) {
     }
     render();
   }
+}
+
+/** The index of long files on this computer is bounded: what it forgot to make room for `doc`. */
+function forgotWords(doc) {
+  const names = doc.forgot.map((n) => "“" + n + "”");
+  const list = names.length === 1 ? names[0] : names.slice(0, -1).join(", ") + " and " + names[names.length - 1];
+  return "To make room for " + doc.name + ", this computer forgot its copy of " + list +
+    " (the long files used longest ago): it keeps at most " + fmtSize(doc.index_cap) + " of long files' text. " +
+    "Chats that used " + (names.length === 1 ? "it" : "them") + " still have the text and send it again when you go on.";
 }
 
 async function extract(file) {
@@ -358,8 +381,9 @@ export function confirmFit() {
 export function restoreFiles(files) {
   for (const a of files || []) {
     const doc = { name: a.name, kind: a.kind, size: a.size, tokens: a.tokens, text: a.text, note: a.note,
-      unit: "part", segments: a.data_url ? [] : [{ chars: a.text.length, tokens: a.tokens }], budget: budget(),
-      words: wordCount(a.text), file_id: a.file_id, searched: !!a.file_id, data_url: a.data_url };
+      unit: "part", segments: a.data_url || a.audio_url ? [] : [{ chars: a.text.length, tokens: a.tokens }],
+      budget: budget(), words: wordCount(a.text), file_id: a.file_id, searched: !!a.file_id, data_url: a.data_url,
+      audio_url: a.audio_url };
     const p = { id: nextId++, name: a.name, size: a.size || 0, status: "ready", doc };
     chipFor(p);
     pending.push(p);
@@ -374,6 +398,7 @@ export function takeFiles() {
     const a = { name: d.name, kind: d.kind, size: d.size, tokens: d.tokens, text: d.text };
     if (d.note) a.note = d.note;
     if (d.data_url) a.data_url = d.data_url;
+    if (d.audio_url) a.audio_url = d.audio_url;
     if (d.searched && d.file_id) {
       a.file_id = d.file_id;
       a.note = "read in parts";
@@ -398,6 +423,7 @@ export function requestContent(m) {
   if (!m.attachments || !m.attachments.length) return m.content;
   const parts = m.attachments.map((a) => {
     if (a.data_url) return { type: "image_url", image_url: { url: a.data_url } };   // a picture (vision models)
+    if (a.audio_url) return audioPart(a);                                            // a clip (models that hear)
     const data = "data:text/plain;base64," + base64Utf8(a.text);
     if (a.file_id) {   // searched: the index has its pages; the text is there in case it does not any more
       return { type: "file", file: { filename: a.name, file_id: a.file_id, file_data: data, read: "auto" } };
@@ -414,11 +440,13 @@ export function sentChips(m) {
   for (const a of m.attachments || []) {
     const chip = el("span", "chip sent");
     chip.setAttribute("data-testid", "sent-attachment");
-    chip.appendChild(a.data_url ? thumbnail(a) : el("span", "chip-icon", a.name.split(".").pop().slice(0, 4).toUpperCase()));
+    chip.appendChild(a.data_url ? thumbnail(a) : a.audio_url ? clipIcon(el)
+      : el("span", "chip-icon", a.name.split(".").pop().slice(0, 4).toUpperCase()));
     const label = el("span", "chip-text");
     label.appendChild(el("span", "chip-name", a.name));
     const n = wordCount(a.text);
-    const meta = [a.size ? fmtSize(a.size) : "", a.text ? words(n) : a.data_url ? "picture" : "", a.note || ""];
+    const meta = [a.size ? fmtSize(a.size) : "", a.text ? words(n) : a.data_url ? "picture" : a.audio_url ? "sound" : "",
+      a.note || ""];
     label.appendChild(el("span", "chip-meta", meta.filter(Boolean).join(" · ")));
     chip.appendChild(label);
     chip.title = a.name + (a.tokens ? ": " + words(n) + ", " + tokens(a.tokens) + " for the model" : "");
@@ -441,6 +469,7 @@ function thumbnail(a) {
 export function wireAttachments(changed) {
   onChange = changed;
   ui.attach.addEventListener("click", () => ui.attachFile.click());
+  wireMicrophone((file) => addFiles([file]), (text, detail) => { addProblem(text, detail); render(); });
   ui.prompt.addEventListener("paste", (ev) => {   // a screenshot pasted into the message box
     const files = [...((ev.clipboardData && ev.clipboardData.files) || [])];
     if (!files.length || ui.app.classList.contains("completion-mode")) return;

@@ -16,7 +16,8 @@ function noteHidden() {
 /** Fill the top bar from /health's answer (`h`); state.model etc. are set already. */
 export function showModelInfo(h) {
   ui.modelName.textContent = state.displayName;
-  ui.modelName.title = state.model && state.model !== state.displayName ? state.model : "";
+  // the whole name on hover, where a narrow screen ends it with an ellipsis (and the id other programs use)
+  ui.modelName.title = state.displayName + (state.model && state.model !== state.displayName ? " (" + state.model + ")" : "");
   const memory = memoryText(state.nCtx);
   ui.ctxSize.textContent = memory.text;
   ui.ctxSize.title = memory.title;

@@ -2,6 +2,7 @@
 // mode, one document where the model's continuations follow the user's text.
 import { sentChips } from "./attach.js";
 import { showRead } from "./readparts.js";
+import { showSources } from "./sources.js";
 import { foldAll, foldIfLong } from "./fold.js";
 import { renderMarkdown } from "./markdown.js";
 import { INTERRUPTED } from "./save.js";
@@ -213,6 +214,7 @@ export function fillMessage(node, m) {
     showThinking(node, content, m);
     content.replaceChildren(m.content ? renderMarkdown(m.content) : waiting && !m.thinking ? typingDots() : "");
     showRead(node, m);
+    showSources(node, m);
   } else {
     content.textContent = m.content;
     const files = node.querySelector(".message-files");

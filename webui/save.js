@@ -41,6 +41,7 @@ function body(chat) {
       else if (m.stats) item.stats = m.stats;
       if (m.attachments && m.attachments.length) item.attachments = m.attachments;
       if (m.thinking) item.thinking = m.thinking;   // a reasoning model's thinking, shown folded
+      if (m.sources) item.sources = m.sources;   // the places of the files that support a reply (sources.js)
       return item;
     }),
   };

@@ -11,6 +11,7 @@ import { readFromResponse, readText } from "./readparts.js";
 import { addNotice, fillMessage, isNearBottom, markCut, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
   updateStatusbar } from "./render.js";
 import { saveChat, saveNowAndThen } from "./save.js";
+import { cleanSources } from "./sources.js";
 import { apiKey, effective, openSettings, SAMPLING_KEYS } from "./settings.js";
 import { state, ui } from "./state.js";
 import { addMessage, removeMessage } from "./tree.js";
@@ -181,6 +182,8 @@ function handleEvent(gen, block) {
       gen.msg.content += piece;
       scheduleRender(gen);
     }
+    const sources = cleanSources((ch.delta || ch.message || {}).sources);   // the server's, with the end of the reply
+    if (sources) gen.msg.sources = sources;
     if (ch.finish_reason) gen.finish = ch.finish_reason;
   }
   return undefined;

@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 
 from llmpack.builder import llama_source
+from llmpack.builder.build_progress import describe
 from llmpack.builder.vulkan_headers import PINS as VULKAN_HEADER_PINS
 from llmpack.builder.vulkan_headers import HeadersError, ensure_headers
 from llmpack.builder.windows.pins import LLAMA_CPP, WindowsBuildError, fetch_sdist
@@ -137,8 +138,11 @@ def build_dlls(root: Path, *, quiet: bool = False, log=print) -> Path:
                      f"-DSPIRV-Headers_DIR={headers / 'share/cmake/SPIRV-Headers'}",
                      f"-DVulkan_GLSLC_EXECUTABLE={shutil.which('glslc')}",
                      f"-DOpenMP_gomp_LIBRARY={_static_libgomp()}"]
-        _run(configure, work / "configure.log", "configuring llama.cpp for Windows")
-        _ninja(build, work / "build.log", quiet=quiet)
+        # ccache (ggml's CMake uses it when found) sees paths under `work` as relative ones, so a
+        # rebuild in another work folder (a new patch) compiles only what changed
+        env = {**os.environ, "CCACHE_BASEDIR": str(work), "CCACHE_NOHASHDIR": "1"}
+        _run(configure, work / "configure.log", "configuring llama.cpp for Windows", env)
+        _ninja(build, work / "build.log", env, quiet=quiet)
         dlls = sorted((build / "bin").glob("*.dll"))
         _check(dlls)
         seconds = round(time.monotonic() - started)
@@ -185,21 +189,21 @@ def _check(dlls: list[Path]) -> None:
                                     "(a static link flag is missing)")
 
 
-def _run(cmd: list[str], log_path: Path, what: str) -> None:
+def _run(cmd: list[str], log_path: Path, what: str, env: dict[str, str]) -> None:
     with open(log_path, "wb") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env).returncode
     if rc != 0:
         tail = log_path.read_text("utf-8", "replace").splitlines()[-25:]
         raise WindowsBuildError(f"{what} failed (exit {rc}):\n" + "\n".join(tail))
 
 
-def _ninja(build: Path, log_path: Path, *, quiet: bool) -> None:
-    """cmake --build with a bar fed by ninja's [done/total] lines."""
+def _ninja(build: Path, log_path: Path, env: dict[str, str], *, quiet: bool) -> None:
+    """cmake --build with a bar fed by ninja's [done/total] lines, noting the part each step builds."""
     step = re.compile(rb"^\[(\d+)/(\d+)\]")
     bar = Bar("compiling llama.cpp for Windows (once; about 10 min on 2 cores)", total=1.0, unit="",
               enabled=not quiet)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2)],
+        proc = subprocess.Popen(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             for line in proc.stdout:
@@ -207,6 +211,9 @@ def _ninja(build: Path, log_path: Path, *, quiet: bool) -> None:
                 m = step.match(line)
                 if m:
                     bar.set_fraction(int(m.group(1)) / max(1, int(m.group(2))))
+                    what = describe(line[m.end():].decode("utf-8", "replace").strip())
+                    if what:
+                        bar.set_note(what)
             proc.wait()
         except BaseException:
             proc.kill()

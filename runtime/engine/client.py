@@ -4,28 +4,37 @@ The server depends on this protocol and on nothing else of the engine, as vLLM's
 depends on its `EngineClient`: `LLMEngine` implements it in-process, tests/fake_engine.py
 implements it with no model (the protocol tests), and a remote engine (a Ray Serve replica)
 can implement it over a connection. Every method may be called from any thread.
+
+Like vLLM's engine/protocol.py it holds the protocol and the data types and errors it carries,
+nothing that runs a model: importing it loads no llama.cpp (tests/test_layers.py checks), so a
+front-end that only speaks to an engine stays light.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, runtime_checkable
 
-from llmpack.runtime.engine.embeddings import EmbeddingError
-from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, check_image, sniff
+from llmpack.errors import LlmpackError
+from llmpack.runtime.engine.images import ImageError
 from llmpack.runtime.engine.outputs import RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
-from llmpack.runtime.engine.vision import MultimodalPrompt
 from llmpack.runtime.structured.grammar import GrammarError
 
 # The errors a client of the engine handles, importable from here with the protocol.
-__all__ = ["EngineClient", "OutputStream", "EmbeddingError", "EngineDeadError", "GrammarError",
-           "InvalidParameterError", "PromptTooLongError", "QueueFullError",
-           "ImageError", "MAX_IMAGE_BYTES", "MultimodalPrompt", "check_image", "sniff"]   # images (runtime/engine/images.py)
+__all__ = ["EngineClient", "OutputStream", "EmbeddingError", "EngineDeadError", "GrammarError", "ImageError",
+           "InvalidParameterError", "PromptTooLongError", "QueueFullError"]
 
 if TYPE_CHECKING:
     import numpy as np
 
     from llmpack.runtime.engine.outputs import EngineStats
+    from llmpack.runtime.engine.media import MultimodalPrompt   # built by the engine (media_prompt), only passed back
+    from llmpack.runtime.engine.pictures import Picture
+
+
+class EmbeddingError(LlmpackError):
+    """An input cannot be embedded (too long) or the model cannot embed (HTTP 400). Defined here, not in
+    embeddings.py, so that a client catches it without loading llama.cpp."""
 
 
 class OutputStream(Protocol):
@@ -52,12 +61,19 @@ class EngineClient(Protocol):
         """Why the engine stopped, once it has (every request then fails); None while it serves."""
 
     @property
-    def vision(self) -> bool:
-        """Whether the model sees images (it was started with a vision projector, --mmproj)."""
+    def media_kinds(self) -> frozenset[str]:
+        """What the model reads besides text: "image" (it sees), "audio" (it hears); the projector it
+        was started with (--mmproj) says which. Empty for a text-only model."""
 
-    def image_prompt(self, parts: Sequence[str | tuple[bytes, str]]) -> MultimodalPrompt:
-        """A rendered prompt given as text pieces and (image bytes, media type) in order, as a prompt
-        for add_request. Raises ImageError for an image that cannot be used (or a text-only model)."""
+    @property
+    def audio_sample_rate(self) -> int:
+        """The rate of the PCM `media_prompt` takes for sound (16000 for Whisper encoders); 0 if it cannot hear."""
+
+    def media_prompt(self, parts: "Sequence[str | tuple[str, bool] | Picture | tuple[bytes, str] | np.ndarray]") -> MultimodalPrompt:
+        """A rendered prompt given as text pieces, pictures (a decoded Picture, or (bytes, media type),
+        decoded in the sandbox) and sound (mono float32 PCM at audio_sample_rate, decoded in the sandbox)
+        in order, as a prompt for add_request. Raises ImageError or AudioError for a picture or clip
+        that cannot be used (or a model that cannot see or hear)."""
 
     def add_request(self, prompt: str | list[int] | MultimodalPrompt, params: SamplingParams | None = None,
                     request_id: str | None = None, prompt_progress: bool = False,

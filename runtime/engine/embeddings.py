@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from llmpack.errors import LlmpackError
+from llmpack.runtime.engine.client import EmbeddingError
 from llmpack.runtime.engine.model_runner import model_meta
 from llmpack.runtime.hardware.bindings import lc
 
@@ -26,10 +26,6 @@ MAX_SEQS = 16         # inputs decoded together
 CHUNK = 64            # tokens per llama_decode when we pool (see _open)
 POOLING_NAMES = {lc.LLAMA_POOLING_TYPE_MEAN: "mean", lc.LLAMA_POOLING_TYPE_CLS: "cls",
                  lc.LLAMA_POOLING_TYPE_LAST: "last"}
-
-
-class EmbeddingError(LlmpackError):
-    """An input cannot be embedded (too long) or the model cannot embed (HTTP 400)."""
 
 
 class Embedder:

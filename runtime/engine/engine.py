@@ -1,7 +1,7 @@
 """The engine, in nano-vllm's / vLLM v1's shape: `step()` = schedule, run, process.
 
 - the Scheduler decides admissions, preemptions and finishes (stops included);
-- the ModelRunner builds the step's batch and runs llama_decode;
+- plan_batch lays the scheduled chunks out as one BatchPlan, and the ModelRunner runs llama_decode on it;
 - the OutputProcessor samples, detokenizes and emits each request's deltas.
 
 `LLMEngine` runs `step()` on its own thread (or, with background=False, leaves calling it to
@@ -27,20 +27,21 @@ from typing import Callable
 
 import numpy as np
 
+from llmpack.runtime.engine.batch_planner import plan_batch
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.detokenizer import Detokenizer
 from llmpack.runtime.engine.embeddings import Embedder
 from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner
-from llmpack.runtime.engine.multimodal import MultimodalPrompt, VisionClient, check_images_fit, load_multimodal
+from llmpack.runtime.engine.multimodal import MultimodalPrompt, check_media_fit, load_multimodal, media_prompt
 from llmpack.runtime.engine.output_processor import OutputProcessor
 from llmpack.runtime.engine.parsed_grammars import ParsedGrammars
 from llmpack.runtime.engine.outputs import EngineStats, RequestOutput
-from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, Request, RequestStream
+from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError, RequestStream
 from llmpack.runtime.engine.sampler import SequenceSampler
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.engine.scheduler import Scheduler, SchedulerOutput
-from llmpack.runtime.engine.sequence import Sequence
+from llmpack.runtime.engine.sequence import Request, Sequence
 from llmpack.runtime.engine.speculative import NgramDrafter
 from llmpack.runtime.engine.step_trace import StepTrace
 from llmpack.runtime.hardware.placement import backend_report, plan_offload
@@ -53,7 +54,7 @@ __all__ = ["EngineConfig", "EngineStats", "LLMEngine", "EngineDeadError", "Promp
 TRANSIENT_DECODE_STATUS = (1, 2)   # llama_decode: 1 = no KV cells for the batch, 2 = aborted
 
 
-class LLMEngine(VisionClient):
+class LLMEngine:
     def __init__(self, config: EngineConfig, progress: Callable[[float], bool | None] | None = None,
                  info: ModelInfo | None = None, background: bool = True) -> None:
         """`info`: the model's header, when the caller has read it (`--gpu-layers auto` needs it).
@@ -73,7 +74,7 @@ class LLMEngine(VisionClient):
         self.bm = BlockManager(num_blocks, config.block_size, self.runner.n_seq_max, self.runner,
                                config.enable_prefix_cache)
         self._wakeup = threading.Event()
-        self.mm = load_multimodal(config, self.runner, self._wakeup.set)   # images (multimodal.py), or None
+        self.mm = load_multimodal(config, self.runner, self._wakeup.set)   # the projector's side, or None
         self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.n_batch, self.runner.n_ubatch,
                                    self.runner.is_eog, self.max_model_len, self.mm)
         self.drafter = NgramDrafter(config.speculative, max(0, self.runner.n_outputs_max - config.max_num_seqs))
@@ -135,6 +136,18 @@ class LLMEngine(VisionClient):
         k = len(with_special) - len(plain)
         return list(with_special[:k]) if k > 0 and with_special[k:] == plain else []
 
+    # ---- pictures and sound: the projector is a member (self.mm, multimodal.py) ---------------
+    @property
+    def media_kinds(self) -> frozenset[str]:
+        return self.mm.projector.kinds if self.mm is not None else frozenset()
+
+    @property
+    def audio_sample_rate(self) -> int:
+        return self.mm.projector.sample_rate if self.mm is not None else 0
+
+    def media_prompt(self, parts: list) -> MultimodalPrompt:
+        return media_prompt(self.mm, parts, self.bos_prefix)
+
     def check_grammar(self, gbnf: str) -> None:
         """Have llama.cpp parse a GBNF grammar now (raises GrammarError when it refuses it). The
         parse is kept for the add_request that follows with that grammar: one parse per request."""
@@ -147,12 +160,11 @@ class LLMEngine(VisionClient):
         after each step that advanced the prompt's prefill without finishing it (a long prompt
         is read over several steps). `cache_salt`: requests with different salts never share
         prefix-cache blocks (one user's cached prompt cannot be probed by another's timing)."""
-        params = params or SamplingParams()
-        params.validate()
+        params = params or SamplingParams()   # checked when it was made (sampling_params.py): trusted here
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise InvalidParameterError("cache_salt", "must be a string")
-        mm = prompt if isinstance(prompt, MultimodalPrompt) else None   # a prompt with images
-        ids = check_images_fit(mm, self.runner.n_ubatch) if mm is not None else \
+        mm = prompt if isinstance(prompt, MultimodalPrompt) else None   # a prompt with pictures or sound
+        ids = check_media_fit(mm, self.runner.n_ubatch) if mm is not None else \
             self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise InvalidParameterError("prompt", "is empty")
@@ -249,13 +261,13 @@ class LLMEngine(VisionClient):
             starts = self.mm.decode_images(out.chunks) if self.mm is not None else None
         except Exception as exc:  # noqa: BLE001
             return self._step_failed(out, exc)
-        plan = self.runner.build(out.chunks, starts)
+        plan = plan_batch(out.chunks, starts)
         trace.lap("build")
         self.output.flush()               # the last step's outputs: their threads wake during the decode
         trace.lap("emit")
         try:
             if plan.tokens:
-                self.runner.decode(plan.tokens, plan.positions, plan.seq_ids, plan.want_logits)
+                self.runner.decode(plan)
         except Exception as exc:  # noqa: BLE001 - a failed step fails its own sequences, not the engine
             if starts is not None:   # this step's image rows are in llama.cpp: take them out again
                 self.mm.undo_images(out.chunks, starts)

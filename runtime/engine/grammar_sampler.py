@@ -35,7 +35,7 @@ import ctypes
 import json
 import re
 import threading
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,8 +43,15 @@ from llmpack.runtime.engine.token_data import TAIL, TOKEN_DATA
 from llmpack.runtime.hardware.bindings import lc
 from llmpack.runtime.structured.grammar import GrammarError, min_length
 
-if TYPE_CHECKING:
-    from llmpack.runtime.engine.sampler import SequenceSampler
+
+class FreeSampler(Protocol):
+    """What a constraint needs of its sequence's sampler (sampler.SequenceSampler, which owns the
+    constraint): its parameters, its llama.cpp chain (None when greedy) and an unconstrained draw."""
+
+    params: Any
+    chain: Any
+
+    def sample_free(self, row: np.ndarray) -> int: ...
 
 _SLICES = (64, 4096, 32768)
 _TOKEN_REF = re.compile(r"<\[(\d+)\]>")
@@ -215,7 +222,7 @@ class GrammarConstraint:
             lc.llama_sampler_accept(self.smpl, token)
 
     # ---- choosing -------------------------------------------------------------------------
-    def sample(self, sampler: "SequenceSampler", row: np.ndarray, remaining: int | None) -> int:
+    def sample(self, sampler: FreeSampler, row: np.ndarray, remaining: int | None) -> int:
         token = sampler.sample_free(row)
         self.checked += 1
         if not self.allows(token):
@@ -262,7 +269,7 @@ class GrammarConstraint:
             start = end
             yield ids[~self.banned[ids]]
 
-    def _constrained(self, sampler: "SequenceSampler", row: np.ndarray) -> int:
+    def _constrained(self, sampler: FreeSampler, row: np.ndarray) -> int:
         if sampler.chain is None:
             return self._best_allowed(row)
         p = sampler.params

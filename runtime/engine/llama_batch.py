@@ -43,10 +43,10 @@ class LlamaBatch:
             seq_id=self._seq_ptrs,
             logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)))
 
-    def fill(self, tokens, positions, seq_ids, want_logits) -> None:
-        n = len(tokens)
-        self.token[:n] = tokens
-        self.pos[:n] = positions
-        self.seq[:n] = seq_ids
-        self.logits[:n] = want_logits
+    def fill(self, plan: BatchPlan) -> None:
+        n = len(plan.tokens)
+        self.token[:n] = plan.tokens
+        self.pos[:n] = plan.positions
+        self.seq[:n] = plan.seq_ids
+        self.logits[:n] = plan.want_logits
         self.struct.n_tokens = n

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -34,9 +34,6 @@ from llmpack.runtime.engine.llama_batch import BatchPlan, LlamaBatch
 from llmpack.runtime.hardware.backends import load_backends
 from llmpack.runtime.hardware.bindings import bindings, lc   # bindings: the package's own libllama handle
 from llmpack.runtime.hardware.rpc import any_registered
-
-if TYPE_CHECKING:
-    from llmpack.runtime.engine.scheduler import ScheduledChunk
 
 _backend_ready = False
 # llama_flash_attn_type. Neither setting makes the CPU kernels batch-invariant (a sequence's
@@ -267,40 +264,16 @@ class ModelRunner:
         return model_meta(self.model, key)
 
     # ---- decoding -----------------------------------------------------------------------
-    def build(self, chunks: "list[ScheduledChunk]", text_starts: list[int] | None = None) -> BatchPlan:
-        """The rows of one llama_decode for the scheduled chunks: each chunk's tokens at their
-        positions in its sequence's llama.cpp id, then its draft tokens; logits are asked for the
-        chunk's last token and every draft token of a chunk that samples. `text_starts`: where
-        each chunk's text begins, when image rows before it were decoded already (multimodal.py)."""
-        plan = BatchPlan([], [], [], [], [])
-        for i, c in enumerate(chunks):
-            t0 = c.start if text_starts is None else text_starts[i]
-            seq, n, d = c.seq, c.start + c.num_tokens - t0, len(c.draft)
-            plan.tokens += seq.token_ids[t0:t0 + n]
-            if d:
-                plan.tokens += c.draft
-            p0 = seq.position(t0)          # t0 itself, but for text after an M-RoPE image
-            plan.positions += range(p0, p0 + n + d)
-            plan.seq_ids += [seq.llama_seq] * (n + d)
-            if c.samples:
-                plan.want_logits += [False] * (n - 1) + [True] * (d + 1)
-                plan.out_row.append(plan.n_outputs)
-                plan.n_outputs += d + 1
-            else:
-                plan.want_logits += [False] * n
-                plan.out_row.append(-1)
-        return plan
-
-    def decode(self, tokens: list[int], positions: list[int], seq_ids: list[int], want_logits: list[bool]) -> None:
-        """Run one llama_decode over a batch of (token, position, sequence) rows.
+    def decode(self, plan: BatchPlan) -> None:
+        """Run one llama_decode over the plan's (token, position, sequence) rows.
 
         Only rows with want_logits produce output; read them with logits(n_outputs).
         """
-        n = len(tokens)
+        n = len(plan.tokens)
         if not 0 < n <= self.n_batch:
             raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, got {n}")
         b = self._batch
-        b.fill(tokens, positions, seq_ids, want_logits)
+        b.fill(plan)
         rc = lc.llama_decode(self.ctx, b.struct)
         if rc != 0:
             raise DecodeError(rc)

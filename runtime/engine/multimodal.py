@@ -1,9 +1,10 @@
-"""Images inside the engine: encoding them off the engine thread, scheduling their rows, and
-decoding them into the same paged KV cache as text.
+"""Pictures and sound inside the engine: encoding them off the engine thread, scheduling their
+rows, and decoding them into the same paged KV cache as text.
 
-How an image travels (vLLM's design, on llama.cpp):
+How an image travels (vLLM's design, on llama.cpp; a clip of sound travels the same way, as one
+causal span of rows per 30-second window, decoded over as many steps as its rows need):
 - The request thread tokenizes the prompt with the projector (vision.Projector.prompt): the
-  image becomes `n_tokens` placeholder ids (IMAGE_TOKEN) in token_ids, and an ImageSpan.
+  image becomes `n_tokens` placeholder ids (MEDIA_TOKEN) in token_ids, and a media.MediaSpan.
 - The engine thread, when it first sees the request, looks the prompt up in the prefix cache
   (no side effects) and hands every image the cache does not cover to the encoder thread here,
   which runs the vision tower while other streams keep decoding. An image already encoded (the
@@ -22,7 +23,7 @@ How an image travels (vLLM's design, on llama.cpp):
   rest sees exactly what it saw the first time.
 - Positions are token indices, except with M-RoPE (the Qwen2-VL family, as llama.cpp's
   mtmd_helper_eval_chunks places them): an image's rows get 4 positions each, a grid at one
-  temporal position (ImageSpan.mrope_positions), and advance the sequence's position by the
+  temporal position (MediaSpan.mrope_positions), and advance the sequence's position by the
   image's n_pos (max(nx, ny)), not its n_tokens; text after it continues from there.
   Sequence.position maps a token index to its position, and every KV range the block manager
   and the runner hand llama.cpp goes through it (docs/ARCHITECTURE.md, "Images and positions in
@@ -42,18 +43,18 @@ import numpy as np
 
 from llmpack.lru import LruCache
 from llmpack.runtime.engine.images import ImageError
+from llmpack.runtime.engine.media import MEDIA_TOKEN, MediaSpan, MultimodalPrompt
 from llmpack.runtime.engine.model_runner import DecodeError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError
-from llmpack.runtime.engine.vision import IMAGE_TOKEN, ImageSpan, MultimodalPrompt, Projector, ProjectorLoadError
+from llmpack.runtime.engine.vision import Projector, ProjectorLoadError
+from llmpack.runtime.media.audio import AudioError
 from llmpack.runtime.hardware.bindings import lc
 
 if TYPE_CHECKING:
     from llmpack.runtime.engine.block_manager import BlockManager
     from llmpack.runtime.engine.config import EngineConfig
     from llmpack.runtime.engine.model_runner import ModelRunner
-    from llmpack.runtime.engine.request import Request
-    from llmpack.runtime.engine.scheduler import ScheduledChunk
-    from llmpack.runtime.engine.sequence import Sequence
+    from llmpack.runtime.engine.sequence import Request, ScheduledChunk, Sequence
 
 EMBD_CACHE_BYTES = 256 * 2**20     # encoded images kept for a later turn or a recompute
 # text models whose M-RoPE image rows this engine places (llama.cpp's arch for Qwen2-VL and
@@ -67,7 +68,7 @@ def embedding_cache(max_bytes: int = EMBD_CACHE_BYTES) -> LruCache[bytes, np.nda
 
 
 class Multimodal:
-    """The engine's image side: one projector, one encoder thread, and the hooks the engine,
+    """The engine's media side: one projector, one encoder thread, and the hooks the engine,
     scheduler and block manager call. Everything but the encoder thread's loop runs on the
     engine thread."""
 
@@ -76,11 +77,11 @@ class Multimodal:
         self.runner = runner
         self._wakeup = wakeup
         self.cache = embedding_cache()
-        self._jobs: queue.SimpleQueue[tuple[ImageSpan, Request] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[MediaSpan, Request] | None] = queue.SimpleQueue()
         self.failures: queue.SimpleQueue[tuple[Request, str]] = queue.SimpleQueue()   # the engine drains it
         self.encode_seconds = 0.0          # time the encoder spent (benchmarks)
         self._batch = None                 # llama_batch of embedding rows, made on first use
-        self._thread = threading.Thread(target=self._encoder, name="llmpack-image-encoder", daemon=True)
+        self._thread = threading.Thread(target=self._encoder, name="llmpack-media-encoder", daemon=True)
         self._thread.start()
 
     # ---- encoder thread -----------------------------------------------------------------
@@ -102,10 +103,10 @@ class Multimodal:
                 span.embd = rows
             except Exception as exc:  # noqa: BLE001 - one bad image fails its request, not the engine
                 traceback.print_exc()
-                self.failures.put((req, f"the image could not be encoded: {exc}"))
+                self.failures.put((req, f"the {span.kind} could not be encoded: {exc}"))
             self._wakeup()
 
-    def request_encode(self, span: ImageSpan, req: "Request") -> None:
+    def request_encode(self, span: MediaSpan, req: "Request") -> None:
         if span.embd is not None or span.queued:
             return
         rows = self.cache.get(span.digest)
@@ -122,9 +123,9 @@ class Multimodal:
         if mm is None:
             return
         cached_tokens = len(bm.match_prefix(seq)) * bm.block_size
-        for img in mm.images:
-            if img.end > cached_tokens:
-                self.request_encode(img, seq.request)
+        for span in mm.spans:
+            if span.end > cached_tokens:
+                self.request_encode(span, seq.request)
 
     def failed(self) -> list[tuple["Request", str]]:
         """Requests whose image the encoder could not encode since the last call, and why."""
@@ -141,19 +142,19 @@ class Multimodal:
         mm = seq.request.mm
         if mm is None or start >= len(mm.token_ids):
             return n
-        img = mm.image_at(start)
-        if img is not None:                  # the chunk begins with image rows
-            if img.embd is None:
-                self.request_encode(img, seq.request)     # after a preemption, or a trimmed cache hit
+        span = mm.span_at(start)
+        if span is not None:                 # the chunk begins with a span's rows
+            if span.embd is None:
+                self.request_encode(span, seq.request)     # after a preemption, or a trimmed cache hit
                 return 0
-            if (img.non_causal or img.grid is not None) and n < img.end - start:
+            if span.whole and n < span.end - start:
                 return 0                     # the rest of it in one decode, in a step with room for it
-            first_text = min(img.end, start + n)
+            first_text = min(span.end, start + n)
         else:
             first_text = start
-        nxt = next((i.start for i in mm.images if i.start >= first_text), None)
+        nxt = next((i.start for i in mm.spans if i.start >= first_text), None)
         if nxt is not None and nxt < start + n:
-            n = nxt - start                  # stop before the next image: it starts a chunk of its own
+            n = nxt - start                  # stop before the next span: it starts a chunk of its own
         return n
 
     # ---- engine thread: one step --------------------------------------------------------
@@ -163,20 +164,30 @@ class Multimodal:
         text_starts: list[int] = []
         for c in chunks:
             mm = c.seq.request.mm
-            img = mm.image_at(c.start) if mm is not None else None
-            if img is None:
+            span = mm.span_at(c.start) if mm is not None else None
+            if span is None:
                 text_starts.append(c.start)
                 continue
-            end = min(img.end, c.start + c.num_tokens)
-            rows = img.embd[c.start - img.start:end - img.start]
-            pos = c.start if img.grid is None else img.mrope_positions(c.seq.position(img.start))
+            end = min(span.end, c.start + c.num_tokens)
+            rows = span.embd[c.start - span.start:end - span.start]
+            pos = self._positions(span, c.seq.position, c.start, len(rows))
             try:
-                self.decode_embd(rows, pos, c.seq.llama_seq, img.non_causal)
+                self.decode_embd(rows, pos, c.seq.llama_seq, span.non_causal)
             except Exception:
                 self.undo_images(chunks[:len(text_starts)], text_starts)   # the step fails whole
                 raise
             text_starts.append(end)
         return text_starts
+
+    def _positions(self, span: MediaSpan, position: Callable[[int], int], start: int, n: int) -> int | np.ndarray:
+        """Where rows start..start+n of `span` go: their first position, or with M-RoPE all 4 x n of
+        them, as mtmd's helper places them (a picture's grid; sound one after another in every
+        section, set_position_mrope_1d)."""
+        if span.grid is not None:
+            return span.mrope_positions(position(span.start))
+        if not self.projector.mrope:
+            return start
+        return np.tile(np.arange(position(start), position(start) + n, dtype=np.int32), 4)
 
     def decode_embd(self, rows: np.ndarray, pos0: int | np.ndarray, seq_id: int, non_causal: bool = False) -> None:
         """One llama_decode over embedding rows (an image's) at positions pos0.. of one sequence, or
@@ -229,25 +240,19 @@ class Multimodal:
             self._batch = None
 
 
-class VisionClient:
-    """The image half of EngineClient, mixed into LLMEngine: whether this model sees images, and
-    a chat's rendered text and pictures made into a prompt (on the caller's thread)."""
-
-    mm: Multimodal | None
-    bos_prefix: list[int]
-
-    @property
-    def vision(self) -> bool:
-        return self.mm is not None
-
-    def image_prompt(self, parts: "list[str | tuple[bytes, str]]") -> MultimodalPrompt:
-        if self.mm is None:
-            raise ImageError("this model reads text only: it was started without a vision projector (--mmproj)")
-        return self.mm.projector.prompt(parts, self.bos_prefix)
+def media_prompt(mm: "Multimodal | None", parts: list, bos: list[int]) -> MultimodalPrompt:
+    """A chat's rendered text, pictures and sound made into a prompt, on the caller's thread (the
+    engine's `media_prompt`): ImageError or AudioError when the model cannot read one of them."""
+    if mm is None:
+        kind = "sound" if any(isinstance(part, np.ndarray) for part in parts) else "pictures"
+        error = AudioError if kind == "sound" else ImageError
+        raise error(f"this model reads text only: it was started without a projector (--mmproj), so it cannot "
+                    f"read {kind}")
+    return mm.projector.prompt(parts, bos)
 
 
 def load_multimodal(config: "EngineConfig", runner: "ModelRunner", wakeup: Callable[[], None]) -> Multimodal | None:
-    """The engine's image side for config.mmproj_path (None without one)."""
+    """The engine's media side for config.mmproj_path (None without one)."""
     if not config.mmproj_path:
         return None
     projector = Projector(config.mmproj_path, runner, config.n_threads, use_gpu=runner.gpu_layers > 0,
@@ -263,14 +268,17 @@ def load_multimodal(config: "EngineConfig", runner: "ModelRunner", wakeup: Calla
     return Multimodal(projector, runner, wakeup)
 
 
-def check_images_fit(mm: MultimodalPrompt, n_batch: int) -> list[int]:
-    """Refuse, on the caller's thread, a prompt the engine could not run: an image with more rows
-    than one step holds, or a prompt that ends in an image (there is no text to sample after).
+def check_media_fit(mm: MultimodalPrompt, n_batch: int) -> list[int]:
+    """Refuse, on the caller's thread, a prompt the engine could not run: a picture with more rows
+    than one step holds (sound is causal and may be decoded over several steps, unless its model
+    says otherwise), or a prompt that ends in a picture or clip (there is no text to sample after).
     Returns the prompt's token ids."""
-    for i, img in enumerate(mm.images):
-        if img.n_tokens > n_batch:
-            raise InvalidParameterError(f"image {i + 1}", f"becomes {img.n_tokens} tokens, more than the {n_batch} "
-                                        f"one step of this server reads; send a smaller image")
-    if mm.token_ids and mm.token_ids[-1] == IMAGE_TOKEN:
-        raise InvalidParameterError("prompt", "ends with an image; put some text after it")
+    for i, span in enumerate(mm.spans):
+        if span.n_tokens > n_batch and (span.kind == "image" or span.whole):
+            what = "a smaller image" if span.kind == "image" else "a shorter clip"
+            raise InvalidParameterError(f"{span.kind} {i + 1}", f"becomes {span.n_tokens} tokens, more than the "
+                                        f"{n_batch} one step of this server reads; send {what}")
+    if mm.token_ids and mm.token_ids[-1] == MEDIA_TOKEN:
+        what = "an image" if mm.spans[-1].kind == "image" else "a sound clip"
+        raise InvalidParameterError("prompt", f"ends with {what}; put some text after it")
     return list(mm.token_ids)

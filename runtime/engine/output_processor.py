@@ -11,10 +11,9 @@ from typing import Callable
 
 from llmpack.runtime.engine.llama_batch import BatchPlan
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
-from llmpack.runtime.engine.request import Request
 from llmpack.runtime.engine.sampler import compute_logprobs
-from llmpack.runtime.engine.scheduler import ScheduledChunk, Scheduler
-from llmpack.runtime.engine.sequence import Sequence
+from llmpack.runtime.engine.scheduler import Scheduler
+from llmpack.runtime.engine.sequence import Request, ScheduledChunk, Sequence
 from llmpack.runtime.engine.speculative import NgramDrafter
 
 Deltas = dict[Request, list[CompletionOutput]]

@@ -1,24 +1,18 @@
-"""One request as the engine sees it, the stream its caller reads, and the errors of submitting.
+"""What a caller of the engine sees of its request: the stream it reads, and the errors of submitting.
 
-`Request` is created on the caller's thread and handed to the engine thread through a queue;
-from then on only the engine thread touches it, except `outbox`, a thread-safe queue of
-RequestOutput deltas that `RequestStream` drains on the caller's side.
+The engine's own record of the request (`sequence.Request`) is created on the caller's thread and
+handed to the engine thread through a queue; from then on only the engine thread touches it,
+except `outbox`, a thread-safe queue of RequestOutput deltas that `RequestStream` drains here.
 """
 from __future__ import annotations
 
 import queue
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator, Protocol
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
-from llmpack.runtime.engine.sampling_params import SamplingParams
-
-if TYPE_CHECKING:
-    from llmpack.runtime.engine.vision import MultimodalPrompt
-    from llmpack.runtime.engine.engine import LLMEngine
-    from llmpack.runtime.engine.sequence import Sequence
+from llmpack.runtime.engine.outputs import RequestOutput
+from llmpack.runtime.engine.sequence import Request
 
 # How often a waiting stream checks that the engine thread is still alive.
 _LIVENESS_POLL_S = 0.5
@@ -39,31 +33,15 @@ class EngineDeadError(LlmpackError):
     """The engine thread has stopped (a fault, or shutdown): no request can be served any more."""
 
 
-@dataclass(slots=True, eq=False)
-class Request:
-    request_id: str
-    prompt: str | None
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    seed: int
-    outbox: "queue.SimpleQueue[RequestOutput]" = field(default_factory=queue.SimpleQueue)
-    seqs: "list[Sequence]" = field(default_factory=list)
-    forked: bool = False
-    prompt_progress: bool = False     # emit a progress output per prefill step (add_request's flag)
-    arrival_time: float = field(default_factory=time.monotonic)
-    cache_salt: str | None = None     # requests with different salts never share prefix-cache blocks
-    mm: "MultimodalPrompt | None" = None   # the prompt's images, when it has any (multimodal.py)
-    grammar_parses: list = field(default_factory=list)   # llama.cpp's parse of params.grammar, one per sample to come
+class StreamSource(Protocol):
+    """What a stream needs of the engine that serves it (LLMEngine is one)."""
 
-    def final_output(self, error: str | None = None) -> RequestOutput:
-        """A closing RequestOutput built from this request alone (no engine state): every sample
-        not yet finished ends with finish_reason "abort"; `error` says why, if it was a failure."""
-        done = {s.index for s in self.seqs if s.is_finished}
-        outs = [CompletionOutput(index=i, finish_reason="abort") for i in range(self.params.n) if i not in done]
-        return RequestOutput(
-            request_id=self.request_id, outputs=outs, finished=True, prompt=self.prompt,
-            prompt_token_ids=self.prompt_token_ids, num_prompt_tokens=len(self.prompt_token_ids),
-            num_generated_tokens=sum(s.num_output_tokens for s in self.seqs), error=error)
+    @property
+    def failure(self) -> str | None: ...
+
+    def is_alive(self) -> bool: ...
+
+    def abort(self, request_id: str) -> None: ...
 
 
 class RequestStream:
@@ -72,7 +50,7 @@ class RequestStream:
     A stream never waits in silence on a dead engine: while it waits it checks that the engine
     thread is alive, and if it is not, the stream ends with the engine's failure as its error."""
 
-    def __init__(self, engine: "LLMEngine", request: Request) -> None:
+    def __init__(self, engine: StreamSource, request: Request) -> None:
         self.engine, self.request = engine, request
         self.request_id = request.request_id
 

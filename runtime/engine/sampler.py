@@ -74,7 +74,7 @@ class SequenceSampler:
         p = self.params
         if p.repetition_penalty != 1.0 and context:
             ids = np.unique(np.asarray(context[-p.penalty_last_n:], dtype=np.int64))
-            ids = ids[ids >= 0]          # an image's rows have placeholder ids (vision.IMAGE_TOKEN)
+            ids = ids[ids >= 0]          # a picture's or clip's rows have placeholder ids (media.MEDIA_TOKEN)
             vals = row[ids]
             row[ids] = np.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
         if (p.presence_penalty or p.frequency_penalty) and output:

@@ -1,4 +1,9 @@
-"""Per-request sampling parameters, in vLLM's shape, validated once at the door."""
+"""Per-request sampling parameters, in vLLM's shape, validated once at the door.
+
+Every range a request's sampling values must keep is written here, once: SamplingParams checks
+itself when it is made (the offline API's door; the server's is runtime/server/core/params.py,
+which turns wire values into these types, builds a SamplingParams and names the client's own field
+in the 400). The engine then trusts a SamplingParams and checks nothing again."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,7 +16,7 @@ class InvalidParameterError(LlmpackError, ValueError):
 
     def __init__(self, param: str, message: str) -> None:
         super().__init__(f"{param}: {message}")
-        self.param = param
+        self.param, self.reason = param, message
 
 
 # How long a reply may be when the request does not say (max_tokens): each door's default, here once.
@@ -21,6 +26,8 @@ CONTINUE_MAX_TOKENS = 256            # the page's Complete mode: a base model ra
 # Below this temperature sampling is greedy, as in vLLM (_SAMPLING_EPS): dividing logits by a
 # temperature near the smallest float gives inf, and 0 * inf turns the best token's weight into NaN.
 GREEDY_BELOW = 1e-5
+MAX_STOPS = 16        # stop strings per request (a chat's include the model's own end-of-turn strings)
+MAX_LOGPROBS = 20     # top alternatives per token, as OpenAI's API
 
 
 @dataclass(slots=True)
@@ -68,10 +75,10 @@ class SamplingParams:
         check(self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 1),
               "max_tokens", f"must be a positive integer, got {self.max_tokens!r}")
         check(self.seed is None or isinstance(self.seed, int), "seed", f"must be an integer, got {self.seed!r}")
-        check(all(isinstance(s, str) and s for s in self.stop) and len(self.stop) <= 16,
-              "stop", "must be up to 16 non-empty strings")
+        check(all(isinstance(s, str) and s for s in self.stop) and len(self.stop) <= MAX_STOPS,
+              "stop", f"must be up to {MAX_STOPS} non-empty strings")
         check(all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "must be token ids")
-        check(self.logprobs is None or (isinstance(self.logprobs, int) and 0 <= self.logprobs <= 20),
-              "logprobs", f"must be an integer from 0 to 20, got {self.logprobs!r}")
+        check(self.logprobs is None or (isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS),
+              "logprobs", f"must be an integer from 0 to {MAX_LOGPROBS}, got {self.logprobs!r}")
         check(self.grammar is None or (isinstance(self.grammar, str) and bool(self.grammar.strip())),
               "grammar", "must be non-empty GBNF text")

@@ -17,34 +17,19 @@ or a full context. Stop *strings* are found by the output processor, which then 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass
+from typing import Callable, Protocol
 
 from llmpack.runtime.engine.block_manager import BlockManager
-from llmpack.runtime.engine.sequence import Sequence, SequenceStatus
+from llmpack.runtime.engine.sequence import ScheduledChunk, Sequence, SequenceStatus
 from llmpack.runtime.engine.speculative import NgramDrafter
 
-if TYPE_CHECKING:
-    from llmpack.runtime.engine.multimodal import Multimodal
 
+class ChunkLimits(Protocol):
+    """All the scheduler asks of pictures and sound (multimodal.Multimodal implements it): how many of
+    a sequence's next `n` tokens from `start` may go into this step (0: wait for its encoder)."""
 
-@dataclass(slots=True)
-class ScheduledChunk:
-    seq: Sequence
-    start: int          # first token index (== position) computed this step
-    num_tokens: int     # of seq.token_ids, from start
-    draft: list[int] = field(default_factory=list)   # speculative tokens decoded after them
-    num_accepted: int = 0                            # of the draft, once verified
-    # the chunk reaches the sequence's last token, so a new token is sampled after it (decided
-    # when scheduled: once the token is appended, the sequence is longer)
-    samples: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.samples = self.start + self.num_tokens == self.seq.num_tokens
-
-    @property
-    def is_prefill(self) -> bool:
-        return self.num_tokens > 1 or not self.samples
+    def limit(self, seq: Sequence, start: int, n: int) -> int: ...
 
 
 @dataclass(slots=True)
@@ -60,9 +45,9 @@ class SchedulerOutput:
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, step_budget: int,
                  prefill_chunk: int | None = None, is_eog: Callable[[int], bool] = lambda t: False,
-                 max_model_len: int | None = None, mm: "Multimodal | None" = None) -> None:
+                 max_model_len: int | None = None, mm: ChunkLimits | None = None) -> None:
         self.bm = block_manager
-        self.mm = mm          # with images: where a chunk may end (multimodal.py)
+        self.mm = mm          # with pictures or sound: where a chunk may end (multimodal.py)
         self.max_num_seqs = max_num_seqs
         self.step_budget = step_budget
         self.prefill_chunk = min(prefill_chunk or step_budget, step_budget)

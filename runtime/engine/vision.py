@@ -1,16 +1,22 @@
-"""A model's image projector (the mmproj GGUF), through llama.cpp's mtmd library.
+"""A model's projector (the mmproj GGUF: a vision encoder, an audio encoder or both), through
+llama.cpp's mtmd library.
 
-mtmd does three things for us: it decodes and preprocesses an image into a bitmap and then
-into an "image chunk" (resized, normalised, split into tiles as the projector wants), it says how
-many embedding rows the chunk becomes in the text model's sequence, and it runs the vision tower
-and projector (`encode`), leaving those rows in its output buffer. Everything after that -
-where the rows go in the KV cache, when they are decoded, what is cached - is the engine's
-(runtime/engine/multimodal.py), so images share the block tables, the prefix cache and the
-token budget with text.
+mtmd does three things for us: it preprocesses a picture (raw RGB, decoded in a sandboxed child by
+pictures.py) or a clip into a bitmap and then into chunks (a picture resized, normalised, split into
+tiles as the projector wants; sound as a log-mel spectrogram in 30-second windows), it says how many
+embedding rows each chunk becomes in the text model's sequence, and it runs the encoder and
+projector (`encode`), leaving those rows in its output buffer. Everything after that - where the
+rows go in the KV cache, when they are decoded, what is cached - is the engine's
+(runtime/engine/multimodal.py), so pictures and sound share the block tables, the prefix cache and
+the token budget with text (media.MediaSpan).
 
-Threads: `prompt()` runs on request threads (decoding and preprocessing an image takes a while,
-and must not hold up the engine); `encode()` runs on the encoder thread only. mtmd_tokenize
-takes a const context, so preprocessing may overlap an encode; encodes are serialised.
+A picture comes as raw RGB (or its file's bytes, decoded in the sandbox on the way); sound comes as
+mono float32 PCM at the model's rate, already decoded in the sandbox child (runtime/media/audio.py):
+no picture or audio decoder runs in this process.
+
+Threads: `prompt()` runs on request threads (preprocessing takes a while, and must not hold up
+the engine); `encode()` runs on the encoder thread only. mtmd_tokenize takes a const context, so
+preprocessing may overlap an encode; encodes are serialised.
 """
 from __future__ import annotations
 
@@ -18,22 +24,25 @@ import ctypes
 import hashlib
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.engine.images import ImageError, check_image
-
+from llmpack.runtime.engine.images import ImageError
+from llmpack.runtime.engine.media import IMAGE_TOKEN, MEDIA_TOKEN, ImageSpan, MediaSpan, MultimodalPrompt
+from llmpack.runtime.engine.pictures import Picture
+from llmpack.runtime.engine.pictures import decode as decode_picture
 from llmpack.runtime.engine.model_runner import _route_llama_log
+from llmpack.runtime.media.audio import AudioError
 
 if TYPE_CHECKING:
     from llmpack.runtime.engine.model_runner import ModelRunner
 
-IMAGE_TOKEN = -1      # the placeholder id of an image's rows in a sequence's token_ids (never a real token)
-_TEXT_CHUNK, _IMAGE_CHUNK = 0, 1   # mtmd_input_chunk_type
+__all__ = ["IMAGE_TOKEN", "ImageSpan", "MultimodalPrompt", "Projector", "ProjectorLoadError", "reads_in_place"]
+_TEXT_CHUNK, _IMAGE_CHUNK, _AUDIO_CHUNK = 0, 1, 2   # mtmd_input_chunk_type
+_KINDS = {_IMAGE_CHUNK: "image", _AUDIO_CHUNK: "audio"}
 
 
 class ProjectorLoadError(LlmpackError):
@@ -82,90 +91,21 @@ def reads_in_place() -> bool:
         return False
 
 
-@dataclass(eq=False)
-class ImageSpan:
-    """One image in a prompt: `n_tokens` embedding rows starting at token index `start`.
-    `digest` names its pixels (sha256 of the decoded RGB and its size): two prompts with the same
-    picture share the prefix cache and the encoder cache whatever file format carried it."""
-    digest: bytes
-    start: int
-    n_tokens: int
-    n_pos: int                   # positions it advances (fewer than n_tokens with M-RoPE)
-    chunk: int                   # our own copy of mtmd's chunk (freed with the span)
-    non_causal: bool             # its rows must be decoded together, attending both ways (Gemma 3)
-    embd: np.ndarray | None = None   # (n_tokens, n_embd) float32 once encoded (set by the encoder thread)
-    queued: bool = False             # handed to the encoder (engine thread only)
-    grid: tuple[int, int] | None = None   # M-RoPE: its rows as nx columns by ny rows (None: one position each)
+class _Chunk:
+    """Our own copy of one mtmd chunk (mtmd_input_chunk_copy), freed when its span goes."""
 
-    @property
-    def end(self) -> int:
-        return self.start + self.n_tokens
-
-    def mrope_positions(self, pos0: int) -> np.ndarray:
-        """The 4 positions of every row for llama_batch.pos, section-major ([t..., y..., x..., z...]),
-        as mtmd's helper sets them (mtmd_image_tokens_get_decoder_pos, set_position_mrope_2d): row i
-        of the nx-wide grid at temporal position pos0, height pos0 + i // nx, width pos0 + i % nx."""
-        nx, _ = self.grid
-        i = np.arange(self.n_tokens, dtype=np.int32)
-        return np.concatenate([np.full(self.n_tokens, pos0, np.int32), pos0 + i // nx, pos0 + i % nx,
-                               np.zeros(self.n_tokens, np.int32)])
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
 
     def __del__(self) -> None:
-        if self.chunk:
-            mtmd.mtmd_input_chunk_free(ctypes.c_void_p(self.chunk))
-            self.chunk = 0
-
-
-@dataclass(eq=False)
-class MultimodalPrompt:
-    """A tokenized prompt with images: token_ids holds IMAGE_TOKEN at every image row."""
-    token_ids: list[int]
-    images: list[ImageSpan]
-
-    def __len__(self) -> int:   # a prompt's length, as for a list of token ids
-        return len(self.token_ids)
-
-    def position(self, index: int) -> int:
-        """The position llama.cpp keeps for token `index` (the temporal one, with M-RoPE): its index,
-        except that each M-RoPE image before it advanced the position by its n_pos (max(nx, ny))
-        instead of its n_tokens, and all rows of an M-RoPE image share the image's first position.
-        Tokens past the prompt (generated text) continue from the last image's shift."""
-        shift = 0
-        for img in self.images:
-            if index < img.start:
-                break
-            if index < img.end and img.grid is not None:
-                return img.start + shift
-            if index >= img.end:
-                shift += img.n_pos - img.n_tokens
-        return index + shift
-
-    def resumable(self, index: int) -> int:
-        """The last token index at or before `index` from which a sequence can be computed on: an
-        M-RoPE image's rows all sit at one position, so llama.cpp cannot tell its first rows' cells
-        from its last ones' and a cache hit or a chunk must not end inside one."""
-        for img in self.images:
-            if img.grid is not None and img.start < index < img.end:
-                return img.start
-        return index
-
-    def image_at(self, index: int) -> ImageSpan | None:
-        """The image whose rows include token index `index`, if any."""
-        for img in self.images:
-            if img.start <= index < img.end:
-                return img
-        return None
-
-    def block_extra(self, k: int, block_size: int) -> bytes:
-        """What the prefix cache must know about block k beyond its token ids: the digest and
-        start of every image with rows in it, so that two different pictures never share KV."""
-        lo, hi = k * block_size, (k + 1) * block_size
-        return b"".join(img.digest + img.start.to_bytes(4, "little")
-                        for img in self.images if img.start < hi and img.end > lo)
+        if self.ptr:
+            mtmd.mtmd_input_chunk_free(ctypes.c_void_p(self.ptr))
+            self.ptr = 0
 
 
 class Projector:
-    """An mmproj GGUF loaded against the text model `runner` holds (their widths must agree)."""
+    """An mmproj GGUF loaded against the text model `runner` holds (their widths must agree).
+    `kinds`: what it reads ("image", "audio"); `sample_rate`: the sound it takes, 0 if it cannot hear."""
 
     def __init__(self, path: str | os.PathLike, runner: "ModelRunner", n_threads: int | None = None,
                  use_gpu: bool = False, offset: int = 0) -> None:
@@ -190,59 +130,74 @@ class Projector:
             raise ProjectorLoadError(
                 f"llama.cpp could not load the projector {self.path}: it is not an mmproj GGUF, or it was made "
                 f"for another model (its output width must match the model's). Set LLMPACK_DEBUG=1 to see why.")
-        if not mtmd.mtmd_support_vision(self.ctx):
+        self.kinds = frozenset(kind for kind, has in (("image", mtmd.mtmd_support_vision(self.ctx)),
+                                                      ("audio", mtmd.mtmd_support_audio(self.ctx))) if has)
+        if not self.kinds:
             self.close()
-            raise ProjectorLoadError(f"{self.path} is a projector without a vision encoder (audio only?)")
+            raise ProjectorLoadError(f"{self.path} is a projector with neither a vision nor an audio encoder")
+        self.sample_rate = int(mtmd.mtmd_get_audio_sample_rate(self.ctx)) if "audio" in self.kinds else 0
         self.mrope = bool(mtmd.mtmd_decode_use_mrope(self.ctx))
         self.n_embd = runner.n_embd
         self._encode_lock = threading.Lock()
         self.encodes = 0                  # images encoded so far (the cache tests count them)
 
     # ---- request threads ------------------------------------------------------------------
-    def bitmap(self, data: bytes, media_type: str | None = None) -> tuple[int, bytes]:
-        """Decode one image into an mtmd bitmap (the caller frees it) and its digest. The header
-        is checked first (images.check_image): nothing that fails it reaches a decoder."""
-        info = check_image(data, media_type)
-        if info.format == "webp":   # stb_image, llama.cpp's decoder, has no WebP
-            rgb, nx, ny = _webp_rgb(data)
-            bmp = mtmd.mtmd_bitmap_init(nx, ny, (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb))
-        else:
-            buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-            bmp = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
+    def bitmap(self, picture: "Picture | bytes", media_type: str | None = None) -> tuple[int, bytes]:
+        """An mtmd bitmap (the caller frees it) and its digest, from a decoded Picture or from bytes,
+        which are decoded first in a sandboxed child (pictures.decode): the bitmap is built from raw
+        RGB, so no picture file reaches llama.cpp's own decoder (stb_image) in this process."""
+        if not isinstance(picture, Picture):
+            picture = decode_picture(picture, media_type)
+        nx, ny, pixels = picture.width, picture.height, picture.rgb
+        bmp = mtmd.mtmd_bitmap_init(nx, ny, ctypes.cast(ctypes.c_char_p(pixels), ctypes.POINTER(ctypes.c_uint8)))
         if not bmp:
-            raise ImageError(f"the {info.format.upper()} image could not be decoded (damaged or cut off)")
-        nx, ny = mtmd.mtmd_bitmap_get_nx(bmp), mtmd.mtmd_bitmap_get_ny(bmp)
-        if (nx, ny) != (info.width, info.height):
-            mtmd.mtmd_bitmap_free(bmp)
-            raise ImageError(f"the image decoded to {nx} x {ny} pixels, not the {info.width} x {info.height} "
-                             f"its header says: it is damaged")
-        n = mtmd.mtmd_bitmap_get_n_bytes(bmp)
-        pixels = ctypes.string_at(mtmd.mtmd_bitmap_get_data(bmp), n)
+            raise ImageError(f"llama.cpp could not take the {nx} x {ny} picture")
         digest = hashlib.sha256(nx.to_bytes(4, "little") + ny.to_bytes(4, "little") + pixels).digest()
         mtmd.mtmd_bitmap_set_id(bmp, digest.hex().encode())
         return bmp, digest
 
-    def prompt(self, parts: Sequence[str | tuple[str, bool] | bytes | tuple[bytes, str]],
+    def audio_bitmap(self, pcm: np.ndarray) -> int:
+        """An mtmd bitmap of mono float32 PCM at this model's rate (the caller frees it), named by the
+        samples and the rate. The sound was decoded elsewhere (the sandbox child): here it is only copied."""
+        if "audio" not in self.kinds:
+            raise AudioError("this model's projector has no audio encoder: it cannot hear")
+        pcm = np.ascontiguousarray(pcm, dtype=np.float32)
+        if pcm.ndim != 1 or pcm.size == 0:
+            raise AudioError("the audio holds no samples")
+        bmp = mtmd.mtmd_bitmap_init_from_audio(pcm.size, pcm.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+        if not bmp:
+            raise AudioError("llama.cpp could not take the audio")
+        digest = hashlib.sha256(b"pcm" + self.sample_rate.to_bytes(4, "little") + pcm.tobytes()).digest()
+        mtmd.mtmd_bitmap_set_id(bmp, digest.hex().encode())
+        return bmp
+
+    def prompt(self, parts: Sequence[str | tuple[str, bool] | Picture | bytes | tuple[bytes, str] | np.ndarray],
                bos: list[int]) -> MultimodalPrompt:
         """Tokenize a rendered prompt given as text pieces (a str, whose special tokens are
-        parsed, or (text, parse_special)) and images (raw bytes, or (bytes, media type)), in order.
+        parsed, or (text, parse_special)), pictures (a decoded Picture, or bytes or (bytes, media type),
+        decoded in the sandbox) and sound (mono float32 PCM at `sample_rate`, a numpy array), in order.
         `bos`: ids to put first unless the text already starts with them.
-        Raises ImageError for an image that cannot be used."""
+        Raises ImageError or AudioError for a picture or clip that cannot be used."""
         bitmaps: list[int] = []
         c_parts = []
         keep = []
         try:
             for part in parts:
                 p = mtmd.mtmd_input_part()
-                if isinstance(part, str) or isinstance(part[0], str):
+                if isinstance(part, np.ndarray):
+                    bitmaps.append(self.audio_bitmap(part))
+                    p.bitmap = bitmaps[-1]
+                elif isinstance(part, str) or (isinstance(part, tuple) and isinstance(part[0], str)):
                     piece, special = (part, True) if isinstance(part, str) else part
                     raw = piece.encode("utf-8", errors="replace")
                     text = mtmd.mtmd_input_text(raw, len(raw), False, special)
                     keep += [raw, text]
                     p.text = ctypes.pointer(text)
                 else:
+                    if "image" not in self.kinds:
+                        raise ImageError("this model's projector has no vision encoder: it cannot see pictures")
                     data, media_type = part if isinstance(part, tuple) else (part, None)
-                    bmp, _ = self.bitmap(data, media_type)
+                    bmp, _ = self.bitmap(data, media_type)   # a Picture, or bytes decoded in the sandbox
                     bitmaps.append(bmp)
                     p.bitmap = bmp
                 keep.append(p)
@@ -252,7 +207,8 @@ class Projector:
             try:
                 rc = mtmd.mtmd_tokenize_from_parts(self.ctx, chunks, array, len(c_parts), False)
                 if rc != 0:
-                    raise ImageError(f"llama.cpp could not prepare the image(s) for this model (error {rc})")
+                    error = AudioError if any(isinstance(part, np.ndarray) for part in parts) else ImageError
+                    raise error(f"llama.cpp could not prepare the picture(s) or sound for this model (error {rc})")
                 return self._collect(chunks, bos)
             finally:
                 mtmd.mtmd_input_chunks_free(chunks)
@@ -262,7 +218,8 @@ class Projector:
 
     def _collect(self, chunks, bos: list[int]) -> MultimodalPrompt:
         ids: list[int] = []
-        images: list[ImageSpan] = []
+        spans: list[MediaSpan] = []
+        seen: dict[str, int] = {}        # a clip longer than one window (or a tiled picture) has one id per chunk
         for i in range(mtmd.mtmd_input_chunks_size(chunks)):
             chunk = mtmd.mtmd_input_chunks_get(chunks, i)
             kind = mtmd.mtmd_input_chunk_get_type(chunk)
@@ -270,23 +227,28 @@ class Projector:
                 n = ctypes.c_size_t()
                 ptr = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
                 ids += ptr[:n.value]
-            elif kind == _IMAGE_CHUNK:
+            elif kind in _KINDS:
                 if not ids and bos:
                     ids += bos
                 n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
-                copy = mtmd.mtmd_input_chunk_copy(chunk)
-                digest = bytes.fromhex(mtmd.mtmd_input_chunk_get_id(chunk).decode())
-                images.append(ImageSpan(digest, len(ids), n_tokens, mtmd.mtmd_input_chunk_get_n_pos(chunk),
-                                        copy, bool(mtmd.mtmd_decode_use_non_causal(self.ctx, chunk)),
-                                        grid=self._grid(chunk, n_tokens)))
-                ids += [IMAGE_TOKEN] * n_tokens
+                name = mtmd.mtmd_input_chunk_get_id(chunk).decode()
+                k = seen[name] = seen.get(name, -1) + 1
+                digest = bytes.fromhex(name)
+                if k:                    # the k-th window of the same clip: rows of their own
+                    digest = hashlib.sha256(digest + k.to_bytes(4, "little")).digest()
+                copy = _Chunk(mtmd.mtmd_input_chunk_copy(chunk))
+                spans.append(MediaSpan(digest, len(ids), n_tokens, mtmd.mtmd_input_chunk_get_n_pos(chunk), copy,
+                                       bool(mtmd.mtmd_decode_use_non_causal(self.ctx, chunk)),
+                                       grid=self._grid(chunk, n_tokens) if kind == _IMAGE_CHUNK else None,
+                                       kind=_KINDS[kind]))
+                ids += [MEDIA_TOKEN] * n_tokens
             else:
-                raise ImageError("this model's projector produced a kind of input llmpack does not handle (audio?)")
+                raise ImageError("this model's projector produced a kind of input llmpack does not handle")
         if bos and ids[:len(bos)] != bos:
             ids[:0] = bos
-            for img in images:
-                img.start += len(bos)
-        return MultimodalPrompt(ids, images)
+            for span in spans:
+                span.start += len(bos)
+        return MultimodalPrompt(ids, spans)
 
     def _grid(self, chunk, n_tokens: int) -> tuple[int, int] | None:
         """An M-RoPE image's grid of rows (mtmd_image_tokens_get_nx / _ny); None for other models."""
@@ -300,12 +262,12 @@ class Projector:
         return nx, ny
 
     # ---- encoder thread -----------------------------------------------------------------
-    def encode(self, span: ImageSpan) -> np.ndarray:
-        """Run the vision tower and projector on one image: its (n_tokens, n_embd) rows."""
+    def encode(self, span: MediaSpan) -> np.ndarray:
+        """Run the encoder and projector on one picture or window of sound: its (n_tokens, n_embd) rows."""
         with self._encode_lock:
-            rc = mtmd.mtmd_encode_chunk(self.ctx, ctypes.c_void_p(span.chunk))
+            rc = mtmd.mtmd_encode_chunk(self.ctx, ctypes.c_void_p(span.chunk.ptr))
             if rc != 0:
-                raise RuntimeError(f"llama.cpp could not encode the image (error {rc})")
+                raise RuntimeError(f"llama.cpp could not encode the {span.kind} (error {rc})")
             ptr = mtmd.mtmd_get_output_embd(self.ctx)
             rows = np.ctypeslib.as_array(ptr, shape=(span.n_tokens * self.n_embd,)).copy()
             self.encodes += 1
@@ -324,18 +286,3 @@ def _route_mtmd_log() -> None:
     if callback is not None:
         mtmd.mtmd_log_set(callback, ctypes.c_void_p(0))
         mtmd.mtmd_helper_log_set(callback, ctypes.c_void_p(0))
-
-
-def _webp_rgb(data: bytes) -> tuple[bytes, int, int]:
-    """A WebP's first frame as RGB bytes, through Pillow (llama.cpp's stb_image cannot read WebP)."""
-    import io   # lazy: only WebP needs Pillow
-
-    from PIL import Image   # lazy: Pillow loads ~40 modules; most images never need it
-
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            im.seek(0)
-            rgb = im.convert("RGB")
-            return rgb.tobytes(), rgb.width, rgb.height
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise ImageError(f"the WebP image could not be decoded ({exc})") from None

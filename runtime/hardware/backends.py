@@ -29,6 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime.hardware import dll_search
 
 AMX_VARIANTS = frozenset({"sapphirerapids"})    # ggml's x86 variants built with AMX_TILE/AMX_INT8
 _GPU_TYPES = {1: "GPU", 2: "IGPU"}              # enum ggml_backend_dev_type
@@ -91,7 +92,7 @@ def _ggml(extra: dict | None = None) -> SimpleNamespace:
     from llmpack.runtime.hardware.bindings import bindings as llc   # lazy: loads libllama; `llmpack inspect` and the builder import this module without it
 
     if os.name == "nt":
-        libs = [ctypes.CDLL(str(lib_dir() / name)) for name in ("ggml.dll", "ggml-base.dll")]
+        libs = [dll_search.load_own(lib_dir() / name) for name in ("ggml.dll", "ggml-base.dll")]
     else:
         libs = [llc._lib]
     sigs = {"ggml_backend_load": ([ctypes.c_char_p], ctypes.c_void_p),
@@ -123,9 +124,10 @@ def _variant(path: Path) -> str:
 
 
 def _dlopen_error(path: Path) -> str | None:
-    """Why the dynamic loader refuses this library (a missing dependency, a bad file), or None."""
+    """Why the dynamic loader refuses this library (a missing dependency, a bad file), or None.
+    Windows: its imports are looked for in its folder, System32 and ours, never the program's."""
     try:
-        ctypes.CDLL(str(path))
+        dll_search.load_own(path)
     except OSError as exc:
         return str(exc)
     return None
@@ -134,7 +136,7 @@ def _dlopen_error(path: Path) -> str | None:
 def _score(path: Path) -> int:
     """The variant's own verdict on this CPU (ggml_backend_score: 0 = cannot run here)."""
     try:
-        lib = ctypes.CDLL(str(path))
+        lib = dll_search.load_own(path)
     except OSError:
         return 0
     try:
@@ -203,6 +205,7 @@ def _load_gpu(g: SimpleNamespace, path: Path, found: Backends) -> None:
     backend = _BACKEND_NAMES.get(key, key)
     if backend == "RPC":
         return _load_rpc(g, path, found)
+    dll_search.preload_system_library(backend)   # Windows: the driver's DLL from System32, by its path
     error = _dlopen_error(path)
     if error is not None:
         found.notes.append(_explain(backend, error))
@@ -223,7 +226,7 @@ def _no_gpu_note(backend: str) -> str:
                "GGML_VK_VISIBLE_DEVICES names them)"
     if backend == "CUDA":   # cudart opens the driver's library itself, so the backend loads without it
         driver = "nvcuda.dll" if os.name == "nt" else "libcuda.so.1"
-        if _dlopen_error(Path(driver)) is not None:
+        if _dlopen_error(Path(dll_search.system_dll(driver))) is not None:
             return f"CUDA found no GPU: no NVIDIA driver ({driver} is not installed)"
         return "CUDA found no GPU: the NVIDIA driver lists none, or is older than the 580 series CUDA 13 needs"
     return f"{backend} found no GPU"
@@ -254,6 +257,7 @@ def load_backends(quiet: bool = True, gpu: bool = True) -> Backends:
     loads every installed driver, and Mesa's software and Radeon drivers bring LLVM with them
     (about 55 MB resident, for nothing); a later call with gpu=True loads the GPU backends then."""
     global _loaded, _gpu_loaded
+    dll_search.restrict()   # Windows: no DLL from the program's folder (a no-op once stub_entry did it)
     if _loaded is None:
         _loaded = _load_cpu(quiet)
     if gpu and not _gpu_loaded and _loaded.dynamic:

@@ -299,8 +299,8 @@ def _check_mmproj(cur: _Cursor, header: GGUFHeader) -> None:
     if arch != "clip":
         raise cur.fail(f"this is a {arch or 'GGUF'} model, not a vision projector (an mmproj file, architecture "
                        f"'clip'); pass the mmproj*.gguf published with the model")
-    if header.kv.get("clip.has_vision_encoder") is not True:
-        raise cur.fail("this projector has no vision encoder (an audio-only mmproj?), so it cannot read images")
+    if header.kv.get("clip.has_vision_encoder") is not True and header.kv.get("clip.has_audio_encoder") is not True:
+        raise cur.fail("this projector has neither a vision nor an audio encoder, so it cannot read pictures or sound")
     if not header.tensors:
         raise cur.fail("no tensors: this projector file holds metadata only")
 

@@ -1,4 +1,4 @@
-"""Vision projector files (mmproj GGUF): checking one, and finding one next to a model.
+"""Projector files (mmproj GGUF, for pictures, sound or both): checking one, and finding one next to a model.
 
 A vision model in GGUF form is two files: the language model and its projector (llama.cpp's
 `--mmproj`), published side by side as `mmproj-<model>-f16.gguf` or similar. llmpack takes the
@@ -19,20 +19,28 @@ from llmpack.runtime.model.gguf_check import validate_gguf
 class ProjectorInfo:
     path: Path
     name: str | None               # general.name
-    projector_type: str | None     # clip.projector_type (gemma3, mlp, qwen2vl_merger, ...)
+    projector_type: str | None     # clip.projector_type (gemma3, mlp, qwen2vl_merger, qwen2a, ultravox, ...)
     size: int                      # bytes
-    image_size: int | None         # the tower's input side, in pixels
+    image_size: int | None         # the tower's input side, in pixels (None: it reads sound only)
+    hears: bool = False            # it has an audio encoder (clip.has_audio_encoder)
+
+    @property
+    def reads(self) -> str:
+        """What it takes, as `inspect` and the start-up line say it: "images", "sound" or both."""
+        kinds = [k for k, has in (("images", self.image_size is not None), ("sound", self.hears)) if has]
+        return " and ".join(kinds) or "images"
 
 
 def check_mmproj(path: str | os.PathLike[str], offset: int = 0, length: int | None = None) -> ProjectorInfo:
     """The header of a projector file, bounds-checked; GGUFError (one line) when it is not one."""
     header = validate_gguf(path, offset, length, expect="mmproj")
     kv = header.kv
-    proj = kv.get("clip.projector_type") or kv.get("clip.vision.projector_type")
+    proj = kv.get("clip.projector_type") or kv.get("clip.vision.projector_type") or kv.get("clip.audio.projector_type")
     name = kv.get("general.name")
     side = kv.get("clip.vision.image_size")
     return ProjectorInfo(Path(path), name if isinstance(name, str) else None, proj if isinstance(proj, str) else None,
-                         header.region_length, side if isinstance(side, int) else None)
+                         header.region_length, side if isinstance(side, int) else None,
+                         kv.get("clip.has_audio_encoder") is True)
 
 
 def projectors_beside(model: str | os.PathLike[str]) -> list[Path]:

@@ -4,7 +4,10 @@
   the single-machine Flask app, loaded once; `handle(call)` replays an HTTP request into that app
   (bridge.run_wsgi) and streams back what it writes. Continuous batching, the paged KV cache, the
   prefix cache, structured output, tools and embeddings are the engine's, unchanged.
-* `Ingress` (0 CPUs, Ray's HTTP proxy in front): reads each request once, computes its prompt's
+* `Ingress` (0 CPUs, Ray's HTTP proxy in front): runs the single server's guards first (Host,
+  another web site, the route's body limit, the API key: http/security.refusal on the same app's
+  routes, so nothing is read from a stranger before the single server would read it), then
+  reads each request once, computes its prompt's
   prefix keys and passes it through a DeploymentHandle, whose request router (router.py) picks the
   replica. It answers nothing itself; when the replica it chose dies before answering, it tries
   another one, and when a replica dies mid-answer it ends the stream with an error event naming why.
@@ -27,7 +30,8 @@ from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.scale import aggregate
 from llmpack.runtime.scale.aggregate import Answer
 from llmpack.runtime.scale.bridge import APP_NAME, HttpCall, HttpHead, prefix_keys, prompt_text, run_wsgi
-from llmpack.runtime.server.http.security import key_ok
+from llmpack.runtime.server.http import security
+from llmpack.runtime.server.http.security import Refusal, key_ok
 
 _END = object()
 ASK_S = 5.0               # how long /health and /metrics wait for each replica's own answer
@@ -124,14 +128,38 @@ class LlmpackReplica:
 class Ingress:
     """Ray's HTTP proxy -> the chosen replica's `handle`, streamed back as it comes."""
 
-    def __init__(self, replicas: Any, port: int, api_key: str | None = None) -> None:
+    def __init__(self, replicas: Any, options: dict) -> None:
+        # lazy: the server's modules load in the ingress's process, not in the driver's
+        from llmpack.runtime.server.app import create_app
+        from llmpack.runtime.server.http.options import ServerOptions
+        from llmpack.runtime.server.http.state import ServerState
+
         self.replicas = replicas.options(stream=True)
         self.plain = replicas
-        self.port = port
-        self.api_key = api_key
+        self.options = ServerOptions(**options)
+        self.port = self.options.port
+        self.api_key = self.options.api_key
+        # the single server's app with no model: its routes say which are public and how large each
+        # body may be, and its error handlers word a refusal in the room's own shape
+        self.app = create_app(ServerState("ingress"), self.options)
+        self.names = security.allowed_names(self.options)
 
     async def __call__(self, request: Request) -> Response:
-        body = await request.body()
+        method, path = request.method, request.url.path
+        endpoint = security.endpoint_for(self.app, method, path)
+        length = request.headers.get("content-length")
+        refused = security.refusal(self.app, self.options, self.names, method, endpoint, request.headers,
+                                   request.headers.get("host", ""), int(length) if (length or "").isdigit() else None)
+        if refused is not None:
+            return self._refuse(request, refused)
+        limit = security.route_body_limit(self.app, endpoint, self.options.max_body)
+        body = bytearray()
+        async for chunk in request.stream():   # a body without Content-Length stops at the same limit
+            body += chunk
+            if len(body) > limit:
+                return self._refuse(request, Refusal(413, f"The request body is larger than {limit >> 20} MiB.",
+                                                     "invalid_request_error", "request_too_large"))
+        body = bytes(body)
         client = request.client.host if request.client else "127.0.0.1"
         call = HttpCall(request.method, request.url.path, request.url.query, list(request.headers.items()), body,
                         client, ("127.0.0.1", self.port), prefix_keys(prompt_text(request.url.path, body)))
@@ -151,6 +179,16 @@ class Ingress:
             sse = headers.get("Content-Type", headers.get("content-type", "")).startswith("text/event-stream")
             return StreamingResponse(_rest(stream, sse), status_code=head.status, headers=headers)
         return _error(503, "No replica could answer.")
+
+    def _refuse(self, request: Request, refused: Refusal) -> Response:
+        """The refusal as the single server words it for that route (Anthropic's shape on /v1/messages...)."""
+        from llmpack.runtime.server.http.errors import error_response   # lazy: Flask, with the app
+
+        with self.app.test_request_context(request.url.path, method=request.method,
+                                           headers=list(request.headers.items())):
+            resp = error_response(refused.status, refused.message, refused.type, refused.code)
+        headers = {k: v for k, v in resp.headers.items() if k.lower() != "content-length"}
+        return Response(resp.get_data(), status_code=resp.status_code, headers=headers)
 
     async def _every_replica(self, call: HttpCall, request: Request) -> Response:
         """/health and /metrics: the request answered by each replica, combined (aggregate.py)."""

@@ -33,8 +33,17 @@ AUTOSCALE = {"upscale_delay_s": 3.0, "downscale_delay_s": 120.0, "metrics_interv
              "look_back_period_s": 5.0}
 
 
+DEFAULT_THREADS = 4           # llama.cpp threads (= Ray CPUs) per replica, when the nodes have that many
+START_POLL_S = 0.5
+
+
 class RayUnavailable(LlmpackError):
     pass
+
+
+class RayStartError(LlmpackError):
+    """The replicas cannot start on this cluster; the message says what was asked, what the cluster
+    has, and which flag to change."""
 
 
 @dataclass
@@ -44,7 +53,7 @@ class RaySettings:
     replicas: int | None = 1            # None: autoscaling between min_replicas and max_replicas
     min_replicas: int = 1
     max_replicas: int = 4
-    threads: int = 1                    # llama.cpp threads per replica = CPUs Ray reserves for it
+    threads: int | None = None          # llama.cpp threads per replica = CPUs Ray reserves for it (None: fit)
     host: str = "127.0.0.1"             # Ray Serve's HTTP proxy
     port: int = DEFAULT_PORT
     router: str = "prefix"              # "prefix" (router.PrefixAffinityRouter) or "pow2" (Ray's default policy)
@@ -62,6 +71,38 @@ def import_ray() -> Any:
         raise RayUnavailable(f"`serve --ray` needs Ray Serve ({exc.name} is missing): "
                              "pip install 'llmpack[ray]'") from None
     return ray
+
+
+def fit(settings: RaySettings, node_cpus: list[float]) -> RaySettings:
+    """`settings` with threads and replicas the cluster can hold (`node_cpus`: each live node's
+    CPUs), or RayStartError naming the flag. Ray places a replica only on one node with all its CPUs
+    free, so it would wait forever, and every request get a 503, for a replica no node can hold."""
+    largest = int(max(node_cpus, default=0))
+    if largest < 1:
+        raise RayStartError("the Ray cluster has no node with a CPU to run a replica on")
+    asked = settings.threads
+    threads = asked if asked is not None else min(DEFAULT_THREADS, largest)
+    if threads > largest:
+        raise RayStartError(f"each replica asks Ray for {threads} CPUs (--threads {threads}), but the largest node "
+                            f"of this cluster has {largest}: use --threads {largest} or fewer")
+    holds = sum(int(c) // threads for c in node_cpus)   # replicas of `threads` CPUs the nodes hold at once
+    if settings.replicas is not None and settings.replicas > holds:
+        raise RayStartError(f"--replicas {settings.replicas} with {threads} thread(s) each needs "
+                            f"{settings.replicas * threads} CPUs on nodes that hold whole replicas; this cluster "
+                            f"({', '.join(f'{int(c)}' for c in node_cpus)} CPUs per node) holds {holds}: use "
+                            f"--replicas {holds} or fewer, or fewer --threads")
+    if settings.replicas is None and settings.min_replicas > holds:
+        raise RayStartError(f"--min-replicas {settings.min_replicas} with {threads} thread(s) each is more than "
+                            f"this cluster holds ({holds}): lower --min-replicas or --threads")
+    top = settings.max_replicas if settings.replicas is not None else min(settings.max_replicas, holds)
+    return dataclasses.replace(settings, threads=threads, max_replicas=max(top, settings.min_replicas))
+
+
+def node_cpus() -> list[float]:
+    """Each live node's CPUs, as Ray counts them."""
+    import ray   # lazy: see import_ray
+
+    return [float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
 
 
 def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing: int, api_key: str | None,
@@ -101,7 +142,7 @@ def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing:
     options = {"host": settings.host, "port": settings.port, "api_key": api_key, "cors": cors}
     config = dataclasses.replace(config, threads=settings.threads)   # what Ray reserves is what llama.cpp uses
     size = Path(model.path).stat().st_size
-    return ingress.bind(replica.bind(model, size, config, options), settings.port, api_key)
+    return ingress.bind(replica.bind(model, size, config, options), options)
 
 
 def _on_this_machine(address: str | None) -> bool:
@@ -113,41 +154,76 @@ def _on_this_machine(address: str | None) -> bool:
     return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
 
 
-def start(model: ModelFile, config: Any, settings: RaySettings, *, max_ongoing: int, api_key: str | None = None,
-          cors: Cors = False) -> str:
-    """Connect to (or start) Ray, start Serve's proxy and the app; returns the base URL once every
-    replica has loaded the model."""
+def connect(settings: RaySettings) -> RaySettings:
+    """Connect to (or start) Ray; `settings` fitted to the cluster it finds (fit)."""
     ray = import_ray()
-    from ray import serve   # lazy: see import_ray
-
     if not ray.is_initialized():
         local = {"_node_ip_address": "127.0.0.1"} if _on_this_machine(settings.address) else {}
         ray.init(address=settings.address, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, **{**local, **settings.init_kwargs})
+    return fit(settings, node_cpus())
+
+
+def start(model: ModelFile, config: Any, settings: RaySettings, *, max_ongoing: int, api_key: str | None = None,
+          cors: Cors = False) -> str:
+    """Connect to (or start) Ray, start Serve's proxy and the app; returns the base URL once every
+    replica has loaded the model, or raises RayStartError as soon as one cannot be placed or load."""
+    from ray import serve   # lazy: see import_ray
+
+    settings = connect(settings)
     serve.start(proxy_location="HeadOnly", http_options={"host": settings.host, "port": settings.port})
     app = build_app(model, config, settings, max_ongoing, api_key, cors)
-    serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)   # returns once every replica is up
+    serve._run(app, name=APP_NAME, route_prefix="/", _blocking=False)   # pinned ray 2.60.0: deploy, do not wait
+    wait_running(settings)
     return f"http://{settings.host}:{settings.port}"
 
 
-def stop() -> None:
+def wait_running(settings: RaySettings) -> None:
+    """Until the app runs, watching Serve's own status: a deployment that failed (a replica that
+    cannot load the model, CONSTRUCTOR_TRIES times) or that Ray cannot place ends the start with
+    Serve's reason, instead of a proxy answering 503 forever. Sleeps in short steps, so Ctrl+C
+    stops it at once."""
+    from ray import serve   # lazy: see import_ray
+
+    while True:
+        app = serve.status().applications.get(APP_NAME)
+        status = str(getattr(app, "status", ""))
+        if status.endswith("RUNNING"):
+            return
+        for name, dep in (getattr(app, "deployments", None) or {}).items():
+            message = (dep.message or "").strip()
+            if str(dep.status).endswith(("DEPLOY_FAILED", "UNHEALTHY")) or "Resources required" in message:
+                raise RayStartError(f"the {name} deployment cannot start on this Ray cluster: "
+                                    f"{message.splitlines()[0] if message else dep.status}"
+                                    f" (threads per replica: --threads {settings.threads}; replicas: --replicas)")
+        if status.endswith("DEPLOY_FAILED"):
+            raise RayStartError(f"Ray Serve could not deploy llmpack: {getattr(app, 'message', '') or status}")
+        time.sleep(START_POLL_S)
+
+
+def stop(local: bool = False) -> None:
+    """Stop Serve and leave Ray. A Ray started here is shut down with its processes; Serve's own
+    graceful shutdown (seconds per replica) is skipped there, so Ctrl+C ends the process at once."""
     import ray   # lazy: see import_ray
     from ray import serve
 
     try:
-        serve.shutdown()
+        if not local and ray.is_initialized():
+            serve.shutdown()
     finally:
         ray.shutdown()
 
 
 def serve_ray(model: ModelFile, config: Any, settings: RaySettings, say: Callable[[str], None] = print) -> int:
     """`llmpack serve --ray`: start, say where, serve until Ctrl+C, then stop Serve and Ray."""
-    how = (f"{settings.replicas} replica(s)" if settings.replicas is not None
-           else f"{settings.min_replicas} to {settings.max_replicas} replicas (autoscaling)")
-    say(f"llmpack: starting {how} of {model.path.name} on Ray ({settings.address or 'a local Ray'}), "
-        f"{settings.threads} thread(s) each, {settings.router} routing; this loads the model once per replica")
-    url = start(model, config, settings, max_ongoing=config.parallel, api_key=config.api_key, cors=config.cors)
     try:
+        say(f"llmpack: connecting to {settings.address or 'a Ray started on this machine'} (Ctrl+C to stop)")
+        settings = connect(settings)
+        how = (f"{settings.replicas} replica(s)" if settings.replicas is not None
+               else f"{settings.min_replicas} to {settings.max_replicas} replicas (autoscaling)")
+        say(f"llmpack: starting {how} of {model.path.name}, {settings.threads} thread(s) each, {settings.router} "
+            "routing; this loads the model once per replica")
+        url = start(model, config, settings, max_ongoing=config.parallel, api_key=config.api_key, cors=config.cors)
         say(f"llmpack: OpenAI-compatible API at {url}/v1 (Ray Serve; Ctrl+C to stop)")
         say(f"LLMPACK_LISTENING {url}")
         if settings.host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
@@ -156,6 +232,7 @@ def serve_ray(model: ModelFile, config: Any, settings: RaySettings, say: Callabl
         while True:
             time.sleep(1)
     except KeyboardInterrupt:
+        say("llmpack: stopping")
         return 0
     finally:
-        stop()
+        stop(local=settings.address is None)

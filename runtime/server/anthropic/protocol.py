@@ -13,7 +13,8 @@ import secrets
 from typing import Any
 
 from llmpack.runtime.server.core.errors import ApiError, bad
-from llmpack.runtime.server.core.params import SamplingValues
+from llmpack.runtime.server.core.media import MediaItem, media_part
+from llmpack.runtime.server.core.params import SamplingValues, known_fields
 from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.server.core.request import ChatRequest
 
@@ -55,17 +56,17 @@ def _text_of(blocks: Any, where: str) -> str:
 
 
 def _source_part(block: dict, where: str) -> dict:
-    """An image or document block as the content part the core reads (image_url, text or file)."""
+    """An image or document block as the content part the core reads (media, text or file)."""
     src = block.get("source")
     _need(isinstance(src, dict), f"{where}.source", "Field required")
     kind, media, data = src.get("type"), src.get("media_type"), src.get("data")
     if block["type"] == "image":
         if kind == "base64":
             _need(isinstance(data, str) and isinstance(media, str), f"{where}.source", "needs media_type and data")
-            return {"type": "image_url", "image_url": {"url": f"data:{media};base64,{data}"}}
+            return media_part(MediaItem("image", f"data:{media};base64,{data}", media, where))
         _need(kind == "url" and isinstance(src.get("url"), str), f"{where}.source.type",
               "must be 'base64' or 'url' (with a url)")
-        return {"type": "image_url", "image_url": {"url": src["url"]}}
+        return media_part(MediaItem("image", src["url"], None, where))
     title = block.get("title")
     head = f"{title}\n\n" if isinstance(title, str) and title else ""
     if kind == "text":
@@ -79,12 +80,11 @@ def _source_part(block: dict, where: str) -> dict:
     return {"type": "file", "file": {"filename": name, "file_data": f"data:{media};base64,{data}"}}
 
 
-def _blocks(role: str, content: list, where: str) -> tuple[list[dict], list[str]]:
+def _blocks(role: str, content: list, where: str) -> list[dict]:
     """One Anthropic turn -> chat-template messages: tool results become `tool` turns before the
-    rest, tool_use blocks the assistant's tool_calls, earlier thinking is left out. Also the
-    block name ("messages.0.content.1") of each content part of the last message, for 400s."""
+    rest, tool_use blocks the assistant's tool_calls, earlier thinking is left out. A picture keeps
+    its block name ("messages.0.content.1") in its MediaItem, for 400s."""
     parts: list[dict] = []
-    names: list[str] = []
     calls: list[dict] = []
     results: list[dict] = []
     for j, b in enumerate(content):
@@ -94,10 +94,8 @@ def _blocks(role: str, content: list, where: str) -> tuple[list[dict], list[str]
         if kind == "text":
             _need(isinstance(b.get("text"), str), f"{bw}.text", "Field required")
             parts.append({"type": "text", "text": b["text"]})
-            names.append(bw)
         elif kind in ("image", "document"):
             parts.append(_source_part(b, bw))
-            names.append(bw)
         elif kind == "tool_use" and role == "assistant":
             _need(isinstance(b.get("id"), str) and isinstance(b.get("name"), str), bw, "tool_use needs id and name")
             _need(isinstance(b.get("input", {}), dict), f"{bw}.input", "must be an object")
@@ -118,13 +116,12 @@ def _blocks(role: str, content: list, where: str) -> tuple[list[dict], list[str]
         if calls:
             msg["tool_calls"] = calls
         out.append(msg)
-    return out, names if parts else []
+    return out
 
 
-def _messages(body: dict) -> tuple[list[dict], dict[tuple[int, int], str]]:
-    """The chat-template messages, and the block name of each of their content parts (the
-    system prompt and tool results move parts away from the client's indexes)."""
-    names: dict[tuple[int, int], str] = {}
+def _messages(body: dict) -> list[dict]:
+    """The chat-template messages (the system prompt and tool results move parts away from the
+    client's indexes: a picture's MediaItem keeps the client's name)."""
     msgs = body.get("messages")
     _need(isinstance(msgs, list) and msgs, "messages", "Field required (a non-empty list)")
     out: list[dict] = []
@@ -141,10 +138,8 @@ def _messages(body: dict) -> tuple[list[dict], dict[tuple[int, int], str]]:
             out.append({"role": role, "content": content})
         else:
             _need(isinstance(content, list), f"{where}.content", "must be a string or a list of blocks")
-            turn, part_names = _blocks(role, content, where)
-            out += turn
-            names.update({(len(out) - 1, j): name for j, name in enumerate(part_names)})
-    return out, names
+            out += _blocks(role, content, where)
+    return out
 
 
 def _tools(body: dict) -> ToolRequest | None:
@@ -206,9 +201,8 @@ def _constraint(body: dict) -> Constraint | None:
 
 def chat_request(body: Any, *, counting: bool = False) -> ChatRequest:
     """The core's request; `counting` (count_tokens) takes no max_tokens and never streams."""
-    _need(isinstance(body, dict), "body", "The request body must be a JSON object.")
-    for key in body:
-        _need(key in (COUNT_KEYS if counting else KEYS), key, "Extra inputs are not permitted")
+    known_fields(body, COUNT_KEYS if counting else KEYS, "{key}: Extra inputs are not permitted",
+                 not_object="body: The request body must be a JSON object.", body_param="body")
     for key in ("mcp_servers", "container"):
         _need(not body.get(key), key, "not supported: this server runs no MCP servers or code containers")
     _need(isinstance(body.get("model"), str), "model", "Field required")
@@ -216,9 +210,9 @@ def chat_request(body: Any, *, counting: bool = False) -> ChatRequest:
                             max_tokens=body.get("max_tokens"), stop=body.get("stop_sequences"),
                             names={"stop": "stop_sequences"})
     think, budget = _thinking(body)
-    messages, part_names = _messages(body)
+    messages = _messages(body)
     req = ChatRequest(messages, values, constraint=_constraint(body), tools=_tools(body), think=think,
-                      reasoning_budget=budget, think_param="thinking", part_names=part_names)
+                      reasoning_budget=budget, think_param="thinking")
     if counting:
         return req
     mt = body.get("max_tokens")

@@ -3,8 +3,6 @@
 answered in Anthropic's shape ({"type": "error", "error": {"type", "message"}})."""
 from __future__ import annotations
 
-import sys
-import traceback
 from typing import Iterator
 
 from flask import Blueprint, Response, jsonify
@@ -16,6 +14,7 @@ from llmpack.runtime.server.core.generation import Generation
 from llmpack.runtime.server.core.output import final_choices, stream_steps
 from llmpack.runtime.server.core.request import prepare_chat
 from llmpack.runtime.server.http.errors import register_shape
+from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed
 
 bp = Blueprint("anthropic", __name__)
@@ -32,6 +31,7 @@ register_shape(bp.name, _error)
 
 
 @bp.post("/v1/messages")
+@security.carries_files
 def messages() -> Response:
     model, body = model_and_body()
     req = chat_request(body)
@@ -40,7 +40,7 @@ def messages() -> Response:
     gen = start_generation(model, prep, msg_id)
     stops = set(body.get("stop_sequences") or ())
     if req.stream:
-        return streamed(_stream(gen, msg_id, model.model_id, stops), gen)
+        return streamed(_stream(gen, msg_id, model.model_id, stops), gen, lambda exc: [event("error", error_body(exc))])
     try:
         (choice,) = final_choices(gen, chat=True)
         prompt, generated, cached = gen.usage()
@@ -56,28 +56,21 @@ def _stream(gen: Generation, msg_id: str, model_id: str, stops: set[str]) -> Ite
     prompt, _, _ = gen.usage()
     out = MessageStream(msg_id, model_id, usage(prompt, 0, 0))
     finish, stop = None, None
-    try:
-        yield out.start()
-        for step in stream_steps(gen, chat=True):
-            for e in step.choices:
-                yield from out.thinking(e.reasoning)
-                yield from out.text(e.text)
-                yield from out.citations(citations(e.sources))
-                for call in e.tool_calls:
-                    yield from out.tool_use(call.id, call.name, call.arguments)
-                if e.finish_reason:
-                    finish, stop = e.finish_reason, (e.stop if e.stop in stops else None)
-        yield from out.finish(finish, stop, gen.usage()[1])
-    except ApiError as exc:
-        yield event("error", error_body(exc))
-    except Exception:  # noqa: BLE001 - the stream is already 200: report in-band, never leak details
-        traceback.print_exc(file=sys.stderr)
-        yield event("error", error_body(ApiError(500, "Internal server error while generating.")))
-    finally:
-        gen.close()
+    yield out.start()
+    for step in stream_steps(gen, chat=True):
+        for e in step.choices:
+            yield from out.thinking(e.reasoning)
+            yield from out.text(e.text)
+            yield from out.citations(citations(e.sources))
+            for call in e.tool_calls:
+                yield from out.tool_use(call.id, call.name, call.arguments)
+            if e.finish_reason:
+                finish, stop = e.finish_reason, (e.stop if e.stop in stops else None)
+    yield from out.finish(finish, stop, gen.usage()[1])
 
 
 @bp.post("/v1/messages/count_tokens")
+@security.carries_files
 def count_tokens() -> Response:
     """The prompt's length in tokens, exactly as /v1/messages would submit it."""
     model, body = model_and_body()

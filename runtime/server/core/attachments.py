@@ -102,6 +102,8 @@ def describe(doc: D.Document, model: ServedModel) -> dict:
     if out["tokens"] > out["budget"]:
         indexed = _indexed(lambda: INDEX.add(doc, model.model_key))
         out.update(searched=True, file_id=indexed.id, chunks=indexed.chunks)
+        if indexed.forgot:   # the page says which files the index forgot to make room, and why
+            out.update(forgot=list(indexed.forgot), index_cap=INDEX.max_bytes)
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Callable
 
 from llmpack.runtime.engine.sampling_params import (CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, InvalidParameterError,
                                                    SamplingParams)
@@ -18,7 +18,6 @@ from llmpack.runtime.server.core.errors import bad
 from llmpack.runtime.server.core.served_model import ServedModel
 
 INT64 = 2**63
-MAX_STOPS = 16                       # stop strings per request, the model's own included
 FLOATS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 INTS = ("n", "top_k", "seed", "max_tokens")
 _SAMPLING_FIELDS = {f.name for f in fields(SamplingParams)}
@@ -57,6 +56,23 @@ def flag(param: str, value: Any) -> bool | None:
     if not isinstance(value, bool):
         raise bad(param, f"'{param}' must be true or false, got {show(value)}")
     return value
+
+
+def known_fields(body: Any, allowed: set[str], unknown: str, code: str | None = None,
+                 not_object: str = "The request body must be a JSON object.", body_param: str | None = None,
+                 unused: Callable[[str], None] | None = None) -> dict:
+    """`body` when it is a JSON object whose every field the route knows; else a 400 naming the first
+    field it does not (or `body_param`). Every API room checks its bodies here; `unknown` is the
+    room's own wording of the refusal, a format string of `key`. `unused`: a room whose original
+    skips unknown fields (Ollama) hands each to it instead of refusing."""
+    if not isinstance(body, dict):
+        raise bad(body_param, not_object)
+    for key in body:
+        if key not in allowed:
+            if unused is None:
+                raise bad(key, unknown.format(key=key), code)
+            unused(str(key))
+    return body
 
 
 def is_token_ids(value: Any) -> bool:
@@ -106,6 +122,8 @@ class SamplingValues:
 
 
 def _stops(value: Any, param: str, model_stop: list[str]) -> list[str]:
+    """The client's stop strings (a string or a list of them on the wire) and the model's; how many
+    and which may be there is SamplingParams' rule."""
     if value is None:
         stop: list[str] = []
     elif isinstance(value, str):
@@ -114,11 +132,6 @@ def _stops(value: Any, param: str, model_stop: list[str]) -> list[str]:
         raise bad(param, f"'{param}' must be a string or a list of strings")
     else:
         stop = value
-    if any(not s for s in stop):
-        raise bad(param, f"'{param}' strings must not be empty")
-    room = MAX_STOPS - len(model_stop)
-    if len(stop) > room:
-        raise bad(param, f"'{param}' may hold at most {room} strings")
     return list(dict.fromkeys([*(scrub(s) for s in stop), *model_stop]))
 
 
@@ -155,7 +168,9 @@ def sampling_params(values: SamplingValues, model: ServedModel, *, chat: bool, l
     kw["grammar"] = grammar
     try:
         return SamplingParams(**kw)
-    except InvalidParameterError as exc:   # SamplingParams validates; the error names what the client sent
-        raise bad(values.name(exc.param), str(exc)) from None
+    except InvalidParameterError as exc:   # SamplingParams holds the ranges; the 400 names what the client sent
+        name = values.name(exc.param)
+        own = len(model.stop) if chat and exc.param == "stop" and model.stop else 0
+        raise bad(name, f"'{name}' {exc.reason}" + (f" (the model's own {own} included)" if own else "")) from None
     except (TypeError, ValueError) as exc:
         raise bad(None, f"invalid sampling parameters: {exc}") from None

@@ -15,7 +15,7 @@ from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.server.core.attachments import expand_file_parts
 from llmpack.runtime.server.documents.attribution import Attribution
 from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.images import image_prompt, take_image_parts
+from llmpack.runtime.server.core.media import media_prompt, take_media_parts
 from llmpack.runtime.server.core.params import SamplingValues, check_token_ids, is_token_ids, sampling_params
 from llmpack.runtime.server.core.plan import Constraint, OutputPlan, ToolRequest, plan_output
 from llmpack.runtime.chat import untrusted
@@ -41,9 +41,6 @@ class ChatRequest:
     reasoning_budget: int | None = None    # end thinking after this many tokens (None: the server's --reasoning-budget)
     think_param: str = "think"             # the client's field for `think` and the budget, for 400s
     param: str = "messages"
-    # the client's name of content part j of messages[i] where its wire format moved parts
-    # (Anthropic's blocks, Ollama's `images`), for 400s; absent: "messages[i].content[j]"
-    part_names: dict[tuple[int, int], str] | None = None
 
 
 @dataclass
@@ -60,7 +57,7 @@ class CompletionRequest:
 
 @dataclass
 class Prepared:
-    prompts: list[Any]                   # token ids, or a MultimodalPrompt (a chat with images)
+    prompts: list[Any]                   # token ids, or a MultimodalPrompt (a chat with pictures or sound)
     params: SamplingParams
     stream: bool
     include_usage: bool
@@ -83,7 +80,7 @@ def with_turn_stops(params: SamplingParams, model: ServedModel) -> SamplingParam
 
 
 def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
-    messages, images = take_image_parts(req.messages, model, req.param, req.part_names)   # pictures become markers (images.py)
+    messages, media = take_media_parts(req.messages, model, req.param)   # pictures and sound become markers (media.py)
     messages, read, attribution = expand_file_parts(messages, model)
     plan = plan_output(model, req.constraint, req.tools, chat=True)
     if req.params is not None:
@@ -97,7 +94,7 @@ def prepare_chat(model: ServedModel, req: ChatRequest) -> Prepared:
     opened = opens_thinking(text, syntax)
     if opened and budget == 0:   # no thinking at all: the prompt closes what its template opened
         text, opened = text + syntax.cut, False
-    ids = tokenize_prompt(model, text) if images is None else image_prompt(model, text, images, req.param)
+    ids = tokenize_prompt(model, text) if media is None else media_prompt(model, text, media, req.param)
     return Prepared([ids], params, req.stream, req.include_usage, req.param,
                     top_logprobs=req.logprobs, texts=[untrusted.clean(text)], plan=plan,
                     return_progress=req.prompt_progress and req.stream, reasoning=syntax, thinking_open=opened,

@@ -12,7 +12,11 @@ index serves every llmpack app of this user:
                unicode61 with diacritics folded, so "keeps" finds "keep" and "resume" finds "résumé"
 
 A document is stored in one transaction: a file that fails half-way (bad input, a full disk,
-the app closed) leaves nothing behind. The same content is stored once however often it is
+the app closed) leaves nothing behind. The index is bounded: the text it keeps (`bytes`, UTF-8)
+stays under MAX_INDEX_BYTES, and a document that would take it past the cap makes room by
+forgetting the documents used longest ago, in the same transaction; `Indexed.forgot` names them,
+so the page can say which file was forgotten and why. A chat that used one still holds its text
+and sends it again with its `file_id`, and it is indexed anew then. The same content is stored once however often it is
 sent: its id is its hash, which is what the chat page keeps in a saved chat (`file_id`), so
 reopening a chat next week searches the index built when the file was attached.
 
@@ -38,10 +42,14 @@ from llmpack.runtime.server.documents.extract import Document, DocumentError
 
 INDEX_FILE = "documents.sqlite3"
 MAX_QUERY_TERMS = 32
+# The text of every document together, in UTF-8 bytes (a 300-page book is about 1 MB); the file
+# is about twice that with FTS5's terms. Over it, the documents used longest ago are forgotten.
+MAX_INDEX_BYTES = 256 << 20
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
     id TEXT PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, pages INTEGER NOT NULL,
-    chunks INTEGER NOT NULL, chars INTEGER NOT NULL, created INTEGER NOT NULL, used INTEGER NOT NULL);
+    chunks INTEGER NOT NULL, chars INTEGER NOT NULL, created INTEGER NOT NULL, used INTEGER NOT NULL,
+    bytes INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS owners (
     doc TEXT NOT NULL REFERENCES documents (id) ON DELETE CASCADE, model TEXT NOT NULL, PRIMARY KEY (doc, model));
 CREATE INDEX IF NOT EXISTS owners_by_model ON owners (model);
@@ -61,6 +69,10 @@ hers him his how i if in into is it its itself just me more most my no nor not n
 our ours out over own same she should so some such than that the their theirs them then there these they this
 those through to too under until up very was we were what when where which while who whom why will with would
 you your yours file document text page pages say says said tell""".split())
+# A file written before `bytes` existed: the column is added and filled once from its chunks.
+ADD_BYTES = ("ALTER TABLE documents ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0",
+             "UPDATE documents SET bytes = (SELECT COALESCE(SUM(LENGTH(CAST(heading AS BLOB)) + "
+             "LENGTH(CAST(text AS BLOB))), 0) FROM chunks WHERE chunks.doc = documents.id)")
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PAGE_REF = re.compile(r"\b(?:pages?|pp?\.)\s*(\d{1,5})(?:\s*(?:-|–|to|and)\s*(\d{1,5}))?", re.I)
 
@@ -78,6 +90,7 @@ class Indexed:
     pages: int     # PDF pages; 0 for other kinds
     chunks: int
     chars: int
+    forgot: tuple[str, ...] = ()   # names of the documents forgotten to make room for this one
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +149,9 @@ class DocumentIndex:
     """The index file; opened on first use (a server whose page never gets a long document never
     creates it). Safe from any thread: one connection per call."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, max_bytes: int = MAX_INDEX_BYTES) -> None:
         self._path = path
+        self.max_bytes = max_bytes
         self._ready: Path | None = None
         self._lock = threading.Lock()
 
@@ -155,6 +169,10 @@ class DocumentIndex:
                     with closing(sqlite3.connect(path, timeout=10)) as con:
                         con.execute("PRAGMA journal_mode=WAL")
                         con.executescript(SCHEMA)
+                        if "bytes" not in {r[1] for r in con.execute("PRAGMA table_info(documents)")}:
+                            with con:
+                                for statement in ADD_BYTES:
+                                    con.execute(statement)
                     self._ready = path
             con = sqlite3.connect(path, timeout=10)
             con.execute("PRAGMA foreign_keys=ON")
@@ -178,11 +196,17 @@ class DocumentIndex:
                     pieces = chunk(doc)
                     if not pieces:
                         raise IndexUnusable(f"{doc.name} holds no text to search; copy its text in instead")
-                    con.execute("INSERT INTO documents (id, name, kind, pages, chunks, chars, created, used) "
-                                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                                (key, doc.name, doc.kind, len(doc.pages), len(pieces), len(doc.text), now, now))
+                    size = sum(len(c.heading.encode("utf-8", "surrogatepass")) +
+                               len(c.text.encode("utf-8", "surrogatepass")) for c in pieces)
+                    if size > self.max_bytes:
+                        raise IndexUnusable(f"{doc.name} holds {size / (1 << 20):.0f} MB of text, more than the "
+                                            f"document index keeps ({self.max_bytes >> 20} MB); attach a part of it")
+                    forgot = self._make_room(con, size)
+                    con.execute("INSERT INTO documents (id, name, kind, pages, chunks, chars, created, used, bytes) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                (key, doc.name, doc.kind, len(doc.pages), len(pieces), len(doc.text), now, now, size))
                     _insert(con, key, pieces)
-                    found = Indexed(key, doc.name, doc.kind, len(doc.pages), len(pieces), len(doc.text))
+                    found = Indexed(key, doc.name, doc.kind, len(doc.pages), len(pieces), len(doc.text), forgot)
                 else:
                     con.execute("UPDATE documents SET used = ? WHERE id = ?", (now, key))
                 con.execute("INSERT OR IGNORE INTO owners (doc, model) VALUES (?, ?)", (key, owner))
@@ -190,6 +214,20 @@ class DocumentIndex:
             raise IndexUnusable(f"could not save {doc.name} in the document index ({exc}); free some disk space "
                               "and attach it again") from None
         return found
+
+    def _make_room(self, con: sqlite3.Connection, size: int) -> tuple[str, ...]:
+        """Forget the documents used longest ago until `size` more bytes fit under the cap; their names."""
+        total = con.execute("SELECT COALESCE(SUM(bytes), 0) FROM documents").fetchone()[0]
+        forgot: list[str] = []
+        if total + size <= self.max_bytes:
+            return ()
+        for key, name, held in con.execute("SELECT id, name, bytes FROM documents ORDER BY used, created").fetchall():
+            _drop(con, key)
+            forgot.append(name)
+            total -= held
+            if total + size <= self.max_bytes:
+                break
+        return tuple(forgot)
 
     def claim(self, key: str, owner: str) -> None:
         """Mark a stored document used by `owner` now (a chat sent it again by its file_id)."""
@@ -274,15 +312,20 @@ class DocumentIndex:
             gone = [r[0] for r in con.execute("SELECT id FROM documents d WHERE NOT EXISTS "
                                               "(SELECT 1 FROM owners o WHERE o.doc = d.id)").fetchall()]
             for key in gone:
-                con.execute("INSERT INTO chunk_text (chunk_text, rowid, heading, text) "
-                            "SELECT 'delete', id, heading, text FROM chunks WHERE doc = ?", (key,))
-                con.execute("DELETE FROM documents WHERE id = ?", (key,))
+                _drop(con, key)
         try:
             with closing(self._connect()) as con:
                 con.execute("VACUUM")   # give the space back: the text of a 300-page file is megabytes
         except sqlite3.OperationalError:   # another app has the file busy: the rows are gone all the same
             pass
         return len(gone)
+
+
+def _drop(con: sqlite3.Connection, key: str) -> None:
+    """Delete one document: its search terms (FTS5's external content needs them told), chunks, owners."""
+    con.execute("INSERT INTO chunk_text (chunk_text, rowid, heading, text) "
+                "SELECT 'delete', id, heading, text FROM chunks WHERE doc = ?", (key,))
+    con.execute("DELETE FROM documents WHERE id = ?", (key,))
 
 
 def _insert(con: sqlite3.Connection, key: str, pieces: list[Chunk]) -> None:

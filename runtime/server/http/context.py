@@ -8,7 +8,7 @@ import json
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flask import current_app, request
 
@@ -18,9 +18,6 @@ from llmpack.runtime.server.http.metrics import Metrics
 from llmpack.runtime.server.http.options import ServerOptions
 from llmpack.runtime.server.http.state import ServerState
 
-if TYPE_CHECKING:
-    from llmpack.runtime.server.page.chats import ChatStore
-
 
 @dataclass
 class AppContext:
@@ -29,7 +26,7 @@ class AppContext:
     state: ServerState
     options: ServerOptions
     metrics: Metrics
-    chats: "ChatStore"                 # the page's saved chats (opens its file on first use)
+    chats: Any                         # the page's saved chats: page/chats.ChatStore (page/ sits above http/)
     other_names: "_NameLog" = field(default_factory=lambda: _NameLog())
 
 
@@ -48,8 +45,7 @@ def ready_model(state: ServerState) -> ServedModel:
 
 
 def json_body() -> Any:
-    mimetype = request.mimetype or ""
-    if mimetype != "application/json" and not mimetype.endswith("+json"):
+    if not _declared_json(request.headers):
         raise ApiError(415, "The request body must be JSON, sent with 'Content-Type: application/json'.",
                        code="unsupported_media_type")
     raw = request.get_data(cache=False)   # 413 past MAX_CONTENT_LENGTH
@@ -59,6 +55,23 @@ def json_body() -> Any:
         raise bad(None, "The request body is nested too deeply.") from None
     except ValueError as exc:   # includes UnicodeDecodeError
         raise bad(None, f"The request body is not valid JSON: {str(exc)[:200]}") from None
+
+
+def _declared_json(headers: Any) -> bool:
+    """Whether a body is read as JSON: it says so (`application/json`, `*+json`), or it says
+    nothing and comes from a tool, not a browser.
+
+    Ollama parses any body as JSON, and clients written for it may send no type: LiteLLM's
+    `ollama/` and `ollama_chat/` providers post JSON with no Content-Type header at all. A web
+    page can post a typeless body too (a Blob, an ArrayBuffer: no preflight), but a browser marks
+    every POST with `Origin` and a modern one with `Sec-Fetch-Site`; a typeless body is read only
+    when neither is there. A typed `text/plain` or form body stays refused from anyone: that is
+    what a page's no-cors post sends (issue 28), and no JSON client sends it."""
+    mimetype = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if mimetype == "application/json" or mimetype.endswith("+json"):
+        return True
+    site = (headers.get("Sec-Fetch-Site") or "none").lower()
+    return not mimetype and headers.get("Origin") is None and site == "none"
 
 
 def _no_constant(name: str) -> Any:

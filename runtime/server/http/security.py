@@ -23,10 +23,14 @@ import ipaddress
 import os
 import socket
 import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
 
+from llmpack.runtime.server.core.attachments import ATTACH_BODY
 from llmpack.runtime.server.http.errors import error_response as error
 from llmpack.runtime.server.http.options import Cors, ServerOptions
 
@@ -59,6 +63,14 @@ def body_limit(limit: int) -> Callable[[F], F]:
         setattr(view, _BODY_LIMIT, limit)
         return view
     return mark
+
+
+def carries_files(view: F) -> F:
+    """A route whose body may carry files, pictures or sound (base64 in its JSON): the attachments'
+    limit, the same on every API that takes them, so a phone photo that one room accepts is never
+    a 413 in another. Set here, on the route, because the guard refuses by Content-Length before
+    the view runs (a limit raised inside the view comes too late)."""
+    return body_limit(ATTACH_BODY)(view)
 
 
 def route_body_limit(app: Flask, endpoint: str | None, default: int) -> int:
@@ -187,33 +199,65 @@ def key_ok(authorization: str | None, key: str, x_api_key: str | None = None) ->
     return hmac.compare_digest(given.strip().encode("utf-8", "replace"), key.encode("utf-8", "replace"))
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request is refused before its body is read: an HTTP status and the error's words."""
+    status: int
+    message: str
+    type: str
+    code: str
+
+
+def endpoint_for(app: Flask, method: str, path: str) -> str | None:
+    """The app's endpoint for `method path`, or None (unknown paths need the key too)."""
+    try:
+        endpoint, _ = app.url_map.bind("localhost").match(path, method)
+    except HTTPException:
+        return None
+    return endpoint
+
+
+def refusal(app: Flask, options: ServerOptions, names: set[str], method: str, endpoint: str | None,
+            headers: Mapping[str, str], host: str, content_length: int | None) -> Refusal | None:
+    """Every guard a request passes before anything reads its body, in order: Host (DNS rebinding),
+    another web site, the route's body limit by Content-Length, the API key. The one rule for the
+    single server (`install`) and for Ray's ingress (scale/deployments.py), which runs it on
+    the same app's routes before it reads a byte of the body."""
+    if not host_ok(headers.get("Host"), options, names):
+        return Refusal(403, f"Host {headers.get('Host')!r} is not this server: requests must name it as localhost "
+                       "or 127.0.0.1 (DNS-rebinding protection).", "permission_error", "host_not_allowed")
+    refused = cross_site(method, headers, host, options.cors)
+    if refused:
+        return Refusal(403, refused, "permission_error", "cross_site_request")
+    limit = route_body_limit(app, endpoint, options.max_body)
+    if content_length is not None and content_length > limit:
+        return Refusal(413, f"The request body is larger than {limit >> 20} MiB.", "invalid_request_error",
+                       "request_too_large")
+    if options.cors and method == "OPTIONS":
+        return None
+    if options.api_key and public_reason(app, endpoint) is None:
+        auth, x_key = headers.get("Authorization"), headers.get("x-api-key")
+        if not key_ok(auth, options.api_key, x_key):
+            msg = ("Incorrect API key provided: send the key this server was started with (--api-key) as "
+                   "'Authorization: Bearer KEY' (or 'x-api-key: KEY')." if auth or x_key else
+                   "Missing API key: send it as 'Authorization: Bearer KEY' (or 'x-api-key: KEY').")
+            return Refusal(401, msg, "invalid_request_error", "invalid_api_key")
+    return None
+
+
 def install(app: Flask, options: ServerOptions) -> None:
     """Register the guards on `app`."""
     names = allowed_names(options)
 
     @app.before_request
     def _guard():
-        if not host_ok(request.headers.get("Host"), options, names):
-            return error(403, f"Host {request.headers.get('Host')!r} is not this server: requests must "
-                         "name it as localhost or 127.0.0.1 (DNS-rebinding protection).",
-                         "permission_error", "host_not_allowed")
-        refused = cross_site(request.method, request.headers, request.host, options.cors)
+        refused = refusal(app, options, names, request.method, request.endpoint, request.headers, request.host,
+                          request.content_length)
         if refused:
-            return error(403, refused, "permission_error", "cross_site_request")
-        limit = route_body_limit(app, request.endpoint, options.max_body)
-        request.max_content_length = limit
-        if request.content_length is not None and request.content_length > limit:
-            return error(413, f"The request body is larger than {limit >> 20} MiB.", "invalid_request_error",
-                         "request_too_large")
+            return error(refused.status, refused.message, refused.type, refused.code)
+        request.max_content_length = route_body_limit(app, request.endpoint, options.max_body)
         if options.cors and request.method == "OPTIONS":
             return Response(status=204)
-        if options.api_key and public_reason(app, request.endpoint) is None:
-            auth, x_key = request.headers.get("Authorization"), request.headers.get("x-api-key")
-            if not key_ok(auth, options.api_key, x_key):
-                msg = ("Incorrect API key provided: send the key this server was started with (--api-key) as "
-                       "'Authorization: Bearer KEY' (or 'x-api-key: KEY')." if auth or x_key else
-                       "Missing API key: send it as 'Authorization: Bearer KEY' (or 'x-api-key: KEY').")
-                return error(401, msg, "invalid_request_error", "invalid_api_key")
         return None
 
     @app.after_request

@@ -97,7 +97,7 @@ class ServerState:
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
                     "defaults": request_defaults(model), "base_model": bool(model.meta.get("base_model")),
                     "backend": model.backend, "speculative": speculative_health(model.engine.stats()),
-                    "vision": bool(model.engine.vision)}
+                    "vision": "image" in model.engine.media_kinds, "hears": "audio" in model.engine.media_kinds}
             if self.instance:
                 body["instance"] = self.instance
             return body, 200

@@ -1,26 +1,27 @@
 """Running one prepared request for a protocol room: submitted through the core with the server's
 in-flight set (a client that hangs up, or a shutdown, aborts it), the metrics timer, and a
-streamed body that always releases the engine streams, even if nobody reads it. Every room that
-streams (responses/, anthropic/, ollama/) writes only its own events around this."""
+streamed body that always releases the engine streams, even if nobody reads it, and ends the one
+way every stream that fails after its 200 ends (`on_error`). Every room that streams (openai/,
+responses/, anthropic/, ollama/) writes only its own events around this, and its own shape of an error."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+import sys
+import traceback
+from typing import Any, Callable, Iterable, Iterator
 
 from flask import Response, request
 
-from llmpack.runtime.server.core.attachments import ATTACH_BODY
+from llmpack.runtime.server.core.errors import ApiError
 from llmpack.runtime.server.core.generation import Generation, cache_salt_for
 from llmpack.runtime.server.core.request import Prepared
 from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, check_model_name, json_body, ready_model
 
 
-def model_and_body(files: bool = True) -> tuple[ServedModel, Any]:
+def model_and_body() -> tuple[ServedModel, Any]:
     """The ready model and the request's JSON body, its `model` name noted (any name is served).
-    `files`: the body may carry files or images, so it may be as large as attachments are."""
+    How large the body may be is the route's (security.carries_files), checked before this runs."""
     ctx = app_context()
-    if files:
-        request.max_content_length = max(ATTACH_BODY, ctx.options.max_body)
     model = ready_model(ctx.state)
     body = json_body()
     check_model_name(body, model)
@@ -55,6 +56,27 @@ class ClosingBody:
             self.gen.close()
 
 
-def streamed(chunks: Iterator[bytes], gen: Generation, mimetype: str = "text/event-stream") -> Response:
-    return Response(ClosingBody(chunks, gen), mimetype=mimetype,
+INTERNAL_ERROR = "Internal server error while generating."
+
+ErrorShape = Callable[[ApiError], Iterable[bytes]]   # a room's in-stream error: its events for one ApiError
+
+
+def error_tail(chunks: Iterator[bytes], gen: Generation, on_error: ErrorShape) -> Iterator[bytes]:
+    """`chunks`, ended the one way a stream ends once its 200 is sent: an ApiError (a refusal, a
+    cancel, the engine's failure) in the room's shape; anything else printed on the console and
+    told to the client as a 500 with none of its details. The engine streams are released either way."""
+    try:
+        yield from chunks
+    except ApiError as exc:
+        yield from on_error(exc)
+    except Exception:  # noqa: BLE001 - the stream is already 200: report in-band, never leak details
+        traceback.print_exc(file=sys.stderr)
+        yield from on_error(ApiError(500, INTERNAL_ERROR))
+    finally:
+        gen.close()
+
+
+def streamed(chunks: Iterator[bytes], gen: Generation, on_error: ErrorShape,
+             mimetype: str = "text/event-stream") -> Response:
+    return Response(ClosingBody(error_tail(chunks, gen, on_error), gen), mimetype=mimetype,
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -4,18 +4,20 @@
 schema), `tools` (OpenAI's function shape), `think` (true/false or "low"/"medium"/"high") and
 `stream`, which is on unless the client turns it off; they answer NDJSON lines whose durations
 are nanoseconds. A problem is a 400 naming the field (`options.temperature`), rendered as
-Ollama's {"error": "..."} by routes.py.
+Ollama's {"error": "..."} by routes.py; a field or option it does not know is ignored, as Ollama
+ignores it (noted once on the console).
 """
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import datetime, timezone
 from typing import Any
 
 from llmpack.runtime.server.core.errors import ApiError, bad
-from llmpack.runtime.server.core.images import base64_image_part
-from llmpack.runtime.server.core.params import SamplingValues, flag
+from llmpack.runtime.server.core.media import base64_image_item, media_part
+from llmpack.runtime.server.core.params import SamplingValues, flag, known_fields
 from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.server.core.request import ChatRequest, CompletionRequest
 
@@ -45,12 +47,27 @@ def now_iso(ts: float | None = None) -> str:
 
 
 def check_keys(body: Any, allowed: set[str]) -> dict:
-    if not isinstance(body, dict):
-        raise bad(None, "the request body must be a JSON object")
-    for key in body:
-        if key not in allowed:
-            raise bad(key, f"unknown field {key!r}")
+    """The body, a JSON object. A field this room does not know is left unused with a note on the
+    console, as Ollama does (its Go JSON decoding skips unknown fields): clients send newer fields
+    (`logprobs`, `truncate`, `width`...) and expect an answer, not a 400."""
+    known_fields(body, allowed, "", not_object="the request body must be a JSON object",
+                 unused=lambda key: _note_unused(f"field {key[:60]!r}"))
+    keep = body.get("keep_alive")   # the one model stays loaded; the value is checked as Ollama reads it
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, (int, float, str))):
+        raise bad("keep_alive", "keep_alive must be a duration such as \"5m\" or a number of seconds")
     return body
+
+
+_NOTED: set[str] = set()
+
+
+def _note_unused(what: str) -> None:
+    """One console line per unused field or option (a few dozen at most), as Ollama logs a warning."""
+    if what in _NOTED or len(_NOTED) >= 32:
+        return
+    _NOTED.add(what)
+    print(f"llmpack: an Ollama request has the {what}, which this server does not use; it is ignored, as "
+          "Ollama ignores it", file=sys.stderr, flush=True)
 
 
 def sampling(options: Any) -> SamplingValues:
@@ -63,8 +80,9 @@ def sampling(options: Any) -> SamplingValues:
     for name, value in options.items():
         if name in UNUSED or value is None:
             continue
-        if name not in SAMPLING:
-            raise bad(f"options.{name}", f"options.{name} is not an option Ollama knows")
+        if name not in SAMPLING:   # Ollama: "invalid option provided", a warning, and the answer
+            _note_unused(f"option {str(name)[:60]!r}")
+            continue
         if name == "num_predict" and isinstance(value, int) and not isinstance(value, bool) and value in (-1, -2):
             continue   # -1: until the turn ends; -2: until the context is full. Here, both: no cap
         setattr(values, SAMPLING[name], value)
@@ -88,17 +106,13 @@ def think(value: Any) -> bool | str | None:
 
 
 def _images(images: Any, where: str) -> list[dict]:
-    """Ollama's base64 strings as image parts, each labelled by its bytes (PNG, JPEG, WebP, GIF)."""
+    """Ollama's base64 strings as media parts, each labelled by its bytes (PNG, JPEG, WebP, GIF) and
+    named as the client sent it ("messages[0].images[1]"), for 400s."""
     if images is None:
         return []
     if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
         raise bad(where, f"{where} must be a list of base64 images")
-    return [base64_image_part(i) for i in images]
-
-
-def _image_names(images: list, at: int, where: str) -> dict[tuple[int, int], str]:
-    """The client's name of each picture, which follows the text as part 1, 2, ... of message `at`."""
-    return {(at, 1 + k): f"{where}[{k}]" for k in range(len(images))}
+    return [media_part(base64_image_item(b64, f"{where}[{k}]")) for k, b64 in enumerate(images)]
 
 
 def _tool_calls(m: dict, i: int) -> list[dict]:
@@ -113,14 +127,12 @@ def _tool_calls(m: dict, i: int) -> list[dict]:
     return calls
 
 
-def chat_messages(messages: Any) -> tuple[list[dict], dict[tuple[int, int], str]]:
-    """Ollama's messages as chat-template messages: images become image parts, tool calls the
-    OpenAI shape, and a tool reply names its call (Ollama sends the tool's name, not an id).
-    Also each picture's name ("messages[0].images[1]"), for 400s."""
+def chat_messages(messages: Any) -> list[dict]:
+    """Ollama's messages as chat-template messages: images become media parts, tool calls the
+    OpenAI shape, and a tool reply names its call (Ollama sends the tool's name, not an id)."""
     if not isinstance(messages, list):
         raise bad("messages", "messages must be a list")
     out: list[dict] = []
-    names: dict[tuple[int, int], str] = {}
     last_calls: dict[str, str] = {}
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool"):
@@ -129,7 +141,6 @@ def chat_messages(messages: Any) -> tuple[list[dict], dict[tuple[int, int], str]
         if not isinstance(content, str):
             raise bad("messages", f"messages[{i}].content must be a string")
         images = _images(m.get("images"), f"messages[{i}].images")
-        names.update(_image_names(images, i, f"messages[{i}].images"))
         msg: dict[str, Any] = {"role": m["role"], "content": [{"type": "text", "text": content}, *images] if images
                                else content}
         if m["role"] == "assistant" and m.get("tool_calls"):
@@ -141,7 +152,7 @@ def chat_messages(messages: Any) -> tuple[list[dict], dict[tuple[int, int], str]
             if name:
                 msg["name"] = name
         out.append(msg)
-    return out, names
+    return out
 
 
 def _tools(tools: Any) -> ToolRequest | None:
@@ -165,10 +176,9 @@ def stream_flag(body: dict) -> bool:
 
 def chat_request(body: Any) -> ChatRequest:
     body = check_keys(body, CHAT_KEYS)
-    messages, names = chat_messages(body.get("messages"))
-    return ChatRequest(messages, sampling(body.get("options")), constraint=constraint(body.get("format")),
-                       tools=_tools(body.get("tools")), think=think(body.get("think")), stream=stream_flag(body),
-                       part_names=names)
+    return ChatRequest(chat_messages(body.get("messages")), sampling(body.get("options")),
+                       constraint=constraint(body.get("format")), tools=_tools(body.get("tools")),
+                       think=think(body.get("think")), stream=stream_flag(body))
 
 
 def generate_request(body: Any) -> ChatRequest | CompletionRequest:
@@ -197,10 +207,9 @@ def generate_request(body: Any) -> ChatRequest | CompletionRequest:
             raise bad("system", "system must be a string")
         messages.append({"role": "system", "content": body["system"]})
     images = _images(body.get("images"), "images")
-    names = _image_names(images, len(messages), "images")
     messages.append({"role": "user", "content": [{"type": "text", "text": prompt}, *images] if images else prompt})
     return ChatRequest(messages, values, constraint=fmt, think=think(body.get("think")), stream=stream,
-                       param="prompt", part_names=names)
+                       param="prompt")
 
 
 def tool_calls(calls: list) -> list[dict]:

@@ -4,9 +4,7 @@ create, copy, delete and blobs answer that this file holds one model. Every erro
 guards' 401 included, is Ollama's {"error": "..."}."""
 from __future__ import annotations
 
-import sys
 import time
-import traceback
 from typing import Any, Callable, Iterator
 
 from flask import Blueprint, Response, jsonify
@@ -21,6 +19,7 @@ from llmpack.runtime.server.core.request import ChatRequest, prepare_chat, prepa
 from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, ready_model
 from llmpack.runtime.server.http.errors import register_shape
+from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed
 from llmpack.runtime.server.ollama import protocol as P
 
@@ -45,6 +44,7 @@ def _loaded(model: ServedModel, key: str, empty: Any) -> Response:
 
 
 @bp.post("/chat")
+@security.carries_files
 def chat() -> Response:
     model, body = model_and_body()
     if isinstance(body, dict) and body.get("messages") == []:
@@ -54,6 +54,7 @@ def chat() -> Response:
 
 
 @bp.post("/generate")
+@security.carries_files
 def generate() -> Response:
     model, body = model_and_body()
     if isinstance(body, dict) and not body.get("prompt") and not body.get("images"):
@@ -82,7 +83,8 @@ def _answer(model: ServedModel, req: Any, shape: Callable[[str, str, list], dict
     started = time.perf_counter()
     gen = start_generation(model, prep, f"ollama-{time.time_ns()}")
     if req.stream:
-        return streamed(_lines(gen, chat, shape, started), gen, "application/x-ndjson")
+        return streamed(_lines(gen, chat, shape, started), gen, lambda exc: [P.ndjson(P.error_body(exc))],
+                        "application/x-ndjson")
     try:
         (c,) = final_choices(gen, chat=chat)
         prompt, generated, _ = gen.usage()
@@ -96,24 +98,16 @@ def _answer(model: ServedModel, req: Any, shape: Callable[[str, str, list], dict
 def _lines(gen: Generation, chat: bool, shape: Callable[[str, str, list], dict], started: float) -> Iterator[bytes]:
     head = {"model": gen.model.model_id}
     first, finish = None, None
-    try:
-        for step in stream_steps(gen, chat=chat):
-            for e in step.choices:
-                if e.text or e.reasoning or e.tool_calls:
-                    first = first or time.perf_counter()
-                    yield P.ndjson({**head, "created_at": P.now_iso(), **shape(e.text, e.reasoning, e.tool_calls),
-                                    "done": False})
-                finish = e.finish_reason or finish
-        prompt, generated, _ = gen.usage()
-        yield P.ndjson({**head, "created_at": P.now_iso(), **shape("", "", []), "done": True,
-                        "done_reason": P.done_reason(finish), **P.timings(started, first, prompt, generated)})
-    except ApiError as exc:
-        yield P.ndjson(P.error_body(exc))
-    except Exception:  # noqa: BLE001 - the stream is already 200: report in-band, never leak details
-        traceback.print_exc(file=sys.stderr)
-        yield P.ndjson({"error": "internal server error while generating"})
-    finally:
-        gen.close()
+    for step in stream_steps(gen, chat=chat):
+        for e in step.choices:
+            if e.text or e.reasoning or e.tool_calls:
+                first = first or time.perf_counter()
+                yield P.ndjson({**head, "created_at": P.now_iso(), **shape(e.text, e.reasoning, e.tool_calls),
+                                "done": False})
+            finish = e.finish_reason or finish
+    prompt, generated, _ = gen.usage()
+    yield P.ndjson({**head, "created_at": P.now_iso(), **shape("", "", []), "done": True,
+                    "done_reason": P.done_reason(finish), **P.timings(started, first, prompt, generated)})
 
 
 @bp.post("/embed")

@@ -13,7 +13,7 @@ from typing import Any
 
 from llmpack.runtime.engine.outputs import TokenLogprob
 from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.params import SamplingValues, flag, integer, show
+from llmpack.runtime.server.core.params import SamplingValues, flag, integer, known_fields, show
 from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.server.core.request import ChatRequest, CompletionRequest
 from llmpack.runtime.structured.grammar import GrammarError, json_schema_of
@@ -33,12 +33,7 @@ COMPLETION_KEYS = _COMMON | _SHAPE | {"prompt", "logprobs", "echo", "suffix", "b
 
 
 def check_keys(body: Any, allowed: set[str]) -> dict:
-    if not isinstance(body, dict):
-        raise bad(None, "The request body must be a JSON object.")
-    for key in body:
-        if key not in allowed:
-            raise bad(key, f"Unrecognized request argument supplied: {key}", "unknown_parameter")
-    return body
+    return known_fields(body, allowed, "Unrecognized request argument supplied: {key}", "unknown_parameter")
 
 
 def _unsupported(body: dict) -> None:
@@ -78,7 +73,7 @@ def _sampling(body: dict, chat: bool) -> SamplingValues:
     values = SamplingValues(**{k: body.get(k) for k in _SAMPLING})
     length_key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
     values.max_tokens = body.get(length_key)
-    values.names = {"max_tokens": length_key}
+    values.names = {"max_tokens": length_key, "logprobs": "top_logprobs" if chat else "logprobs"}
     best_of = integer("best_of", body.get("best_of"))
     if best_of is not None and best_of != (integer("n", body.get("n")) or 1):
         raise bad("best_of", "'best_of' is not supported (it may only equal n)", "unsupported_parameter")
@@ -165,8 +160,6 @@ def parse_chat(body: Any) -> ChatRequest:
     k = integer("top_logprobs", body.get("top_logprobs"))
     if k is not None and not want:
         raise bad("top_logprobs", "'top_logprobs' requires 'logprobs': true")
-    if k is not None and not 0 <= k <= 20:
-        raise bad("top_logprobs", f"'top_logprobs' must be from 0 to 20, got {k}")
     effort = body.get("reasoning_effort")
     if effort is not None and effort not in EFFORTS:
         raise bad("reasoning_effort", f"'reasoning_effort' must be one of {', '.join(EFFORTS)}, got {show(effort)}")
@@ -184,9 +177,7 @@ def parse_completion(body: Any) -> CompletionRequest:
     body = check_keys(body, COMPLETION_KEYS)
     _unsupported(body)
     stream, usage = stream_flags(body)
-    k = body.get("logprobs")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
-        raise bad("logprobs", f"'logprobs' must be an integer from 0 to 20, got {show(k)}")
+    k = integer("logprobs", body.get("logprobs"))   # its range is SamplingParams' (core/params.py names it)
     return CompletionRequest(body.get("prompt"), _sampling(body, chat=False), constraint=constraint(body),
                              logprobs=k, stream=stream, include_usage=usage,
                              prompt_progress=bool(flag("return_progress", body.get("return_progress"))))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify
 
-from llmpack.runtime.server.core.attachments import ATTACH_BODY
 from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.context import app_context, check_model_id, ready_model
 from llmpack.runtime.server.openai import serving_embeddings
@@ -28,7 +27,7 @@ def get_model(model_id: str) -> Response:
 
 
 @bp.post("/v1/chat/completions")
-@security.body_limit(ATTACH_BODY)   # files may ride in it
+@security.carries_files
 def chat_completions() -> Response:
     return generate(CHAT)
 

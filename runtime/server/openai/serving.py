@@ -4,16 +4,13 @@ serving_completion.py (an `Api`: how to prepare a request and write one choice).
 from __future__ import annotations
 
 import json
-import sys
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from flask import Response, jsonify
 
 from llmpack.runtime.server.core.attachments import READ_HEADER
-from llmpack.runtime.server.core.errors import ApiError
 from llmpack.runtime.server.core.generation import Generation
 from llmpack.runtime.server.core.output import final_choices, stream_steps
 from llmpack.runtime.server.core.request import Prepared
@@ -51,7 +48,7 @@ def generate(api: Api) -> Response:
     gen = start_generation(model, prep, rid)
     headers = {READ_HEADER: json.dumps(prep.read)} if prep.read else {}   # which parts of long files were read
     if prep.stream:
-        resp = streamed(_stream(gen, api, rid, created), gen)
+        resp = streamed(_stream(gen, api, rid, created), gen, lambda exc: [P.sse(exc.body()), DONE])
         resp.headers.update(headers)
         return resp
     try:
@@ -73,26 +70,16 @@ def _stream(gen: Generation, api: Api, rid: str, created: int) -> Iterator[bytes
     tail = {"usage": None} if gen.prep.include_usage else {}
     want_lp, k = gen.prep.params.logprobs is not None, gen.prep.top_logprobs or 0
     offsets: dict[int, int] = {}
-    try:
-        if api.role_chunk:   # at once: the client knows it was accepted even while it waits in the queue
-            yield P.sse({**head, "choices": [
-                {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-                for i in range(gen.num_choices)], **tail})
-        for step in stream_steps(gen, api.kind == "chat"):
-            if step.progress is not None:
-                yield P.sse({**head, "choices": [], "prompt_progress": step.progress})
-            choices = [c for c in (api.delta(e, want_lp, k, offsets) for e in step.choices) if c is not None]
-            if choices:
-                yield P.sse({**head, "choices": choices, **tail})
-        if gen.prep.include_usage:
-            yield P.sse({**head, "choices": [], "usage": P.usage(gen.usage())})
-        yield DONE
-    except ApiError as exc:
-        yield P.sse(exc.body())
-        yield DONE
-    except Exception:  # noqa: BLE001 - the stream is already 200: report in-band, never leak details
-        traceback.print_exc(file=sys.stderr)
-        yield P.sse(ApiError(500, "Internal server error while generating.").body())
-        yield DONE
-    finally:
-        gen.close()
+    if api.role_chunk:   # at once: the client knows it was accepted even while it waits in the queue
+        yield P.sse({**head, "choices": [
+            {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            for i in range(gen.num_choices)], **tail})
+    for step in stream_steps(gen, api.kind == "chat"):
+        if step.progress is not None:
+            yield P.sse({**head, "choices": [], "prompt_progress": step.progress})
+        choices = [c for c in (api.delta(e, want_lp, k, offsets) for e in step.choices) if c is not None]
+        if choices:
+            yield P.sse({**head, "choices": choices, **tail})
+    if gen.prep.include_usage:
+        yield P.sse({**head, "choices": [], "usage": P.usage(gen.usage())})
+    yield DONE

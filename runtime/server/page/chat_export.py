@@ -9,6 +9,7 @@ import unicodedata
 from urllib.parse import quote
 
 from llmpack.runtime.server.page.chat_shape import EXPORT_FORMAT, branch
+from llmpack.runtime.server.page.chat_sources import markdown_lines
 
 
 def to_json(chat: dict, model_name: str) -> dict:
@@ -36,13 +37,18 @@ def to_markdown(chat: dict, model_name: str) -> str:
     names = {"user": "You", "assistant": model_name, "system": "System"}
     for m in shown:
         out += [f"## {names[m['role']]}", ""]
-        for f in m.get("attachments", []):   # the name, with the text folded away; a picture as itself
+        for f in m.get("attachments", []):   # the name, with the text folded away; a picture or clip as itself
             if f.get("data_url"):
                 out += [f"![{html.escape(f['name'])}]({f['data_url']})", ""]
+                continue
+            if f.get("audio_url"):           # a player where the viewer renders HTML, the name and length elsewhere
+                label = html.escape(f["name"] + (f" ({f['note']})" if f.get("note") else ""))
+                out += [f'<audio controls src="{f["audio_url"]}" title="{label}">Sound: {label}</audio>', ""]
                 continue
             out += [f"<details><summary>Attached: {html.escape(f['name'])}</summary>", "", "````text",
                     f["text"].replace("````", "` ` ` `"), "````", "", "</details>", ""]
         out += [close_fences(m["content"].rstrip()), ""]
+        out += markdown_lines(m.get("sources") or [])   # the server's, under the reply
     return "\n".join(out)
 
 

@@ -10,8 +10,10 @@ and a parent always comes before its children in the list. Editing a message or 
 again adds a sibling, so nothing is thrown away; "leaf" names the last message of the branch the
 page shows. Chats saved before the tree (no ids) are one branch: the messages in order.
 An assistant message may carry "thinking" (a reasoning model's thinking, shown folded, never sent
-back). A user message's attachments are [{"name", "kind", "size", "tokens", "text", "note"?, "file_id"?}]: the text that was
-sent, so the chat can be continued and exported as it was.
+back) and "sources" (the places of the attached files that support it: chat_sources.py). A user
+message's attachments are [{"name", "kind", "size", "tokens", "text", "note"?, "file_id"?, "data_url"?
+(a picture), "audio_url"? (a sound clip)}]: what was sent, so the chat can be continued and exported
+as it was.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import time
 from typing import Any
 
 from llmpack.runtime.server.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
+from llmpack.runtime.server.page.chat_sources import SourceError, clean_sources
 
 ROLES = ("system", "user", "assistant")
 MODES = ("chat", "complete")
@@ -97,6 +100,11 @@ def _message(m: Any, i: int) -> dict:
         if not isinstance(m["thinking"], str):
             raise ChatError(f"messages[{i}].thinking must be text")
         item["thinking"] = scrub(m["thinking"])
+    if m.get("sources") is not None and m["role"] == "assistant":   # the server's sources (chat_sources.py)
+        try:
+            item["sources"] = clean_sources(m["sources"])
+        except SourceError as exc:
+            raise ChatError(f"messages[{i}].sources{exc}") from None
     return item
 
 
@@ -201,6 +209,8 @@ def _clean_attachments(files: Any, i: int) -> list[dict]:
         item = {"name": scrub(f["name"][:MAX_TITLE]), "text": scrub(f["text"])}
         if f.get("data_url") is not None:
             item["data_url"] = _picture(f["data_url"], i)
+        if f.get("audio_url") is not None:
+            item["audio_url"] = _clip(f["audio_url"], i)
         item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note", "file_id") if isinstance(f.get(k), str)})
         for k in ("size", "tokens"):
             if f.get(k) is None:
@@ -222,6 +232,19 @@ def _picture(url: Any, i: int) -> str:
     if not isinstance(url, str) or len(url) > MAX_PICTURE_URL or not _PICTURE_URL.fullmatch(url):
         raise ChatError(f"messages[{i}].attachments[].data_url must be a PNG, JPEG, WebP or GIF data: URL of at most "
                         f"{MAX_PICTURE_URL >> 20} MB")
+    return url
+
+
+# A sound clip kept in a saved chat, as the page sends it (webui/audio.js: 16 kHz mono 16-bit WAV,
+# at most 90 s, about 2.9 MB): a WAV data: URL of up to this many bytes.
+MAX_CLIP_URL = 4 * 1024 * 1024
+_CLIP_URL = re.compile(r"data:audio/wav;base64,[A-Za-z0-9+/]*={0,2}")
+
+
+def _clip(url: Any, i: int) -> str:
+    if not isinstance(url, str) or len(url) > MAX_CLIP_URL or not _CLIP_URL.fullmatch(url):
+        raise ChatError(f"messages[{i}].attachments[].audio_url must be a WAV data: URL of at most "
+                        f"{MAX_CLIP_URL >> 20} MB")
     return url
 
 

@@ -14,7 +14,8 @@ import secrets
 from typing import Any
 
 from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.params import SamplingValues, flag
+from llmpack.runtime.server.core.media import MediaItem, media_part
+from llmpack.runtime.server.core.params import SamplingValues, flag, known_fields
 from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.server.core.request import ChatRequest
 
@@ -48,14 +49,17 @@ def _content(content: Any, where: str) -> Any:
             if not isinstance(p.get("image_url"), str):
                 raise bad(f"{pw}.image_url", f"'{pw}.image_url' must be a URL or a data: URL (file_id is not "
                           "supported: this server keeps no files)")
-            parts.append({"type": "image_url", "image_url": {"url": p["image_url"]}})
+            parts.append(media_part(MediaItem("image", p["image_url"], None, pw)))
+        elif kind == "input_audio":
+            spec = p.get("input_audio") if isinstance(p.get("input_audio"), dict) else {}
+            parts.append(media_part(MediaItem("audio", spec.get("data"), spec.get("format"), pw)))
         elif kind == "input_file":
             if not isinstance(p.get("file_data"), str):
                 raise bad(f"{pw}.file_data", f"'{pw}.file_data' is required (file_id and file_url are not "
                           "supported: this server keeps and fetches no files)")
             parts.append({"type": "file", "file": {"file_data": p["file_data"], "filename": p.get("filename") or "file"}})
         else:
-            raise bad(f"{pw}.type", f"'{pw}.type' must be input_text, input_image or input_file, got {kind!r}")
+            raise bad(f"{pw}.type", f"'{pw}.type' must be input_text, input_image, input_audio or input_file, got {kind!r}")
     return parts
 
 
@@ -153,11 +157,7 @@ def chat_request(body: Any, history: list[dict]) -> tuple[ChatRequest, list[dict
     """(the core's request, the conversation a stored response keeps: `history` (the stored
     conversation of previous_response_id) and this input, without `instructions`, which OpenAI
     does not carry over to the next response)."""
-    if not isinstance(body, dict):
-        raise bad(None, "The request body must be a JSON object.")
-    for key in body:
-        if key not in KEYS:
-            raise bad(key, f"Unrecognized request argument supplied: {key}", "unknown_parameter")
+    known_fields(body, KEYS, "Unrecognized request argument supplied: {key}", "unknown_parameter")
     if flag("background", body.get("background")):
         raise bad("background", "'background' responses are not supported: stream the response instead",
                   "unsupported_parameter")

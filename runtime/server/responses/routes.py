@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
 from typing import Any, Callable, Iterator
 
 from flask import Blueprint, Response, jsonify
@@ -15,6 +14,7 @@ from llmpack.runtime.server.core.output import final_choices, stream_steps
 from llmpack.runtime.server.core.request import prepare_chat
 from llmpack.runtime.server.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, ready_model
+from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed
 from llmpack.runtime.server.responses.protocol import (assistant_turn, chat_request, file_citations, new_id,
                                                        output_items, response_object, usage)
@@ -50,6 +50,7 @@ def _keep(model: ServedModel, body: dict, final: dict, conversation: list[dict],
 
 
 @bp.post("/v1/responses")
+@security.carries_files
 def create_response() -> Response:
     model, body = model_and_body()
     req, conversation = chat_request(body, _history(model, body))
@@ -57,7 +58,9 @@ def create_response() -> Response:
     rid, created = new_id("resp"), int(time.time())
     gen = start_generation(model, prep, rid)
     if req.stream:
-        return streamed(_stream(gen, body, rid, created, conversation), gen)
+        out = ResponseStream(body, rid, model.model_id, created)
+        return streamed(_stream(gen, out, body, conversation), gen,
+                        lambda exc: [out.failed(exc.code or exc.type, exc.message)])
     try:
         (choice,) = final_choices(gen, chat=True)
         status = "incomplete" if choice.finish_reason == "length" else "completed"
@@ -72,30 +75,21 @@ def create_response() -> Response:
     return jsonify(final)
 
 
-def _stream(gen: Generation, body: dict, rid: str, created: int, conversation: list[dict]) -> Iterator[bytes]:
-    out = ResponseStream(body, rid, gen.model.model_id, created)
+def _stream(gen: Generation, out: ResponseStream, body: dict, conversation: list[dict]) -> Iterator[bytes]:
     finish = None
-    try:
-        yield from out.start()
-        for step in stream_steps(gen, chat=True):
-            for e in step.choices:
-                yield from out.delta("reasoning", e.reasoning)
-                yield from out.delta("message", e.text)
-                yield from out.annotate(file_citations(e.sources))
-                for call in e.tool_calls:
-                    yield from out.call(call)
-                finish = e.finish_reason or finish
-        prompt, generated, cached = gen.usage()
-        events, final = out.finish(finish, usage(prompt, generated, cached, gen.thinking_tokens))
-        _keep(gen.model, body, final, conversation, assistant_turn(out.texts["message"], out.calls))
-        yield from events
-    except ApiError as exc:
-        yield out.failed(exc.code or exc.type, exc.message)
-    except Exception:  # noqa: BLE001 - the stream is already 200: report in-band, never leak details
-        traceback.print_exc(file=sys.stderr)
-        yield out.failed("server_error", "Internal server error while generating.")
-    finally:
-        gen.close()
+    yield from out.start()
+    for step in stream_steps(gen, chat=True):
+        for e in step.choices:
+            yield from out.delta("reasoning", e.reasoning)
+            yield from out.delta("message", e.text)
+            yield from out.annotate(file_citations(e.sources))
+            for call in e.tool_calls:
+                yield from out.call(call)
+            finish = e.finish_reason or finish
+    prompt, generated, cached = gen.usage()
+    events, final = out.finish(finish, usage(prompt, generated, cached, gen.thinking_tokens))
+    _keep(gen.model, body, final, conversation, assistant_turn(out.texts["message"], out.calls))
+    yield from events
 
 
 def _stored(action: Callable[[str, str], Any], response_id: str, param: str | None = None) -> Any:

@@ -5,7 +5,9 @@ stored response is the whole conversation it ended (the input messages, without 
 which OpenAI does not carry over, plus what the model answered) and the response object itself,
 for GET /v1/responses/{id}. It lives in the per-user data folder (LLMPACK_DATA_DIR overrides it)
 in one SQLite file readable by this user only (0600, its folder 0700), per model, bounded: at most
-MAX_RESPONSES per model and MAX_ENTRY_BYTES each; the oldest go first.
+MAX_RESPONSES per model, MAX_ENTRY_BYTES each and MAX_MODEL_BYTES in all per model; the oldest go
+first. Sizes are bytes of UTF-8, what the file holds, not characters: a conversation in Chinese or
+emoji takes three or four bytes a character, and a limit in characters would let it grow past the cap.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from llmpack import paths
 
 MAX_RESPONSES = 1000        # per model; the oldest are dropped beyond it
 MAX_ENTRY_BYTES = 8 << 20   # one stored conversation
+MAX_MODEL_BYTES = 256 << 20   # all of one model's stored conversations; the oldest are dropped beyond it
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     model    TEXT NOT NULL,
@@ -28,10 +31,14 @@ CREATE TABLE IF NOT EXISTS responses (
     created  REAL NOT NULL,
     messages TEXT NOT NULL,
     response TEXT NOT NULL,
+    size     INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (model, id)
 );
 CREATE INDEX IF NOT EXISTS responses_by_age ON responses (model, created);
 """
+# A file written before `size` existed: the column is added and filled once, in bytes.
+ADD_SIZE = ("ALTER TABLE responses ADD COLUMN size INTEGER NOT NULL DEFAULT 0",
+            "UPDATE responses SET size = LENGTH(CAST(messages AS BLOB)) + LENGTH(CAST(response AS BLOB))")
 
 
 class StoreError(Exception):
@@ -39,9 +46,12 @@ class StoreError(Exception):
 
 
 class ResponseStore:
-    def __init__(self, path: Path | None = None, limit: int = MAX_RESPONSES) -> None:
+    def __init__(self, path: Path | None = None, limit: int = MAX_RESPONSES,
+                 total_bytes: int = MAX_MODEL_BYTES, entry_bytes: int = MAX_ENTRY_BYTES) -> None:
         self._path = path
         self.limit = limit
+        self.total_bytes = total_bytes
+        self.entry_bytes = min(entry_bytes, total_bytes)
         self._lock = threading.Lock()
         self._ready: Path | None = None   # the file whose schema is in place
 
@@ -59,21 +69,29 @@ class ResponseStore:
         conn = sqlite3.connect(path, timeout=10)
         if self._ready != path:
             conn.executescript(SCHEMA)
+            if "size" not in {row[1] for row in conn.execute("PRAGMA table_info(responses)")}:
+                with conn:
+                    for statement in ADD_SIZE:
+                        conn.execute(statement)
             self._ready = path
         return conn
 
     def put(self, model: str, response_id: str, messages: list[dict], response: dict) -> None:
         data = json.dumps(messages, ensure_ascii=False)
         body = json.dumps(response, ensure_ascii=False)
-        if len(data) + len(body) > MAX_ENTRY_BYTES:
-            raise StoreError(f"this conversation is over {MAX_ENTRY_BYTES >> 20} MB, too big to store; "
-                             "send it whole with store: false")
+        size = len(data.encode("utf-8", "surrogatepass")) + len(body.encode("utf-8", "surrogatepass"))
+        if size > self.entry_bytes:
+            raise StoreError(f"this conversation is {size / (1 << 20):.1f} MB, over the {self.entry_bytes >> 20} MB "
+                             "that one stored response may take; send it whole with store: false")
         try:
             with self._lock, closing(self._connect()) as conn, conn:
-                conn.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?)",
-                             (model, response_id, time.time(), data, body))
-                conn.execute("DELETE FROM responses WHERE model = ? AND id NOT IN (SELECT id FROM responses "
-                             "WHERE model = ? ORDER BY created DESC LIMIT ?)", (model, model, self.limit))
+                conn.execute("INSERT OR REPLACE INTO responses (model, id, created, messages, response, size) "
+                             "VALUES (?, ?, ?, ?, ?, ?)", (model, response_id, time.time(), data, body, size))
+                # newest first, the running total of bytes: whatever is past the count or the total goes
+                conn.execute("DELETE FROM responses WHERE model = ? AND id IN (SELECT id FROM (SELECT id, "
+                             "ROW_NUMBER() OVER newest AS n, SUM(size) OVER newest AS total FROM responses "
+                             "WHERE model = ? WINDOW newest AS (ORDER BY created DESC, id DESC)) "
+                             "WHERE n > ? OR total > ?)", (model, model, self.limit, self.total_bytes))
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"could not store the response in {self.path}: {exc}") from None
 

@@ -1,4 +1,4 @@
-"""The Windows side of the extraction sandbox (sandbox.py): a job object, and the worker's
+"""The Windows side of the sandbox (pool.py): a job object, and the worker's
 committed memory as the parent sees it.
 
 A job object with JOB_OBJECT_LIMIT_PROCESS_MEMORY makes a worker's allocations past the cap fail
