@@ -251,9 +251,11 @@ def main() -> None:
           f"{os.getloadavg()[0]:.1f}; model {os.path.basename(model)}")
     parts = args.part.split(",")
     if {"replicas", "routing"} & set(parts):
-        from llmpack.runtime.scale import launch
+        from llmpack.runtime.scale import launch, ray_security
 
-        launch.import_ray().init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        secured = ray_security.secure_local_ray()   # as `serve --ray` runs its own Ray: llmpack's token
+        launch.import_ray().init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                                 _node_ip_address="127.0.0.1", **secured)
     try:
         for part in parts:
             running[0] = part

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.model.source import ModelFile
+from llmpack.runtime.scale import ray_security
 from llmpack.runtime.scale.bridge import APP_NAME
 from llmpack.runtime.server.http.options import Cors
 
@@ -154,13 +155,24 @@ def _on_this_machine(address: str | None) -> bool:
     return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
 
 
-def connect(settings: RaySettings) -> RaySettings:
-    """Connect to (or start) Ray; `settings` fitted to the cluster it finds (fit)."""
+def connect(settings: RaySettings, say: Callable[[str], None] = print) -> RaySettings:
+    """Connect to (or start) Ray; `settings` fitted to the cluster it finds (fit). A Ray started
+    here runs with llmpack's token and a private temp folder (ray_security)."""
+    started = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    if started:
+        secured = {}
+    elif settings.address is None:
+        secured = ray_security.secure_local_ray()   # before Ray reads its environment
+    else:
+        secured = {}
+        warning = ray_security.warning_for(settings.address)
+        if warning:
+            say(warning)
     ray = import_ray()
     if not ray.is_initialized():
         local = {"_node_ip_address": "127.0.0.1"} if _on_this_machine(settings.address) else {}
         ray.init(address=settings.address, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, **{**local, **settings.init_kwargs})
+                 configure_logging=False, **{**local, **secured, **settings.init_kwargs})
     return fit(settings, node_cpus())
 
 
@@ -218,7 +230,7 @@ def serve_ray(model: ModelFile, config: Any, settings: RaySettings, say: Callabl
     """`llmpack serve --ray`: start, say where, serve until Ctrl+C, then stop Serve and Ray."""
     try:
         say(f"llmpack: connecting to {settings.address or 'a Ray started on this machine'} (Ctrl+C to stop)")
-        settings = connect(settings)
+        settings = connect(settings, say)
         how = (f"{settings.replicas} replica(s)" if settings.replicas is not None
                else f"{settings.min_replicas} to {settings.max_replicas} replicas (autoscaling)")
         say(f"llmpack: starting {how} of {model.path.name}, {settings.threads} thread(s) each, {settings.router} "
