@@ -23,7 +23,6 @@ except ImportError:
 
 from ggufs import CHATML_TEMPLATE, write_tiny_model
 
-from llmpack.runtime.scale import ray_security
 from llmpack.runtime.scale.launch import RaySettings, RayStartError, fit
 
 
@@ -68,8 +67,7 @@ def two_cpu_cluster():
     from ray.cluster_utils import Cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    temp = ray_security.secure_local_ray()["_temp_dir"]   # as `serve --ray` runs its own: llmpack's token
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, "temp_dir": temp})
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     yield c
     c.shutdown()
 

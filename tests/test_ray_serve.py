@@ -27,7 +27,7 @@ from apps import App
 from ggufs import CHATML_TEMPLATE, write_tiny_model
 
 from llmpack.runtime.model.source import ModelFile
-from llmpack.runtime.scale import launch, ray_security
+from llmpack.runtime.scale import launch
 from llmpack.runtime.server.config import ServeConfig
 
 SLOTS = 4
@@ -55,8 +55,7 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    temp = ray_security.secure_local_ray()["_temp_dir"]   # as `serve --ray` runs its own: llmpack's token
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, "temp_dir": temp})
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     worker = c.add_node(num_cpus=1)
     ray.init(address=c.address, log_to_driver=False, configure_logging=False)
     yield c, worker
