@@ -153,8 +153,8 @@ def main() -> None:
     from server_fixtures import live_server   # lazy: making the set needs no server
 
     results = []
-    began = time.perf_counter()
     with live_server(demo_model_path("qwen")) as srv:
+        began = time.perf_counter()
         client = srv.openai().with_options(timeout=900)   # a long prompt on two busy cores can take minutes
         print(f"demo model ready, n_ctx {srv.engine.n_ctx}", flush=True)
         for i, case in enumerate(todo, 1):

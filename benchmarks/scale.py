@@ -253,14 +253,15 @@ def main() -> None:
     if {"replicas", "routing"} & set(parts):
         from llmpack.runtime.scale import launch
 
-        launch.import_ray().init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        # the Ray `serve --ray` starts (on 127.0.0.1, llmpack's token), with 2 CPUs whatever the machine has
+        launch.connect(launch.RaySettings(init_kwargs={"num_cpus": 2}))
     try:
         for part in parts:
             running[0] = part
             {"replicas": part_replicas, "routing": part_routing, "rpc": part_rpc}[part](model, args)
     finally:
         if {"replicas", "routing"} & set(parts):
-            launch.stop()
+            launch.stop(local=True)
 
 
 if __name__ == "__main__":

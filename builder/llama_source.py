@@ -18,6 +18,11 @@ sandboxed child can decode untrusted sound and pass the server only PCM; it read
 before allocating, and refuses more than ``max_frames``. mtmd is built without video
 (``MTMD_VIDEO``), which would start an ``ffmpeg`` found on the PATH for pictures stb cannot read.
 
+**RPC workers that cannot be crashed or used by strangers.** builder/llama_rpc_patch.py: a shared
+key proved both ways before any command (HMAC-SHA256), upstream's later rpc-server fixes redone
+for this build, and checked ``--cache`` entries. Both builds also turn the RDMA transport off
+(``GGML_RPC_RDMA=OFF``: ./dev's DL flags, builder/windows/llama_dlls.py).
+
 Each replacement must match its text exactly once, so a llama.cpp update that moved the text
 stops the build instead of silently building something else. Both builds apply the same list:
 the Linux wheel (`./dev`, before llmpack is installed, hence stdlib only) and the Windows DLLs
@@ -37,6 +42,11 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+if __package__:
+    from .llama_rpc_patch import RPC_PATCHES
+else:   # run as a script by ./dev, before llmpack is installed
+    from llama_rpc_patch import RPC_PATCHES
 
 NAME = "llama-cpp-python"
 VERSION = "0.3.36"
@@ -183,7 +193,7 @@ PATCHES: tuple[tuple[str, str, str], ...] = (
     ("tools/mtmd/CMakeLists.txt",
      'set(MTMD_VIDEO ON CACHE BOOL "${MTMD_VIDEO_HELP}")\n',
      'set(MTMD_VIDEO OFF CACHE BOOL "${MTMD_VIDEO_HELP}")  # llmpack: no ffmpeg from the PATH\n'),
-)
+) + RPC_PATCHES
 
 
 class SourceError(Exception):

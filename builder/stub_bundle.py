@@ -41,10 +41,9 @@ RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
     "llmpack.runtime.engine": ("*.py",),
     "llmpack.runtime.hardware": ("*.py",),
     "llmpack.runtime.model": ("*.py",),
-    "llmpack.runtime.sandbox": ("*.py",),   # document and picture readers (their children run it)
-    "llmpack.runtime.structured": ("*.py",),
     "llmpack.runtime.media": ("*.py",),
-    "llmpack.runtime.sandbox": ("*.py",),
+    "llmpack.runtime.sandbox": ("*.py",),   # document, picture and sound readers (their children run it)
+    "llmpack.runtime.structured": ("*.py",),
     "llmpack.runtime.server": ("*.py",),
     "llmpack.runtime.server.core": ("*.py",),
     "llmpack.runtime.server.http": ("*.py",),
@@ -66,7 +65,7 @@ BUILD_TIME_MODULES = {"llmpack.builder.build", "llmpack.builder.splice", "llmpac
                       "llmpack.builder.stub_bundle", "llmpack.builder.wheel_libs", "llmpack.webui.vendor",
                       "llmpack.builder.vulkan_headers", "llmpack.builder.windows", "llmpack.builder.sign",
                       "llmpack.builder.stub_wheel", "llmpack.builder.llama_source",
-                      "llmpack.builder.build_progress"}
+                      "llmpack.builder.build_progress", "llmpack.builder.llama_rpc_patch"}
 # Optional extras a built file never carries: `serve --ray` needs Ray (hundreds of MB) and runs
 # from an installed llmpack (docs/SCALING.md).
 NOT_IN_BUILT_FILES = ("llmpack.runtime.scale",)

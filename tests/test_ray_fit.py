@@ -15,6 +15,10 @@ import pytest
 
 from needs import skip_or_fail
 
+from llmpack.runtime.scale import ray_security
+
+ray_security.keep_on_loopback()   # before Ray is imported: it reads the switch once
+
 try:
     import ray  # noqa: F401
     from ray import serve  # noqa: F401
@@ -55,24 +59,31 @@ def model(tmp_path_factory) -> Path:
 
 
 def serve_ray(model: Path, *flags: str) -> subprocess.Popen:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+    # its own Ray's token goes to the model's folder, not to this user's data folder
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", "LLMPACK_DATA_DIR": str(model.parent)}
     return subprocess.Popen([sys.executable, "-m", "llmpack", "serve", str(model), "--port", "0", *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
 
 
 @pytest.fixture
-def two_cpu_cluster():
-    """A Ray cluster of one 2-CPU node, as on a 2-core machine, whatever this machine has."""
+def two_cpu_cluster(tmp_path):
+    """A Ray cluster of one 2-CPU node, as on a 2-core machine, whatever this machine has: on
+    127.0.0.1 with a token, as `serve --ray` starts its own (ray_security)."""
     from ray.cluster_utils import Cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    head = ray_security.local_head(tmp_path)
+    before = head.apply()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, **head.node_args()})
     yield c
     c.shutdown()
+    ray_security.set_env(before)
+    head.remove()
 
 
 def test_asking_for_more_cpus_than_a_node_has_ends_the_start_with_one_line(model, two_cpu_cluster) -> None:
+    assert ray_security.answers_without_token(two_cpu_cluster.address) is False   # the token is on
     proc = serve_ray(model, "--ray", two_cpu_cluster.address, "--threads", "4")
     try:
         out, _ = proc.communicate(timeout=60)   # connecting takes most of it; the refusal comes at once

@@ -149,41 +149,37 @@ def test_the_head_refuses_a_client_without_its_token(served) -> None:
                               text=True, timeout=WAIT_S)
     assert stranger.returncode != 0 and "JOINED" not in stranger.stdout, stranger.stdout[-2000:]
     assert "token" in stranger.stderr.lower(), stranger.stderr[-2000:]
-    token = data / "ray" / "auth_token"
+    token = data / ray_security.TOKEN_FILE
     owner = subprocess.run([sys.executable, "-c", code % gcs], capture_output=True, text=True, timeout=WAIT_S,
                            env=clean_env(home, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), **loop))
     assert "JOINED" in owner.stdout, owner.stderr[-2000:]   # the same call with the token gets in
 
 
 def test_the_token_and_rays_files_are_private_and_never_in_dot_ray(served) -> None:
-    _, data, home = served
-    folder, token = data / "ray", data / "ray" / "auth_token"
-    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    proc, data, home = served
+    token = data / ray_security.TOKEN_FILE
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert len(token.read_text()) == 64
-    assert (folder / "tmp" / "session_latest").is_dir()   # Ray's temp folder: inside the 0700 one
+    gcs = next(p for p in psutil.process_iter() if p.name() == "gcs_server" and os.getsid(p.pid) == proc.pid)
+    logs = Path(next(a for a in gcs.cmdline() if a.startswith("--log_dir=")).split("=", 1)[1])
+    temp = logs.parent.parent   # <temp>/session_.../logs: Ray's temp folder, which Ray makes 0777 ...
+    assert stat.S_IMODE(temp.parent.stat().st_mode) == 0o700   # ... inside one of llmpack's that nobody else enters
     assert not (home / ".ray").exists()
 
 
 def test_the_token_is_made_once_and_narrowed_again_at_each_start(tmp_path) -> None:
-    first = ray_security.local_head(tmp_path / "ray")
+    first = ray_security.local_head(tmp_path)
     secret = first.token_file.read_text()
     first.token_file.chmod(0o644)
-    again = ray_security.local_head(tmp_path / "ray")
+    again = ray_security.local_head(tmp_path)
     assert again.token_file.read_text() == secret
     assert stat.S_IMODE(again.token_file.stat().st_mode) == 0o600
     assert again.env()[ray_security.TOKEN_PATH_ENV] == str(again.token_file)
-
-
-def test_rays_folder_moves_to_a_private_short_one_when_the_data_folder_path_is_too_long(tmp_path) -> None:
-    deep = tmp_path / ("d" * 60)   # Ray's sockets would pass the 107 bytes of an AF_UNIX path
-    head = ray_security.local_head(deep / "ray")
-    try:
-        assert not head.temp_dir.is_relative_to(deep)
-        assert len(str(head.temp_dir)) + ray_security.SOCKET_TAIL <= ray_security.UNIX_PATH_MAX
+    for head in (first, again):   # each start has a temp folder of its own, removed with it
         assert stat.S_IMODE(head.temp_dir.parent.stat().st_mode) == 0o700
-    finally:
-        shutil.rmtree(head.temp_dir.parent)
+        head.remove()
+        assert not head.temp_dir.parent.exists()
 
 
 def test_joining_a_head_without_its_token_is_one_line_naming_what_to_set(served, model) -> None:

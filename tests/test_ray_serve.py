@@ -17,6 +17,10 @@ import requests
 
 from needs import skip_or_fail
 
+from llmpack.runtime.scale import ray_security
+
+ray_security.keep_on_loopback()   # before Ray is imported: it reads the switch once
+
 try:
     import ray  # noqa: F401
     from ray import serve  # noqa: F401
@@ -51,16 +55,21 @@ def model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
+    """Two fake nodes on 127.0.0.1 with a token, as `serve --ray` starts its own Ray (ray_security)."""
     from ray.cluster_utils import Cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    worker = c.add_node(num_cpus=1)
+    head = ray_security.local_head(tmp_path_factory.mktemp("ray-token"))
+    before = head.apply()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **head.node_args()})
+    worker = c.add_node(num_cpus=1, **head.node_args())
     ray.init(address=c.address, log_to_driver=False, configure_logging=False)
     yield c, worker
     launch.stop()
     c.shutdown()
+    ray_security.set_env(before)
+    head.remove()
 
 
 def config() -> ServeConfig:

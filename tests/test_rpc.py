@@ -12,8 +12,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 import requests
@@ -37,20 +39,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_worker(port: int, mem: int, cmd: list[str] | None = None) -> subprocess.Popen:
-    """`llmpack rpc-worker` (or `cmd`, a built file's --rpc-worker), once its port accepts connections."""
+def start_worker(port: int, mem: int, cmd: list[str] | None = None, *, extra: Sequence[str] = (),
+                 env: dict | None = None) -> subprocess.Popen:
+    """`llmpack rpc-worker` (or `cmd`, a built file's --rpc-worker), once its port accepts connections.
+    Its console goes to a file (`proc.log`): a pipe nobody reads would stop a worker that logs much."""
     cmd = cmd or [sys.executable, "-m", "llmpack", "rpc-worker"]
-    proc = subprocess.Popen([*cmd, "--port", str(port), "--mem", str(mem), "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    log = tempfile.NamedTemporaryFile(prefix="rpc-worker-", suffix=".log", delete=False)
+    proc = subprocess.Popen([*cmd, "--port", str(port), "--mem", str(mem), "--threads", "1", *extra],
+                            stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+    proc.log = Path(log.name)
+    log.close()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc
-        except OSError:
-            if proc.poll() is not None:
-                raise AssertionError(f"the worker exited: {proc.stdout.read()}")
-            time.sleep(0.2)
+        if "llmpack rpc-worker: lending" in proc.log.read_text(errors="replace"):
+            try:   # connect only once it says it lends: a connection now is a head's, which it serves alone
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return proc
+            except OSError:
+                pass
+        if proc.poll() is not None:
+            raise AssertionError(f"the worker exited: {proc.log.read_text(errors='replace')}")
+        time.sleep(0.2)
     proc.kill()
     raise AssertionError("the worker did not listen within 60 s")
 
@@ -60,6 +69,22 @@ def rss(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise AssertionError("no VmRSS")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def rpc_key(tmp_path_factory):
+    """One key for this module's workers and heads, as a file in $LLMPACK_RPC_KEY_FILE (workers and
+    `llmpack run` inherit the environment; LLM(rpc=...) in this process reads it)."""
+    path = tmp_path_factory.mktemp("rpckey") / "key"
+    path.write_text("test-key-" + "0123456789abcdef" * 2 + "\n")
+    path.chmod(0o600)
+    before = os.environ.get("LLMPACK_RPC_KEY_FILE")
+    os.environ["LLMPACK_RPC_KEY_FILE"] = str(path)
+    yield path
+    if before is None:
+        del os.environ["LLMPACK_RPC_KEY_FILE"]
+    else:
+        os.environ["LLMPACK_RPC_KEY_FILE"] = before
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +129,13 @@ def test_a_worker_nobody_runs_is_one_line_naming_it(model):
 
 def test_a_worker_refuses_a_network_address_without_the_insecure_flag():
     said: list[str] = []
-    with pytest.raises(RpcError, match="no password and no encryption.*--insecure-bind"):
+    with pytest.raises(RpcError, match="unencrypted.*--insecure-bind"):
         serve_worker(host="0.0.0.0", port=free_port(), say=said.append)
     assert said == []   # refused before lending anything
     out = subprocess.run([sys.executable, "-m", "llmpack", "rpc-worker", "--host", "0.0.0.0", "--port", str(free_port())],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.startswith("llmpack: error: --host 0.0.0.0 would let anyone") and "--insecure-bind" in out.stderr
+    assert out.stderr.startswith("llmpack: error: --host 0.0.0.0 would send") and "--insecure-bind" in out.stderr
 
 
 def test_two_workers_hold_layers_and_give_the_cpu_runs_greedy_text(model, workers):
@@ -187,5 +212,6 @@ def test_a_built_file_is_a_worker_too(model, tmp_path):
             assert llm.generate("The quick brown fox", GREEDY)[0].outputs[0].token_ids == expected
     finally:
         os.killpg(proc.pid, signal.SIGKILL)   # a built file is PyInstaller's parent and the worker, its child
-        out = proc.communicate(timeout=30)[0]
+        proc.wait(30)
+        out = proc.log.read_text(errors="replace")
     assert f"lending this computer's processor, offering 256 MiB at 127.0.0.1:{port}" in out

@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.stub,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the worker's memory")]
 
 START_S = 240          # a first start under Wine unpacks the file (PyInstaller) before it listens
+KEY = {"LLMPACK_RPC_KEY": "windows-test-key-0123456789abcdef"}   # an env var: no path to translate for Wine
 BODY = {"prompt": "The quick brown fox", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
 
 
@@ -53,7 +54,7 @@ def greedy_text(url: str) -> str:
 
 def serve(model_path: Path, tmp: Path, *flags: str) -> App:
     app = App([sys.executable, "-m", "llmpack", "run", str(model_path), "--no-browser", "--port", "0", "--ctx", "512",
-               "--threads", "1", *flags], {**os.environ, "LLMPACK_DATA_DIR": str(tmp)}, tmp)
+               "--threads", "1", *flags], {**os.environ, **KEY, "LLMPACK_DATA_DIR": str(tmp)}, tmp)
     app.wait_listening()
     return app
 
@@ -72,7 +73,7 @@ def test_a_windows_file_under_wine_serves_layers_to_linux(model, windows_stub, t
     box = Wine(tmp_path / "prefix").ensure()   # a prefix of its own: its wineserver is ours to stop
     port = free_port()
     worker = subprocess.Popen(["wine", str(exe), "--rpc-worker", "--port", str(port), "--mem", "1536", "--threads", "1"],
-                              env=box.env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**box.env(), **KEY}, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
     app = None
     try:

@@ -80,6 +80,7 @@ LINK_FLAGS = "-static-libgcc -static-libstdc++ -static -Wl,--exclude-libs,ALL"
 CMAKE_ARGS = (
     "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON",
     "-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DGGML_VULKAN=ON", "-DGGML_RPC=ON", "-DGGML_OPENMP=ON",
+    "-DGGML_RPC_RDMA=OFF",   # no RDMA transport (issue 36): llmpack never uses it; ggml's CMake forces it off on Windows too
     "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
     "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_COMMON=OFF", "-DLLAMA_BUILD_APP=OFF",
     # mtmd without video: its video helper runs an ffmpeg program, which a Windows PC does not have

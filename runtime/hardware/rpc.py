@@ -21,9 +21,15 @@ backend's "ggml_backend_rpc_start_server" proc (ggml-rpc.h: endpoint, cache_dir,
 n_devices, devices). `--mem MB` caps the memory a device reports to clients (llama.cpp splits the
 layers in proportion to it): the device's get_memory, replaced in the worker's process (cap_memory).
 
-The protocol has no authentication and no encryption: anyone who reaches the port can make the
-worker allocate memory and run graphs. Hence 127.0.0.1 by default, and any other address only
-with `insecure=True` (the `--insecure-bind` flag); docs/SCALING.md shows the SSH tunnel to use.
+Who may use a worker: llmpack's build of ggml-rpc proves a shared key in both directions before any
+command (runtime/hardware/rpc_key.py, builder/llama_rpc_patch.py), so a connection without it is
+closed; the worker makes the key the first time and prints where it is. The traffic itself is not
+encrypted: hence 127.0.0.1 by default, and any other address only with `insecure=True` (the
+`--insecure-bind` flag); docs/SCALING.md shows the SSH tunnel to use.
+
+What a worker reports is checked before ggml uses it (finding 5 of issue 36): the probe asks for
+the device count, each device's memory, alignment and largest buffer, and refuses values outside
+REPORT_BOUNDS with one line naming the worker and the value; ggml's own view is checked again.
 """
 from __future__ import annotations
 
@@ -39,11 +45,17 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime.hardware import rpc_key
 from llmpack.runtime.hardware.backends import _ggml, gpu_devices, load_backends
 
 DEFAULT_PORT = 50052              # llama.cpp's rpc-server default
 PROTO_MAJOR, PROTO_MINOR = 7, 0   # RPC_PROTO_*_VERSION of the vendored ggml-rpc.h
 _HELLO, _CAPS = 14, 24            # RPC_CMD_HELLO, RPC_CONN_CAPS_SIZE
+_ALIGNMENT, _MAX_SIZE, _MEMORY, _COUNT = 1, 2, 11, 15   # RPC_CMD_GET_ALIGNMENT, ..._MAX_SIZE, ..._DEVICE_MEMORY, ..._COUNT
+MAX_DEVICES = 64                  # per worker; ggml makes one device object per reported device
+MAX_MEMORY = 1 << 50              # 1 PiB: more than any one device has
+MAX_ALIGNMENT = 1 << 16
+MIN_MAX_SIZE = 1 << 20
 PROBE_TIMEOUT_S = 5.0
 _ABORT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 _GET_MEMORY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
@@ -93,8 +105,9 @@ def parse_endpoints(spec: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> None:
-    """Connect and do the RPC HELLO, as ggml would, so its aborts become one line naming the worker."""
+def probe(endpoint: str, key: bytes, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Connect, prove the key, do the RPC HELLO and read what the worker reports, as ggml would,
+    so its aborts (and a worker's absurd answers) become one line naming the worker."""
     host, port = endpoint.rsplit(":", 1)
     try:
         sock = socket.create_connection((host, int(port)), timeout=timeout)
@@ -107,24 +120,67 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> None:
         raise RpcError(f"cannot reach the RPC worker at {endpoint}: {exc.strerror or exc}") from None
     with sock:
         try:
-            sock.sendall(struct.pack("<BQ", _HELLO, _CAPS) + bytes(_CAPS))
-            data = b""
-            while len(data) < 8 + 4:
-                chunk = sock.recv(64)
-                if not chunk:
-                    break
-                data += chunk
+            rpc_key.prove(sock, key, endpoint)
+            hello = _ask(sock, _HELLO, bytes(_CAPS), endpoint)
+            if len(hello) < 4:
+                raise RpcError(f"{endpoint} is not an llmpack RPC worker (its answer to HELLO was not one)")
+            major, minor, patch = hello[0], hello[1], hello[2]
+            if major != PROTO_MAJOR or minor > PROTO_MINOR:
+                raise RpcError(f"the RPC worker at {endpoint} speaks protocol {major}.{minor}.{patch}, this llmpack "
+                               f"{PROTO_MAJOR}.{PROTO_MINOR}: run the same llmpack version on both machines")
+            check_reports(endpoint, *_reports(sock, endpoint))
         except socket.timeout:
-            raise RpcError(f"the RPC worker at {endpoint} did not answer within {timeout:.0f} s; it serves one "
-                           "llmpack at a time: is another one using it?") from None
+            raise RpcError(f"the RPC worker at {endpoint} did not answer within {timeout:.0f} s: it serves one "
+                           "llmpack at a time (is another one using it?), or it is a stock llama.cpp rpc-server, "
+                           "which llmpack does not use (it lets anyone in)") from None
         except OSError as exc:
             raise RpcError(f"the RPC worker at {endpoint} closed the connection ({exc.strerror or exc})") from None
-    if len(data) < 12 or struct.unpack_from("<Q", data)[0] < 4:
-        raise RpcError(f"{endpoint} is not an llmpack/llama.cpp RPC worker (its answer to HELLO was not one)")
-    major, minor, patch = data[8], data[9], data[10]
-    if major != PROTO_MAJOR or minor > PROTO_MINOR:
-        raise RpcError(f"the RPC worker at {endpoint} speaks protocol {major}.{minor}.{patch}, this llmpack "
-                       f"{PROTO_MAJOR}.{PROTO_MINOR}: run the same llmpack version on both machines")
+
+
+def _ask(sock: socket.socket, cmd: int, payload: bytes, endpoint: str) -> bytes:
+    sock.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
+    head = rpc_key.recv_exactly(sock, 8)
+    size = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+    body = rpc_key.recv_exactly(sock, size) if 0 <= size <= 64 else b""
+    if size < 0 or len(body) != size:
+        raise RpcError(f"the RPC worker at {endpoint} closed the connection or answered out of protocol")
+    return body
+
+
+def _reports(sock: socket.socket, endpoint: str) -> tuple[int, list[tuple[int, int, int, int]]]:
+    """(device count, [(free, total, alignment, max size)]) as the worker reports them."""
+    body = _ask(sock, _COUNT, b"", endpoint)
+    count = struct.unpack("<I", body)[0] if len(body) == 4 else -1
+    if not 0 < count <= MAX_DEVICES:
+        return count, []
+    devices = []
+    for i in range(count):
+        dev = struct.pack("<I", i)
+        memory, alignment, largest = (_ask(sock, cmd, dev, endpoint) for cmd in (_MEMORY, _ALIGNMENT, _MAX_SIZE))
+        if (len(memory), len(alignment), len(largest)) != (16, 8, 8):
+            raise RpcError(f"the RPC worker at {endpoint} answered out of protocol about its device {i}")
+        devices.append((*struct.unpack("<QQ", memory), struct.unpack("<Q", alignment)[0],
+                        struct.unpack("<Q", largest)[0]))
+    return count, devices
+
+
+def check_reports(endpoint: str, count: int, devices: list[tuple[int, int, int, int]]) -> None:
+    """One RpcError line for the first report outside REPORT_BOUNDS; nothing when all are plausible."""
+    def bad(what: str, value: int, bounds: str) -> RpcError:
+        return RpcError(f"the RPC worker at {endpoint} reports {what} = {value}, outside {bounds}: it is broken "
+                        "or not an llmpack worker; llmpack will not use it")
+
+    if not 0 < count <= MAX_DEVICES:
+        raise bad("a device count", count, f"1..{MAX_DEVICES}")
+    for i, (free, total, alignment, largest) in enumerate(devices):
+        if not 0 < total <= MAX_MEMORY:
+            raise bad(f"device {i}'s total memory", total, f"1..{MAX_MEMORY} bytes")
+        if free > total:
+            raise bad(f"device {i}'s free memory", free, f"0..its total {total}")
+        if not 0 < alignment <= MAX_ALIGNMENT or alignment & (alignment - 1):
+            raise bad(f"device {i}'s alignment", alignment, f"powers of two up to {MAX_ALIGNMENT}")
+        if largest < MIN_MAX_SIZE:
+            raise bad(f"device {i}'s largest buffer", largest, f"{MIN_MAX_SIZE} bytes and up")
 
 
 _SIGS = {"ggml_backend_reg_by_name": ([ctypes.c_char_p], ctypes.c_void_p),
@@ -163,17 +219,23 @@ def add_servers(endpoints: Sequence[str]) -> list[RemoteDevice]:
         add = _ADD_SERVER(g.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server") or 0)
         if not add:
             raise RpcError("this llama.cpp's RPC backend has no ggml_backend_rpc_add_server")
+        key = rpc_key.head_key()
+        rpc_key.install(g.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_set_key") or 0, key)
         out: list[RemoteDevice] = []
         for endpoint in endpoints:
             if endpoint not in _registered:
-                probe(endpoint)
+                probe(endpoint, key)
                 _install_abort_handler(g)
                 server_reg = add(endpoint.encode())
                 if not server_reg:
                     raise RpcError(f"the RPC worker at {endpoint} offers no device")
                 g.ggml_backend_register(server_reg)
-                _registered[endpoint] = [_device(g, g.ggml_backend_reg_dev_get(server_reg, i), endpoint)
-                                         for i in range(g.ggml_backend_reg_dev_count(server_reg))]
+                count = g.ggml_backend_reg_dev_count(server_reg)
+                devices = [_device(g, g.ggml_backend_reg_dev_get(server_reg, i), endpoint)
+                           for i in range(min(count, MAX_DEVICES + 1))]
+                # ggml asked again on its own connection: a worker that answers differently is caught here
+                check_reports(endpoint, count, [(d.memory_free, d.memory_total, 1, MIN_MAX_SIZE) for d in devices])
+                _registered[endpoint] = devices
             out += _registered[endpoint]
         return out
 
@@ -283,9 +345,9 @@ def cap_memory(dev: int, mem_bytes: int) -> object:
 def check_bind(host: str, port: int, insecure: bool) -> None:
     """Refuse a non-loopback address without the explicit flag; fail early on a busy port."""
     if not is_loopback(host) and not insecure:
-        raise RpcError(f"--host {host} would let anyone who can reach this computer run code on its devices: "
-                       "llama.cpp's RPC has no password and no encryption. Keep 127.0.0.1 and use an SSH "
-                       "tunnel (docs/SCALING.md), or pass --insecure-bind on a network you fully trust")
+        raise RpcError(f"--host {host} would send this computer's share of every prompt over the network "
+                       "unencrypted (the key keeps strangers out, not eavesdroppers). Keep 127.0.0.1 and use "
+                       "an SSH tunnel (docs/SCALING.md), or pass --insecure-bind on a network you fully trust")
     if not 0 < port < 65536:
         raise RpcError(f"--port must be from 1 to 65535, not {port}")
     try:
@@ -311,6 +373,8 @@ def serve_worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, mem_mb: int 
     start = _START_SERVER(g.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_start_server") or 0)
     if not start:
         raise RpcError("this llama.cpp's RPC backend has no ggml_backend_rpc_start_server")
+    key, key_where, created = rpc_key.worker_key()
+    rpc_key.install(g.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_set_key") or 0, key)
     gpus = [] if (device or "").lower() == "cpu" else gpu_devices()
     if device and device.lower() not in ("cpu", "auto"):
         gpus = [d for d in gpus if d.id.lower() == device.lower()]
@@ -322,9 +386,11 @@ def serve_worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, mem_mb: int 
     array = (ctypes.c_void_p * len(handles))(*handles)
     what = ", ".join(name for _dev, name in devs) + (f", offering {mem_mb} MiB" if mem_mb else "")
     say(f"llmpack rpc-worker: lending {what} at {host}:{port} to `llmpack --rpc {host}:{port}`.")
-    say("llmpack rpc-worker: only programs on this computer can connect; Ctrl+C stops."
-        if is_loopback(host) else "llmpack rpc-worker: WARNING: open to the network with no password or "
-                                  "encryption; anyone who reaches this port can run code here.")
+    say(f"llmpack rpc-worker: {'made a new key in' if created else 'the key is'} {key_where}: a head on this "
+        "computer finds it by itself; on another, copy that file there and pass --rpc-key-file PATH.")
+    say("llmpack rpc-worker: only programs on this computer that have the key can connect; Ctrl+C stops."
+        if is_loopback(host) else "llmpack rpc-worker: WARNING: open to the network; the key keeps strangers out "
+                                  "but the traffic is not encrypted: anyone on the way can read it.")
     sys.stdout.flush()
     endpoint, cache = f"{host}:{port}".encode(), cache_dir.encode() if cache_dir else None
     worker = threading.Thread(target=start, args=(endpoint, cache, threads or os.cpu_count() or 1,
@@ -338,10 +404,13 @@ def serve_worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, mem_mb: int 
 
 def cmd_rpc_worker(args) -> int:
     """`llmpack rpc-worker` and a built file's `--rpc-worker` (flags: llmpack/cli.py add_worker_args)."""
+    if getattr(args, "rpc_key_file", None):
+        os.environ[rpc_key.KEY_FILE_ENV] = str(args.rpc_key_file)   # read by rpc_key, never kept in argv
     cache = None
     if args.cache:
-        from llmpack.paths import cache_dir   # lazy: only with --cache
+        from llmpack.paths import cache_dir, private_folder   # lazy: only with --cache
 
-        cache = str(cache_dir() / "rpc")
-        os.makedirs(cache, exist_ok=True)
+        cache = str(private_folder(cache_dir() / "rpc"))   # 0700; the entries 0600 (the umask below)
+    if os.name != "nt":
+        os.umask(0o077)   # what ggml writes in this worker process (the cache entries) is this user's alone
     return serve_worker(args.host, args.port, args.mem, args.threads, args.device, args.insecure_bind, cache)

@@ -158,6 +158,9 @@ def connect(settings: RaySettings, say: Callable[[str], None] = print) -> RaySet
     return fit(settings, node_cpus())
 
 
+_started: list[ray_security.LocalHead] = []   # the Ray this process started, for stop() to clear away
+
+
 def _init(settings: RaySettings, say: Callable[[str], None]) -> None:
     kwargs: dict[str, Any] = {}
     if ray_security.on_this_machine(settings.address):
@@ -167,6 +170,7 @@ def _init(settings: RaySettings, say: Callable[[str], None]) -> None:
         head = ray_security.local_head()
         head.apply()
         kwargs.update(head.init_kwargs())
+        _started.append(head)
     ray = import_ray()
     try:
         # "local": a Ray of its own, never one that RAY_ADDRESS names
@@ -222,8 +226,9 @@ def wait_running(settings: RaySettings) -> None:
 
 
 def stop(local: bool = False) -> None:
-    """Stop Serve and leave Ray. A Ray started here is shut down with its processes; Serve's own
-    graceful shutdown (seconds per replica) is skipped there, so Ctrl+C ends the process at once."""
+    """Stop Serve and leave Ray. A Ray started here is shut down with its processes, and its temp
+    folder removed; Serve's own graceful shutdown (seconds per replica) is skipped there, so
+    Ctrl+C ends the process at once."""
     import ray   # lazy: see import_ray
     from ray import serve
 
@@ -232,6 +237,8 @@ def stop(local: bool = False) -> None:
             serve.shutdown()
     finally:
         ray.shutdown()
+        while _started:
+            _started.pop().remove()
 
 
 def serve_ray(model: ModelFile, config: Any, settings: RaySettings, say: Callable[[str], None] = print) -> int:

@@ -13,8 +13,8 @@ It must not be set to join a cluster on other machines: their nodes call back in
 token in `~/.ray/auth_token` that it writes with the default mode (0644 under umask 022): any
 other user of the computer could read it and run code as this user through the cluster. A local
 head here sets `RAY_AUTH_MODE=token` itself and points Ray at llmpack's own token
-(`RAY_AUTH_TOKEN_PATH`, 0600 in a 0700 folder of the data folder, made once), and Ray's temp
-folder (sessions, logs, sockets) sits in that 0700 folder too: Ray makes its own folders 0777.
+(`RAY_AUTH_TOKEN_PATH`: 0600 in the private data folder, made once), and Ray's temp folder
+(sessions, logs, sockets) goes inside a 0700 folder made for each start: Ray makes its own 0777.
 
 **Joining a cluster** (`serve --ray ADDRESS`) leaves the cluster's settings alone, but says so
 loudly when its GCS answers a call that carries no token (answers_without_token).
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -38,10 +39,7 @@ AUTH_MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 TOKEN_ENV = "RAY_AUTH_TOKEN"                          # Ray prefers it to the file: never ours
 TOKEN_BYTES = 32                                      # 256 bits, as `ray get-auth-token --generate`
-# what Ray appends to its temp folder for its longest socket: /session_<date>_<time>_<us>_<pid>/sockets/
-# plasma_store.N, against the 107 bytes of an AF_UNIX path (Ray refuses a longer one when it starts)
-SOCKET_TAIL = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store.9")
-UNIX_PATH_MAX = 107
+TOKEN_FILE = "ray-auth-token"
 OPEN_CLUSTER_WARNING = (
     "llmpack: WARNING: the Ray cluster at {address} has no token authentication: anyone who can reach its "
     "ports can run any code on it as the user who started each node (ShadowRay, CVE-2023-48022). Turn on "
@@ -75,13 +73,9 @@ def keep_on_loopback() -> None:
 
 @dataclass(frozen=True)
 class LocalHead:
-    """A Ray head started by this process: its token and its temp folder, both private."""
-    home: Path        # 0700, in llmpack's data folder: the token, and usually Ray's temp folder
-    temp_dir: Path    # Ray's `_temp_dir` (Ray makes it 0777; its parent keeps other users out)
-
-    @property
-    def token_file(self) -> Path:
-        return self.home / "auth_token"
+    """A Ray head started by this process: llmpack's token and a temp folder of its own."""
+    token_file: Path  # 0600 in llmpack's data folder (0700), made once
+    temp_dir: Path    # Ray's `_temp_dir`, inside a folder made 0700 for this start (Ray makes its own 0777)
 
     def env(self) -> dict[str, str]:
         """The environment of this process and of every Ray process it starts."""
@@ -97,34 +91,37 @@ class LocalHead:
 
     def apply(self) -> dict[str, str | None]:
         """Sets env() in os.environ (and drops RAY_AUTH_TOKEN, which Ray would prefer to our file);
-        returns what was there before, for restore()."""
+        returns what was there before, for set_env to put back."""
         keep_on_loopback()
         return set_env({**self.env(), TOKEN_ENV: None})
 
-
-def local_head(home: Path | None = None) -> LocalHead:
-    """The private folder of a local head (`<data>/ray` by default) with its token, made once:
-    0700 and 0600, checked and narrowed at every start (llmpack.paths). PathsError or
-    RaySecurityError, one line each, when they cannot be used."""
-    home = private_folder(Path(home) if home else data_dir() / "ray")
-    token = home / "auth_token"
-    if not token.exists():
-        private_file(token)
-        token.write_text(secrets.token_hex(TOKEN_BYTES), encoding="ascii")
-    private_file(token, create=False)
-    if not token.read_text(encoding="ascii").strip():
-        raise RaySecurityError(f"the Ray token file {token} is empty: delete it and start again")
-    return LocalHead(home=home, temp_dir=_temp_dir(home))
+    def remove(self) -> None:
+        """Ray's files of this start (sessions, logs, sockets), once its processes have stopped."""
+        shutil.rmtree(self.temp_dir.parent, ignore_errors=True)
 
 
-def _temp_dir(home: Path) -> Path:
-    """Ray's temp folder: `<home>/tmp`; where that path is too long for Ray's sockets (a long
-    home folder name, macOS's Application Support), a new folder of this user's own in /tmp
-    (mode 0700 under a random name nobody can make first)."""
-    preferred = home / "tmp"
-    if os.name == "nt" or len(os.fsencode(preferred)) + SOCKET_TAIL <= UNIX_PATH_MAX:
-        return preferred
-    return Path(tempfile.mkdtemp(prefix="llmpack-ray-", dir="/tmp")) / "tmp"
+def token_path(folder: Path | None = None) -> Path:
+    """llmpack's Ray token, made once: 0600 in its private data folder (or `folder`), both
+    checked and narrowed at every start (llmpack.paths); PathsError or RaySecurityError, one line,
+    when they cannot be used."""
+    path = private_folder(Path(folder) if folder else data_dir()) / TOKEN_FILE
+    if not path.exists():
+        private_file(path)
+        path.write_text(secrets.token_hex(TOKEN_BYTES), encoding="ascii")
+    private_file(path, create=False)
+    if not path.read_text(encoding="ascii").strip():
+        raise RaySecurityError(f"the Ray token file {path} is empty: delete it and start again")
+    return path
+
+
+def local_head(folder: Path | None = None) -> LocalHead:
+    """A local head's token (token_path) and a new temp folder for Ray. The temp folder is in
+    /tmp, not in the data folder: Ray puts Unix sockets under it, whose paths may not pass 107
+    bytes (a long home folder name, or macOS's Application Support, would), and it collects logs
+    that nothing would ever clean there. mkdtemp makes it 0700 under a random name that nobody
+    can make first."""
+    temp = Path(tempfile.mkdtemp(prefix="llmpack-ray-", dir=None if os.name == "nt" else "/tmp")) / "ray"
+    return LocalHead(token_file=token_path(folder), temp_dir=temp)
 
 
 def set_env(values: Mapping[str, str | None]) -> dict[str, str | None]:

@@ -10,7 +10,7 @@ cite and closed by an end mark, so the first mark the model meets is the best ma
 can answer "... (p. 217)":
 
     ## File: contract.pdf (300 pages, too long to read whole: here are the 8 parts that best match
-    the question, each under its page in brackets; when you use one, say its page)
+    the question, each under its page in brackets)
 
     [p. 217]
     ...
@@ -54,8 +54,10 @@ class Reading:
             why = f"no part of it matches the question, so here is its beginning ({what})"
         else:
             why = f"here {'is the part' if n == 1 else 'are the ' + what} that best match{'es' if n == 1 else ''} the question"
-        return f"{self.doc.name} ({size}, too long to read whole: {why}, each under its {unit} in brackets; " \
-               f"when you use one, say its {unit})"
+        # No "say its page": the server cites (attribution.py). Asked to, the 0.5B demo model
+        # answered "Say which page says so." with only "[p. 7]"; without it, with the fact and
+        # its page (docs/BENCHMARKS.md, documents).
+        return f"{self.doc.name} ({size}, too long to read whole: {why}, each under its {unit} in brackets)"
 
     def body(self) -> str:
         """The chunks under their marks; neighbours with the same mark share one."""

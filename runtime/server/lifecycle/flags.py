@@ -106,6 +106,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rpc", type=flag_type(_endpoints, "HOST:PORT list"), default=(), metavar="HOST:PORT,...",
                    help="put the model's layers on llmpack RPC workers (`llmpack rpc-worker` or `chat.exe "
                         "--rpc-worker` on each machine); reach other PCs through an SSH tunnel: docs/SCALING.md")
+    p.add_argument("--rpc-key-file", default=None, metavar="FILE",
+                   help="the RPC workers' key (a worker prints where it keeps it; default: the one in llmpack's "
+                        "data folder, which a worker on this computer made)")
     p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="auto",
                    help="how a reasoning model's thinking is told from its answer: auto (from the chat template; "
                         "default), none (leave it in the answer), think (<think> tags) or harmony (gpt-oss)")
@@ -122,6 +125,8 @@ def add_worker_args(p: argparse.ArgumentParser, *, own_address: bool = True) -> 
         p.add_argument("--threads", type=whole_number(1, "--threads"), default=None,
                        help="CPU threads when lending the processor (default: every core)")
         p.add_argument("--device", default=None, help="GPU to lend, e.g. Vulkan0 (default: every GPU; cpu: the processor)")
+        p.add_argument("--rpc-key-file", default=None, metavar="FILE",
+                       help="the key heads must prove (default: rpc-key in llmpack's data folder, made if missing)")
     p.add_argument("--mem", type=whole_number(1, "--mem"), default=None, metavar="MB",
                    help="memory offered, in MiB (default: the device's free memory); llama.cpp gives each worker "
                         "layers in proportion to it")
@@ -137,6 +142,8 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
     """The one place the command line becomes the server's typed config (`llmpack run` and a built
     file, which adds what was decided at build time)."""
     set_ = {k: v for k, v in {"parallel": args.parallel, "gpu_layers": args.gpu_layers}.items() if v is not None}
+    if getattr(args, "rpc_key_file", None):   # read where the workers are added (runtime/hardware/rpc_key.py)
+        os.environ["LLMPACK_RPC_KEY_FILE"] = str(args.rpc_key_file)
     return ServeConfig(recipe=args.recipe, recipe_data=recipe_data, display_name=display_name, system=args.system,
                        base_model=base_model, ctx=args.ctx, device=args.device, flash_attn=args.flash_attn,
                        max_waiting=args.max_waiting, speculative=args.speculative, trace_steps=args.trace_steps,
