@@ -6,8 +6,11 @@ loopback node address into the machine's network address (`services.resolve_ip_f
 unless `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, the switch Ray uses on Windows and macOS to stay
 on 127.0.0.1. Ray reads it once, when it is imported, and every Ray process started afterwards
 inherits it; with it, every listener of a local head (GCS, raylet, object manager, core workers,
-dashboard agent, runtime-env agent, metrics exporters) binds 127.0.0.1 (tests/test_ray_security.py).
-It must not be set to join a cluster on other machines: their nodes call back into this one.
+dashboard agent, runtime-env agent, metrics exporters, Serve's controller and proxy) binds
+127.0.0.1, but for one that Ray 2.60 hard-codes to `[::]`: Ray Serve's inter-deployment gRPC
+server in each replica process, which refuses a call without the token (tests/test_ray_security.py,
+docs/ARCHITECTURE.md's threat model). The switch must not be set to join a cluster on other
+machines: their nodes call back into this one.
 
 **A token.** Ray 2.60 turns token authentication on for a local `ray.init()` by itself, with a
 token in `~/.ray/auth_token` that it writes with the default mode (0644 under umask 022): any
