@@ -13,6 +13,7 @@ from typing import Any, Callable
 from llmpack.errors import LlmpackError
 from llmpack.runtime.chat.reasoning import REASONING_FORMATS   # names only, no dependencies
 from llmpack.runtime.engine import config as engine_defaults
+from llmpack.runtime.hardware import rpc_key   # the key file's variable name, stdlib only
 from llmpack.runtime.server.config import DEFAULT_HOST, DEFAULT_PORT, ServeConfig, parse_cors   # plain, no server
 
 RPC_PORT = 50052               # llama.cpp's rpc-server default (runtime/hardware/rpc.py DEFAULT_PORT)
@@ -143,7 +144,7 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
     file, which adds what was decided at build time)."""
     set_ = {k: v for k, v in {"parallel": args.parallel, "gpu_layers": args.gpu_layers}.items() if v is not None}
     if getattr(args, "rpc_key_file", None):   # read where the workers are added (runtime/hardware/rpc_key.py)
-        os.environ["LLMPACK_RPC_KEY_FILE"] = str(args.rpc_key_file)
+        os.environ[rpc_key.KEY_FILE_ENV] = str(args.rpc_key_file)
     return ServeConfig(recipe=args.recipe, recipe_data=recipe_data, display_name=display_name, system=args.system,
                        base_model=base_model, ctx=args.ctx, device=args.device, flash_attn=args.flash_attn,
                        max_waiting=args.max_waiting, speculative=args.speculative, trace_steps=args.trace_steps,
