@@ -6,6 +6,7 @@ parameter (the API tests count with the real one)."""
 from __future__ import annotations
 
 import os
+import random
 import re
 import sqlite3
 import stat
@@ -13,7 +14,7 @@ import stat
 import pytest
 
 from doc_files import make_docx, make_pdf
-from long_docs import contract_pages
+from long_docs import contract_pages, filler, places
 from llmpack.runtime.server.documents import chunks as C
 from llmpack.runtime.server.documents import excerpts as E
 from llmpack.runtime.server.documents import extract as D
@@ -129,6 +130,53 @@ def test_the_best_match_leads_and_its_neighbours_follow_it():
         return I.Hit("d", o, o // 2 + 1, f"p. {o // 2 + 1}", "", f"text {o}")
     picked = [hit(o) for o in (10, 40, 11, 9, 41, 39)]
     assert [h.ord for h in E._best_first(picked)] == [10, 11, 9, 40, 41, 39]
+
+
+def test_one_sentence_that_holds_the_question_beats_chunks_that_scatter_its_words(index):
+    """BM25 weighs a chunk as a bag of words: chunks that say "night" (market) and "manager"
+    (changed its) in different sentences outrank the one sentence that answers. What the model
+    reads is chosen by the sentences, so that sentence leads, under its own page."""
+    rng = random.Random(4242)
+    towns = places(rng)
+    pages = [" ".join(filler(rng, towns, 4) for _ in range(3)) for _ in range(120)]
+    town = max(towns, key=lambda t: sum(p.count(t) for p in pages))   # the town the filler names most
+    fact = f"The night manager of the school in {town} is Mirela Halloran."
+    pages[87] += "\n" + fact
+    ix = index.add(D.extract("bulletin.pdf", make_pdf(pages)), "m")
+    question = f"Who is the night manager of the school in {town}?"
+    ranked = index.search([ix.id], question, E.CANDIDATES)
+    assert fact not in ranked[0].text   # the case this is about: BM25 alone ranks another chunk first
+    reading, = E.read(index, [ix], question, 400, words)
+    assert fact in reading.hits[0].text and reading.hits[0].label == "p. 88"
+    assert words(D.format_message([reading.section()], "")) <= 400
+
+
+def test_a_csv_is_read_by_its_records_with_its_column_names(index):
+    rng = random.Random(77)
+    rows = ["id,town,facility,serial"] + [f"{i},{rng.choice(['Olford', 'Kesvale', 'Dundy'])} Quay,"
+                                          f"{rng.choice(['library', 'bakery', 'bridge'])},SN-{1000 + i}" for i in range(1, 400)]
+    rows[250] = "250,Marris Lane,tram shed,QX-7781"
+    text = "\n".join(rows) + "\n"
+    ix = index.add(D.extract("inventory.csv", text.encode()), "m")
+    reading, = E.read(index, [ix], "What is the serial of the tram shed in Marris Lane?", 300, words)
+    assert "its first line names the columns: id,town,facility,serial)" in reading.title()
+    lines = text.split("\n")
+
+    def span(label: str) -> tuple[int, int]:
+        first, _, last = label.removeprefix("lines ").removeprefix("line ").partition("-")
+        return int(first), int(last or first)
+    for h in reading.hits:   # each passage's label names its own lines of the file
+        first, last = span(h.label)
+        assert h.text == "\n".join(lines[first - 1:last])
+    first, last = span(reading.hits[0].label)   # the record asked about leads, under its line (251)
+    assert "QX-7781" in reading.hits[0].text and first <= 251 <= last
+
+
+def test_passages_of_one_chunk_share_its_mark():
+    one = I.Hit("d", 4, 9, "p. 9", "", "First passage.")
+    two = I.Hit("d", 4, 9, "p. 9", "", "Second passage.")
+    nxt = I.Hit("d", 5, 9, "p. 9", "", "The next chunk of the page.")
+    assert E.render([one, two, nxt]) == "[p. 9]\nFirst passage.\n…\nSecond passage.\nThe next chunk of the page.\n[end of p. 9]"
 
 
 def test_the_question_finds_page_217(index, contract):

@@ -30,8 +30,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmpack.runtime.server.documents.index import STOPWORDS
 from llmpack.runtime.server.documents.places import Place
+from llmpack.runtime.server.documents.words import has_digit, sentences, terms
 
 MIN_COVER = 0.5          # share of a claim's weight one document sentence must hold
 NUMBER_WEIGHT = 3.0      # a word with a digit: a serial, a date, an amount
@@ -44,9 +44,6 @@ _MARK = re.compile(r"\[(?:end of )?(?:p\.|pp\.|pages?|§|lines?)[^\]\n]{0,80}\]"
                    r"|\((?:p\.|pp\.|pages?)\s*\d[\d\s,–-]*\)"
                    r"|\b(?:pages?|pp?\.)\s*\d{1,5}(?:\s*(?:-|–|to|and)\s*\d{1,5})?", re.I)
 _NUMBER = re.compile(r"\d{1,5}")
-_WORD = re.compile(r"\w+", re.UNICODE)
-_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|\s*\n\s*")
-_ABBREV = re.compile(r"(?:\b(?:p|pp|no|nr|e\.g|i\.e|vs|st|dr|mr|mrs|ms|fig|approx|ca|cf|etc)\.)$", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +118,7 @@ class Attribution:
     def weight(self, term: str) -> float:
         n = len(self._units)
         w = math.log(1 + (n + 1) / (len(self._by_term.get(term, ())) + 1))
-        if _has_digit(term):
+        if has_digit(term):
             w *= NUMBER_WEIGHT
         return w * (QUESTION_WEIGHT if term in self.question else 1.0)
 
@@ -156,9 +153,9 @@ class Attribution:
         ranked = sorted(scored, key=lambda u: (-scored[u], len(self._units[u].terms), u))
         best = ranked[0]
         matched = mine & self._units[best].terms
-        if scored[best] < MIN_COVER * total or (len(matched) < 2 and not any(map(_has_digit, matched))):
+        if scored[best] < MIN_COVER * total or (len(matched) < 2 and not any(map(has_digit, matched))):
             return None
-        if any(_has_digit(t) for t in mine - matched - self.question):   # a number the place does not hold
+        if any(has_digit(t) for t in mine - matched - self.question):   # a number the place does not hold
             return None
         where = self._where(best)
         for other in ranked[1:]:
@@ -171,44 +168,6 @@ class Attribution:
     def _where(self, unit: int) -> tuple[str, str]:
         p = self.places[self._units[unit].place]
         return p.file_id, p.label
-
-
-def terms(text: str) -> list[str]:
-    """The words of `text` that carry meaning, as rough stems."""
-    out = []
-    for w in _WORD.findall(text.lower()):
-        if w in STOPWORDS or (len(w) < 2 and not w.isdigit()):
-            continue
-        out.append(_stem(w))
-    return out
-
-
-def _has_digit(term: str) -> bool:
-    return any(ch.isdigit() for ch in term)
-
-
-def _stem(word: str) -> str:
-    if not word.isalpha():
-        return word
-    for suffix in ("ing", "ed", "es", "s", "ly"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
-            word = word[:-len(suffix)]
-            break
-    return word[:7]
-
-
-def sentences(text: str) -> list[tuple[int, int]]:
-    """(start, end) of the sentences and lines of `text`, without surrounding white space."""
-    out, start = [], 0
-    for m in _END.finditer(text):
-        if "\n" not in m.group() and _ABBREV.search(text, max(0, m.start() - 6), m.start()):
-            continue   # "p. 97", "e.g. this": not the end of a sentence
-        if text[start:m.start()].strip():
-            out.append((start, m.start()))
-        start = m.end()
-    if text[start:].strip():
-        out.append((start, len(text.rstrip())))
-    return out
 
 
 def claims(reply: str) -> list[tuple[int, int]]:

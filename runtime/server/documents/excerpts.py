@@ -1,18 +1,34 @@
 """What the model reads of documents too long for its context, for one question.
 
-`read` picks, within a token budget, the chunks of the indexed documents that best answer the
-question: first the pages the question names ("what does page 212 say?"), then BM25's best
-matches across all the documents (their scores are comparable: one index, one IDF), each taken
-whole if it still fits; room still left goes to the chunks just before and after those (an
-answer often runs across a cut). What is picked is written back best match first, then what
-follows it and then what comes before it (`_best_first`), each under the place a reader would
-cite and closed by an end mark, so the first mark the model meets is the best match's and it
-can answer "... (p. 217)":
+`read` picks in two steps, within a token budget:
 
-    ## File: contract.pdf (300 pages, too long to read whole: here are the 8 parts that best match
-    the question, each under its page in brackets)
+1. **Chunks.** The pages the question names ("what does page 212 say?"), then BM25's best
+   CANDIDATES chunks across all the documents (one index, one IDF: their scores compare).
+2. **Sentences.** BM25 weighs a chunk as a bag of words, so a chunk that says "night" in one
+   sentence and "manager" in another can outrank the one sentence that says "the night manager
+   of the school in Fenwick Cross is ..." (it ranked 28th of 64 in the documents benchmark).
+   Each candidate's sentences (and lines: a table row, a CSV record) are scored by the
+   question's words they hold *together*, each word weighed by how rare it is among those
+   sentences, the chunk's headings counting half. The model reads passages: a matched sentence
+   with WINDOW sentences either side, best first, down to MIN_SHARE of the best score; room still
+   left widens the passages read, best first, towards their whole chunks.
+
+Passages rather than whole chunks because of prompt time: on 2 CPU cores the 0.5B demo model
+reads about 200 prompt tokens a second, and EXCERPT_TOKENS (documents/reading.py) is sized for
+a first word within 3 s; that is two whole chunks, or eight passages, which find the fact far
+more often when the question shares only a few words with it (docs/BENCHMARKS.md, documents).
+
+What is picked is written best first (`_best_first`): the best passage's chunk, then the chunks
+after and before it, each under the place a reader would cite and closed by an end mark, so the
+first mark the model meets is the best match's. A CSV's first line (its column names) goes in
+the heading, since its records mean nothing without it:
+
+    ## File: contract.pdf (300 pages, too long to read whole: here are the 3 parts that best
+    match the question, each under its page in brackets)
 
     [p. 217]
+    ...
+    …
     ...
     [end of p. 217]
 
@@ -21,53 +37,59 @@ can answer "... (p. 217)":
     [end of p. 12]
 
 When nothing in a document matches (a question such as "summarise this" names none of its
-words), the model reads its beginning, and the heading says so. `Reading.report()` is what a
-reply says it read, for the chat page to show under the answer.
+words), the model reads its beginning, whole chunks, and the heading says so.
+`Reading.report()` is what a reply says it read, for the chat page to show under the answer.
 """
 from __future__ import annotations
 
+import math
 import re
+from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmpack.runtime.server.documents.extract import format_message
-from llmpack.runtime.server.documents.index import DocumentIndex, Hit, Indexed, page_refs, query_terms
+from llmpack.runtime.server.documents.index import DocumentIndex, Hit, Indexed, page_refs
+from llmpack.runtime.server.documents.words import sentences, terms
 
-CANDIDATES = 64        # chunks tokenized at most per question: BM25's best, far more than a budget holds
+CANDIDATES = 256       # chunks BM25 hands over per question, their sentences scored (a few ms)
+WINDOW = 1             # sentences read on each side of a matched one
+MIN_SHARE = 0.5        # a sentence scoring under this share of the best one is not read for itself
+HEADING_WEIGHT = 0.5   # a question's word found in a chunk's headings, not in the sentence
+K1, B = 1.2, 0.75      # BM25's usual constants, applied to sentences (_best_sentences)
 MIN_ROOM = 32          # tokens: less room than this left in the budget and the search stops
 MARGIN = 0.98          # token counts of parts are added; the joined text may tokenize a little longer
+GAP = "\n…\n"          # between two passages of one chunk that are not next to each other
+_LINES = re.compile(r"^lines? (\d+)")
+_TABLE_EXT = (".csv", ".tsv")
 
 
 @dataclass(slots=True)
 class Reading:
     """What the model reads of one long document for one question."""
     doc: Indexed
-    hits: list[Hit]       # runs of neighbouring chunks, the best match's run first (_best_first)
+    hits: list[Hit]       # passages (or whole chunks), the best match's chunk first (_best_first)
     matched: bool         # False: no chunk matched the question, so `hits` is the beginning
+    columns: str = ""     # a CSV's first line, given with its records
 
     def title(self) -> str:
         size = f"{self.doc.pages:,} pages" if self.doc.pages else f"{self.doc.chars:,} characters"
-        n = len(self.hits)
+        n = len({(h.ord, h.label) for h in self.hits})
         what = "part" if n == 1 else f"{n} parts"
         unit = "page" if self.doc.pages else "place in the file"
         if not self.matched:
             why = f"no part of it matches the question, so here is its beginning ({what})"
         else:
             why = f"here {'is the part' if n == 1 else 'are the ' + what} that best match{'es' if n == 1 else ''} the question"
+        columns = f"; its first line names the columns: {self.columns}" if self.columns else ""
         # No "say its page": the server cites (attribution.py). Asked to, the 0.5B demo model
         # answered "Say which page says so." with only "[p. 7]"; without it, with the fact and
         # its page (docs/BENCHMARKS.md, documents).
-        return f"{self.doc.name} ({size}, too long to read whole: {why}, each under its {unit} in brackets)"
+        return f"{self.doc.name} ({size}, too long to read whole: {why}, each under its {unit} in brackets{columns})"
 
     def body(self) -> str:
-        """The chunks under their marks; neighbours with the same mark share one."""
-        groups: list[list[Hit]] = []
-        for h in self.hits:
-            if groups and groups[-1][-1].label == h.label and groups[-1][-1].ord + 1 == h.ord:
-                groups[-1].append(h)
-            else:
-                groups.append([h])
-        return "\n\n".join(block(g[0], "\n".join(h.text for h in g)) for g in groups)
+        """The passages under their marks (`render`)."""
+        return render(self.hits)
 
     def section(self) -> tuple[str, str]:
         """(heading, text) as documents.extract.format_message takes them."""
@@ -80,93 +102,254 @@ class Reading:
                 "parts": [{"label": h.label, "page": h.page, "heading": h.heading[-80:]} for h in self.hits]}
 
 
+def note(readings: Sequence[Reading]) -> str:
+    """The line after the excerpts, before the question. Without it the 0.5B demo model answered
+    "Where is the spare key ...? Say which page says so." with only "[p. 7]" when it read one
+    short part, as if naming the place were the whole task; told that the app shows the place,
+    it states the fact (docs/BENCHMARKS.md, documents)."""
+    unit = "page" if all(r.doc.pages for r in readings) else "place"
+    return f"(Answer from the parts above: state what they say in a sentence; the app shows the {unit}.)"
+
+
 def block(hit: Hit, text: str | None = None) -> str:
-    """One chunk as the model reads it: its mark, its text, and the mark again as an end mark.
+    """One place as the model reads it: its mark, its text, and the mark again as an end mark.
     The end mark is there for small models: without it the 0.5B demo model cited the page
     whose mark came *after* the sentence it used (p. 254 for a fact on p. 217)."""
     where = f"[{hit.label}]" if not hit.heading or hit.page else f"[{hit.label}] ({hit.heading})"
     return f"{where}\n{hit.text if text is None else text}\n[end of {hit.label}]"
 
 
+def render(hits: Sequence[Hit]) -> str:
+    """Passages under their marks: passages of one chunk, and neighbouring chunks, that have the
+    same mark share one."""
+    groups: list[list[Hit]] = []
+    for h in hits:
+        last = groups[-1][-1] if groups else None
+        if last is not None and last.label == h.label and h.ord in (last.ord, last.ord + 1):
+            groups[-1].append(h)
+        else:
+            groups.append([h])
+    return "\n\n".join(block(g[0], _joined(g)) for g in groups)
+
+
+def _joined(hits: list[Hit]) -> str:
+    out = hits[0].text
+    for before, h in zip(hits, hits[1:]):
+        out += (GAP if h.ord == before.ord else "\n") + h.text
+    return out
+
+
 def read(index: DocumentIndex, docs: Sequence[Indexed], question: str, budget: int,
          count: Callable[[str], int]) -> list[Reading]:
-    """The chunks of `docs` that best answer `question` and fit in `budget` tokens together
+    """The passages of `docs` that best answer `question` and fit in `budget` tokens together
     with their headings (`count` measures a text in the model's tokens)."""
     if not docs:
         return []
-    picked: dict[str, list[Hit]] = {d.id: [] for d in docs}
+    columns = {d.id: _columns(index, d) for d in docs}
     # each heading is counted at its longest wording (the "no part matches" one), and once
-    room = int(budget * MARGIN) - sum(count(format_message([(_longest_title(d), "")], "")) for d in docs)
-    matched = {d.id: True for d in docs}
-    candidates: list[Hit] = []
-    for d in docs:
-        if d.pages:
-            candidates += index.on_pages(d.id, page_refs(question, d.pages))
-    candidates += index.search([d.id for d in docs], question, CANDIDATES)
-    if not candidates:   # nothing matches: the beginning of each document, in turn
-        matched = {d.id: False for d in docs}
-        heads = [index.first(d.id, CANDIDATES // len(docs) or 1) for d in docs]
-        candidates = [h for group in zip(*heads) for h in group] + [h for g in heads for h in g[min(map(len, heads)):]]
-    seen: set[tuple[str, int]] = set()
-
-    def take(hit: Hit, may_trim: bool) -> None:
-        nonlocal room
-        if (hit.doc, hit.ord) in seen:
-            return
-        seen.add((hit.doc, hit.ord))
-        cost = count(block(hit) + "\n\n")
-        if cost > room and may_trim and not any(picked.values()):   # a small context: the best chunk, cut to fit
-            hit = _trimmed(hit, question, room, count)
-            cost = count(block(hit) + "\n\n") if hit else room + 1
-        if cost <= room:
-            picked[hit.doc].append(hit)
-            room -= cost
-
-    for hit in candidates[:CANDIDATES]:
-        if room < MIN_ROOM:
-            break
-        take(hit, True)
-    if any(matched.values()):   # room left: the text around the best matches, best first
-        for hit in index.around([(h.doc, h.ord) for d in docs for h in picked[d.id]]):
-            if room < MIN_ROOM:
+    room = int(budget * MARGIN) - sum(count(format_message([(_longest_title(d, columns[d.id]), "")], ""))
+                                      for d in docs)
+    named = [h for d in docs if d.pages for h in index.on_pages(d.id, page_refs(question, d.pages))]
+    found = index.search([d.id for d in docs], question, CANDIDATES)
+    picker = _Picker(room, count, question)
+    if not named and not found:   # nothing matches: the beginning of each document, in turn
+        heads = [index.first(d.id, 64 // len(docs) or 1) for d in docs]
+        for h in [h for group in zip(*heads) for h in group] + [h for g in heads for h in g[len(min(heads, key=len)):]]:
+            if picker.room < MIN_ROOM:
                 break
-            take(hit, False)
-    return [Reading(d, _best_first(picked[d.id]), matched[d.id]) for d in docs if picked[d.id]]
+            picker.whole(h)
+        return [Reading(d, picker.hits(d.id), False, columns[d.id]) for d in docs if picker.hits(d.id)]
+    for h in named:
+        if picker.room < MIN_ROOM:
+            break
+        picker.whole(h)
+    for chunk, at in _best_sentences(found, question):
+        if picker.room < MIN_ROOM:
+            break
+        picker.passage(chunk, at)
+    picker.widen()
+    return [Reading(d, picker.hits(d.id), True, columns[d.id]) for d in docs if picker.hits(d.id)]
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """A candidate chunk, its sentences, and which of them are read ([first, last] runs)."""
+    hit: Hit
+    spans: list[tuple[int, int]]
+    runs: list[list[int]] = field(default_factory=list)
+    cost: int = 0
+
+    def pieces(self) -> list[Hit]:
+        return [_piece(self.hit, self.spans[a][0], self.spans[b][1]) for a, b in self.runs]
+
+
+def _best_sentences(found: list[Hit], question: str) -> list[tuple[_Chunk, int]]:
+    """(chunk, sentence) pairs worth reading, best first, down to MIN_SHARE of the best score.
+    A sentence scores as BM25 would score it as a document of its own among the candidates'
+    sentences: each of the question's words it holds weighs by its rarity (log(1 + N / df)),
+    and a long sentence that holds them counts for less than a short one (K1, B); the chunk's
+    headings' words count HEADING_WEIGHT."""
+    wanted = set(terms(question))
+    chunks = [_Chunk(h, sentences(h.text) or [(0, len(h.text))]) for h in found]
+    matched: list[tuple[int, int, int, frozenset[str], frozenset[str]]] = []
+    df: dict[str, int] = defaultdict(int)
+    total = 0
+    for c, chunk in enumerate(chunks):
+        heading = wanted.intersection(terms(chunk.hit.heading))
+        for i, (a, b) in enumerate(chunk.spans):
+            words = terms(chunk.hit.text[a:b])
+            total += len(words)
+            own = wanted.intersection(words)
+            for t in own:
+                df[t] += 1
+            if own or heading:
+                matched.append((c, i, len(words), frozenset(own), frozenset(heading - own)))
+    n = sum(len(c.spans) for c in chunks)
+    mean = total / n if n else 1.0
+    weight = {t: math.log(1 + n / d) for t, d in df.items()}
+
+    def score(length: int, own: frozenset[str], head: frozenset[str]) -> float:
+        saturation = (K1 + 1) / (1 + K1 * (1 - B + B * length / mean))
+        return sum(weight[t] for t in own) * saturation + \
+            HEADING_WEIGHT * sum(weight.get(t, math.log(1 + n)) for t in head)
+    scored = sorted(((score(length, own, head), c, i) for c, i, length, own, head in matched),
+                    key=lambda x: (-x[0], x[1], x[2]))
+    best = scored[0][0] if scored else 0.0
+    return [(chunks[c], i) for s, c, i in scored if s >= MIN_SHARE * best and s > 0]
+
+
+class _Picker:
+    """The chunks read so far, what of them, and the tokens left."""
+
+    def __init__(self, room: int, count: Callable[[str], int], question: str) -> None:
+        self.room, self.count, self.question = room, count, question
+        self.chunks: dict[tuple[str, int], _Chunk] = {}   # in the order first picked
+        self.order: list[_Chunk] = []                      # passages' chunks, best first, for widen()
+
+    def whole(self, hit: Hit) -> None:
+        """A whole chunk (a named page, a document's beginning); the first one cut to fit."""
+        if (hit.doc, hit.ord) in self.chunks:
+            return
+        chunk = _Chunk(hit, [(0, len(hit.text))], [[0, 0]])
+        if not self._fits(chunk) and not self.chunks:
+            cut = _trimmed(hit, self.question, self.room, self.count)
+            if cut is not None:
+                chunk = _Chunk(cut, [(0, len(cut.text))], [[0, 0]])
+                self._fits(chunk)
+
+    def passage(self, chunk: _Chunk, at: int) -> None:
+        """Sentence `at` of `chunk` with WINDOW sentences either side, else alone, else (nothing
+        read yet) cut to fit."""
+        key = (chunk.hit.doc, chunk.hit.ord)
+        if key in self.chunks and self.chunks[key] is not chunk:   # read whole already
+            return
+        if any(a <= at <= b for a, b in chunk.runs):
+            return
+        for lo, hi in ((max(0, at - WINDOW), min(len(chunk.spans) - 1, at + WINDOW)), (at, at)):
+            if self._try(chunk, lo, hi):
+                return
+        if not self.chunks:
+            a, b = chunk.spans[at]
+            cut = _trimmed(_piece(chunk.hit, a, b), self.question, self.room, self.count)
+            if cut is not None:
+                self._fits(_Chunk(cut, [(0, len(cut.text))], [[0, 0]]))
+
+    def widen(self) -> None:
+        """Room left: each passage read grows by a sentence after it, then one before it, best
+        first, round after round, until nothing more fits."""
+        grew = True
+        while grew and self.room >= MIN_ROOM:
+            grew = False
+            for chunk in self.order:
+                for step in (1, -1):
+                    for lo, hi in list(chunk.runs):
+                        lo2, hi2 = (lo, hi + 1) if step == 1 else (lo - 1, hi)
+                        if lo2 >= 0 and hi2 < len(chunk.spans) and self._try(chunk, lo2, hi2):
+                            grew = True
+
+    def hits(self, doc: str) -> list[Hit]:
+        return [p for h in _best_first([c.hit for c in self.chunks.values() if c.hit.doc == doc])
+                for p in self.chunks[(h.doc, h.ord)].pieces()]
+
+    def _try(self, chunk: _Chunk, lo: int, hi: int) -> bool:
+        """Read sentences lo..hi of `chunk` too, if the room allows."""
+        before = [list(r) for r in chunk.runs]
+        chunk.runs = _merged(before + [[lo, hi]])
+        if self._fits(chunk):
+            return True
+        chunk.runs = before
+        return False
+
+    def _fits(self, chunk: _Chunk) -> bool:
+        """Take `chunk`'s (new) runs if they fit in the room; its cost is recounted whole."""
+        text = render(chunk.pieces()) + "\n\n"
+        cost = self.count(text)
+        if cost - chunk.cost > self.room:
+            return False
+        self.room -= cost - chunk.cost
+        chunk.cost = cost
+        key = (chunk.hit.doc, chunk.hit.ord)
+        if key not in self.chunks:
+            self.chunks[key] = chunk
+            self.order.append(chunk)
+        return True
+
+
+def _merged(runs: list[list[int]]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(runs):
+        if out and a <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _piece(hit: Hit, start: int, end: int) -> Hit:
+    """`hit.text[start:end]` as a hit of its own; a chunk cut by lines is labelled with the
+    piece's own lines, so a source can still say which line."""
+    text = hit.text[start:end]
+    label = hit.label
+    m = _LINES.match(label)
+    if m:
+        first = int(m.group(1)) + hit.text.count("\n", 0, start)
+        last = first + text.count("\n")
+        label = f"line {first}" if first == last else f"lines {first}-{last}"
+    return Hit(hit.doc, hit.ord, hit.page, label, hit.heading, text, hit.score)
 
 
 def _best_first(hits: list[Hit]) -> list[Hit]:
-    """`hits` (in the order they were picked: best match first, neighbours last) as runs of
-    neighbouring chunks, the run holding the best match first; within a run its best match
-    first, then the chunks after it, then those before it (each in document order).
+    """`hits` (chunks, in the order they were picked: best match first) as runs of neighbouring
+    chunks, the run holding the best match first; within a run its best match first, then the
+    chunks after it, then those before it (each in document order).
     Best first because a small model leans on what it reads first and copies the first mark it
     meets: in document order the 0.5B demo model answered from p. 217 but cited p. 150, and
     with a neighbour's end of p. 96 read before the best match it answered "[p. 96]" for a
     fact on p. 97."""
-    rank = {h.ord: i for i, h in enumerate(hits)}
+    rank = {(h.doc, h.ord): i for i, h in enumerate(hits)}
     runs: list[list[Hit]] = []
-    for h in sorted(hits, key=lambda h: h.ord):
-        if runs and runs[-1][-1].ord + 1 == h.ord:
+    for h in sorted(hits, key=lambda h: (h.doc, h.ord)):
+        if runs and runs[-1][-1].doc == h.doc and runs[-1][-1].ord + 1 == h.ord:
             runs[-1].append(h)
         else:
             runs.append([h])
     out: list[Hit] = []
-    for run in sorted(runs, key=lambda r: min(rank[h.ord] for h in r)):
-        top = min(range(len(run)), key=lambda j: rank[run[j].ord])
+    for run in sorted(runs, key=lambda r: min(rank[(h.doc, h.ord)] for h in r)):
+        top = min(range(len(run)), key=lambda j: rank[(run[j].doc, run[j].ord)])
         out += run[top:] + run[:top]
     return out
 
 
 def _trimmed(hit: Hit, question: str, room: int, count: Callable[[str], int]) -> Hit | None:
-    """`hit` cut to about `room` tokens from the sentence that holds most words of the question
-    (their stems, roughly: "services" finds "serviced"), or None when not even that fits."""
+    """`hit` cut to about `room` tokens from the sentence that holds most words of the question,
+    or None when not even that fits."""
     text = hit.text
-    stems = [t[:max(4, len(t) - 2)] for t in query_terms(question)]
+    wanted = set(terms(question))
     best, at = 0, 0
-    for m in re.finditer(r"[^.!?\n]+[.!?]?", text):
-        sentence = m.group().lower()
-        score = sum(1 for st in stems if st in sentence)
+    for a, b in sentences(text):
+        score = len(wanted.intersection(terms(text[a:b])))
         if score > best:
-            best, at = score, m.start()
+            best, at = score, a
     size = len(text)
     while size > 40:
         size = int(size * 0.8)
@@ -178,7 +361,15 @@ def _trimmed(hit: Hit, question: str, room: int, count: Callable[[str], int]) ->
     return None
 
 
-def _longest_title(doc: Indexed) -> str:
+def _columns(index: DocumentIndex, doc: Indexed) -> str:
+    """A CSV's (or TSV's) first line, which names its columns; "" for other files."""
+    if doc.pages or not doc.name.lower().endswith(_TABLE_EXT):
+        return ""
+    first = index.first(doc.id, 1)
+    return first[0].text.split("\n", 1)[0][:300] if first else ""
+
+
+def _longest_title(doc: Indexed, columns: str) -> str:
     """The heading at its longest: 'no part matches' wording, a long mark, many parts."""
-    stand_in = Hit(doc.id, 0, 0, "lines 99999-99999", "", "")
-    return Reading(doc, [stand_in] * 99, False).title()
+    stand_in = [Hit(doc.id, i, 0, "lines 99999-99999", "", "") for i in range(99)]
+    return Reading(doc, stand_in, False, columns).title()

@@ -247,11 +247,21 @@ class DocumentIndex:
 
     def search(self, keys: Sequence[str], question: str, limit: int = 64) -> list[Hit]:
         """The chunks of documents `keys` that best match `question`, best first (BM25 with the
-        heading weighted twice the body: a section named like the question is a strong sign)."""
+        heading weighted twice the body: a section named like the question is a strong sign).
+        Chunks that hold every word of the question come before those that hold only some: BM25
+        alone can rank a chunk that repeats two common words of the question ("night market",
+        "changed its manager") above the one that holds all of them."""
         terms = query_terms(question)
         if not terms or not keys:
             return []
-        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
+        found: dict[tuple[str, int], Hit] = {}
+        for match in ([" AND ".join(quoted)] if len(quoted) > 1 else []) + [" OR ".join(quoted)]:
+            for h in self._ranked(keys, match, limit):
+                found.setdefault((h.doc, h.ord), h)
+        return list(found.values())[:limit]
+
+    def _ranked(self, keys: Sequence[str], match: str, limit: int) -> list[Hit]:
         marks = ",".join("?" * len(keys))
         with closing(self._connect()) as con:
             rows = con.execute(

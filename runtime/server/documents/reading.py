@@ -34,7 +34,8 @@ MIN_EXCERPT_ROOM = 64    # tokens: less than this left for a searched file and t
 # lose the answer among near-misses, and costs prompt time on a CPU (2,000 tokens take the
 # 0.5B demo model ~10 s on 2 cores; 7,000 over a minute). benchmarks/retrieval.py measures
 # the hit rate at this size.
-EXCERPT_TOKENS = 2048
+EXCERPT_TOKENS = 512
+NOTE_TOKENS = 32         # excerpts.note's line after the excerpts (about 25 tokens)
 
 
 class ReadingError(DocumentError):
@@ -104,14 +105,16 @@ def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, co
         raise ReadingError(f"the conversation already fills this model's context, so there is no room left to read "
                            f"parts of {names}: start a new chat, or send fewer or shorter files")
     docs = list({f.indexed.id: f.indexed for f in searched}.values())
-    readings = excerpts.read(index, docs, question, min(room, EXCERPT_TOKENS), count)
+    readings = excerpts.read(index, docs, question, min(room, EXCERPT_TOKENS) - NOTE_TOKENS, count)
     if not readings:
         raise ReadingError(f"not even one part of {names} fits in what this model's context has left; start a new "
                            "chat, or send fewer or shorter files")
     target = out[last]
     own = by_at[last].text if last in by_at else _text(target)
     before = [(f.doc.name, f.doc.text) for f in (by_at[last].files if last in by_at else []) if id(f) in is_whole]
-    out[last] = {**target, "content": format_message(before + [r.section() for r in readings], own)}
+    sections = [r.section() for r in readings]
+    sections[-1] = (sections[-1][0], sections[-1][1] + "\n\n" + excerpts.note(readings))
+    out[last] = {**target, "content": format_message(before + sections, own)}
     first = {}   # a searched file's first part in the request: its name, place among the files and text
     for i, f in enumerate(files):
         if id(f) not in is_whole:
