@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import os
 import re
 import statistics
@@ -39,9 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from document_set import PDF, SEED, Case, Maker, cases  # noqa: E402
 
 from llmpack.demo_models import demo_model_path  # noqa: E402
-from llmpack.runtime.server.documents.attribution import claims  # noqa: E402
+from llmpack.runtime.server.core.attachments import READ_HEADER  # noqa: E402
+from llmpack.runtime.server.documents.attribution import _MARK  # noqa: E402
 
 MAX_TOKENS = 160
+_BARE_PAGE = re.compile(r"\[\s*\d{1,4}\s*\]|^\W*\d{1,4}\W*$")
 _PAGE = re.compile(r"\b(?:p\.|pp\.|pages?)\s*(\d{1,4})", re.I)
 
 
@@ -50,11 +53,14 @@ def part(name: str, data: bytes, media: str) -> dict:
                                      "file_data": f"data:{media};base64,{base64.b64encode(data).decode()}"}}
 
 
-def ask(client, messages: list) -> tuple[str, list[dict], float]:
-    """(reply, server sources, seconds to the first content) of one streamed question."""
+def ask(client, messages: list) -> tuple[str, list[dict], float, list[dict]]:
+    """(reply, server sources, seconds to the first content, what was read of each searched
+    file: the X-Llmpack-Read header) of one streamed question."""
     start, first, text, sources = time.perf_counter(), None, [], []
-    for chunk in client.chat.completions.create(model="demo", messages=messages, temperature=0,
-                                                max_tokens=MAX_TOKENS, stream=True):
+    raw = client.chat.completions.with_raw_response.create(model="demo", messages=messages, temperature=0,
+                                                           max_tokens=MAX_TOKENS, stream=True)
+    read = json.loads(raw.headers.get(READ_HEADER) or "[]")
+    for chunk in raw.parse():
         if not chunk.choices:
             continue
         delta = chunk.choices[0].delta
@@ -62,14 +68,14 @@ def ask(client, messages: list) -> tuple[str, list[dict], float]:
             first = first or time.perf_counter()
             text.append(delta.content)
         sources = (delta.model_extra or {}).get("sources") or sources
-    return "".join(text), sources, (first or time.perf_counter()) - start
+    return "".join(text), sources, (first or time.perf_counter()) - start, read
 
 
-def run_case(client, case: Case) -> tuple[str, list[dict], float]:
+def run_case(client, case: Case) -> tuple[str, list[dict], float, list[dict]]:
     content = [part(*f) for f in case.files]
     if case.first_question:
         messages = [{"role": "user", "content": [*content, {"type": "text", "text": case.first_question}]}]
-        first, _, _ = ask(client, messages)
+        first, *_ = ask(client, messages)
         messages += [{"role": "assistant", "content": first}, {"role": "user", "content": case.question}]
     else:
         messages = [{"role": "user", "content": [*content, {"type": "text", "text": case.question}]}]
@@ -98,11 +104,36 @@ def _right(src: dict, case: Case) -> bool:
     return bool(src["lines"]) and src["lines"][0] <= w.line <= src["lines"][1]
 
 
-def judge(case: Case, reply: str, sources: list[dict]) -> dict:
+def mark_only(reply: str) -> bool:
+    """A reply that names a place and says nothing else: "[p. 96]", "[96]", "Page 96.", "96"."""
+    rest = _BARE_PAGE.sub(" ", _MARK.sub(" ", reply))
+    return bool(reply.strip()) and not re.search(r"\w", rest)
+
+
+def _read(case: Case, read: list[dict]) -> bool:
+    """Whether the model was given the fact's place: its file read whole (no report), or the
+    fact's page / section / lines among the parts read of it. Tells retrieval misses from
+    misreadings."""
+    w = case.where
+    report = next((r for r in read if r["filename"] == w.file), None)
+    if report is None:
+        return True
+    for p in report["parts"]:
+        if w.page and p["page"] == w.page:
+            return True
+        if w.section and (p["label"] == "§ " + w.section or p["heading"].endswith(w.section[-80:])):
+            return True
+        m = re.fullmatch(r"lines? (\d+)(?:-(\d+))?", p["label"])
+        if w.line and m and int(m.group(1)) <= w.line <= int(m.group(2) or m.group(1)):
+            return True
+    return False
+
+
+def judge(case: Case, reply: str, sources: list[dict], read: list[dict]) -> dict:
     spots = _spots(reply, case.answer)
     fact_sources = [s for s in sources if any(s["reply_start"] <= p < s["reply_end"] for p in spots)]
-    out = {"fact": bool(spots), "mark_only": bool(reply.strip()) and not claims(reply), "empty": not reply.strip(),
-           "server": None, "model": None}
+    out = {"fact": bool(spots), "mark_only": mark_only(reply), "empty": not reply.strip(),
+           "server": None, "model": None, "read": _read(case, read)}
     if spots:
         out["server"] = ("abstained" if not fact_sources else
                          "right" if all(_right(s, case) for s in fact_sources) else "wrong")
@@ -128,7 +159,7 @@ def ttft(srv, client, seed: int, questions: int) -> tuple[list[float], float, in
     ref = {"type": "file", "file": {"filename": "handbook.pdf", "file_id": doc["file_id"]}}
     times, found = [], 0
     for _text, q, _para, answer in facts:
-        reply, _, t = ask(client, [{"role": "user", "content": [ref, {"type": "text", "text": q}]}])
+        reply, _, t, _ = ask(client, [{"role": "user", "content": [ref, {"type": "text", "text": q}]}])
         times.append(t)
         found += bool(_spots(reply, answer))
         print(f"  ttft {t:5.2f} s  fact {'yes' if _spots(reply, answer) else 'NO '}  {reply[:90]!r}", flush=True)
@@ -158,14 +189,14 @@ def main() -> None:
         client = srv.openai().with_options(timeout=900)   # a long prompt on two busy cores can take minutes
         print(f"demo model ready, n_ctx {srv.engine.n_ctx}", flush=True)
         for i, case in enumerate(todo, 1):
-            reply, sources, _ = run_case(client, case)
-            got = judge(case, reply, sources)
+            reply, sources, _, read = run_case(client, case)
+            got = judge(case, reply, sources, read)
             results.append((case, got))
             w = case.where
             place = f"p. {w.page}" if w.page else f"§ {w.section[:24]}" if w.section else f"line {w.line}"
             shown = ", ".join(s["label"].split(" · ")[-1] for s in sources) or "-"
             print(f"[{i}/{len(todo)} {time.perf_counter() - began:5.0f} s] {case.kind:9s} {case.phrasing:10s} "
-                  f"{place:28s} fact {'yes' if got['fact'] else 'NO '} server {got['server'] or '-':9s} "
+                  f"{place:28s} read {'yes' if got['read'] else 'NO '} fact {'yes' if got['fact'] else 'NO '} server {got['server'] or '-':9s} "
                   f"model {got['model'] or '-':5s} sources [{shown}] {reply[:70]!r}", flush=True)
         times, indexing, found = ttft(srv, client, args.seed, args.ttft)
     report(results, times, indexing, found, args)
@@ -177,6 +208,9 @@ def report(results: list, times: list[float], indexing: float, found: int, args)
     server = Counter(g["server"] for g in facts)
     print(f"\n{n} chats, demo model, temperature 0, seed {args.seed}")
     print(f"  fact in reply            {pct(len(facts), n)}")
+    read = [g for _, g in results if g["read"]]
+    print(f"  fact's place given to the model {pct(len(read), n)}; fact in reply when given "
+          f"{pct(sum(g['fact'] for g in read), len(read))}")
     print(f"  server source right      {pct(server['right'], len(facts))}   wrong {server['wrong']}   "
           f"abstained {server['abstained']}")
     for unit in ("page", "section"):
