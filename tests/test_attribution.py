@@ -137,3 +137,17 @@ def test_no_places_no_sources():
     assert not att and att.sources("Anything at all, 4711.") == []
     one = Attribution([Place("a.txt", "doc-1", 0, "line 1", "The code is 4711.", first_line=1)])
     assert only(one.sources("The code is 4711."))["label"] == "a.txt · line 1"
+
+
+def test_a_csv_record_named_by_its_line_and_file_is_still_attributed(index):
+    """A reply that names the line and the file ("line 203", "inventory-26.csv") makes no claim
+    with the numbers 203 or 26: the record is still its source, and the line agrees."""
+    rows = ["id,town,facility,serial,litres"] + [f"{i},Olford Quay,library,SN-{1000 + i},{100 + i}" for i in range(1, 400)]
+    rows[202] = "202,Fordby Lane,pumping station,NR-9087,8936"
+    doc = D.extract("inventory-26.csv", ("\n".join(rows) + "\n").encode())
+    att = arranged(index, [R.Attached("inventory-26.csv", "excerpts", doc)], "What is the serial of the pumping station in Fordby Lane?")
+    reply = "The serial of the pumping station in Fordby Lane is NR-9087, at line 203 of inventory-26.csv."
+    src = only(att.sources(reply))
+    assert src["lines"] == [203, 203] and src["label"] == "inventory-26.csv · line 203"
+    assert (src["model_mark"], src["mark_right"]) == ("line 203", True)
+    assert att.sources(reply.replace("line 203", "line 150"))[0].mark_right is False

@@ -39,10 +39,10 @@ QUESTION_WEIGHT = 0.5    # a word the question used
 TIE = 1e-6
 
 # A place as a model writes it: "[p. 96]", "[end of p. 96]", "[§ Terms]", "[lines 3-9]", "(p. 96)",
-# "page 96", "pages 3-5", "p. 96", "pp. 3-5".
+# "page 96", "pages 3-5", "p. 96", "pp. 3-5", "line 203".
 _MARK = re.compile(r"\[(?:end of )?(?:p\.|pp\.|pages?|§|lines?)[^\]\n]{0,80}\]"
                    r"|\((?:p\.|pp\.|pages?)\s*\d[\d\s,–-]*\)"
-                   r"|\b(?:pages?|pp?\.)\s*\d{1,5}(?:\s*(?:-|–|to|and)\s*\d{1,5})?", re.I)
+                   r"|\b(?:pages?|pp?\.|lines?)\s*\d{1,6}(?:\s*(?:-|–|to|and)\s*\d{1,6})?", re.I)
 _NUMBER = re.compile(r"\d{1,5}")
 
 
@@ -102,6 +102,9 @@ class Attribution:
     def __init__(self, places: Sequence[Place], question: str = "") -> None:
         self.places = list(places)
         self.question = frozenset(terms(question))
+        # the files' names: "inventory-26.csv" in a reply is not the number 26 of a claim
+        names = sorted({p.file for p in self.places if p.file}, key=len, reverse=True)
+        self._names = re.compile("|".join(map(re.escape, names)) if names else r"(?!)", re.I)
         self._units: list[_Unit] = []
         self._by_term: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(self.places):
@@ -126,7 +129,7 @@ class Attribution:
         """The sources of `reply`'s claims that the places clearly support, in reply order."""
         out = []
         for a, b in claims(reply):
-            found = self._support(_MARK.sub(" ", reply[a:b]))
+            found = self._support(self._names.sub(" ", _MARK.sub(" ", reply[a:b])))
             if found is None:
                 continue
             unit = self._units[found]
@@ -196,5 +199,9 @@ def _agrees(mark: str, place: Place) -> bool:
         if len(nums) == 2 and nums[0] < nums[1] <= nums[0] + 20:
             return nums[0] <= place.page <= nums[1]
         return place.page in nums
+    if place.first_line and re.match(r"\[?(?:end of )?lines?\b", mark.strip(), re.I):
+        nums = [int(n) for n in re.findall(r"\d+", mark)]
+        last = place.first_line + place.text.count("\n")
+        return bool(nums) and place.first_line <= nums[0] and nums[-1] <= last
     inner = re.sub(r"^\[(?:end of )?|\]$", "", mark.strip()).lower()
     return inner == place.label.lower() or bool(place.section and place.section.lower() in inner)

@@ -21,7 +21,8 @@ more often when the question shares only a few words with it (docs/BENCHMARKS.md
 What is picked is written best first (`_best_first`): the best passage's chunk, then the chunks
 after and before it, each under the place a reader would cite and closed by an end mark, so the
 first mark the model meets is the best match's. A CSV's first line (its column names) goes in
-the heading, since its records mean nothing without it:
+the heading, since its records mean nothing without it, and its records are read alone: the
+record before or after the one asked about is another facility's, a number to mix up.
 
     ## File: contract.pdf (300 pages, too long to read whole: here are the 3 parts that best
     match the question, each under its page in brackets)
@@ -42,6 +43,7 @@ words), the model reads its beginning, whole chunks, and the heading says so.
 """
 from __future__ import annotations
 
+import csv
 import math
 import re
 from collections import defaultdict
@@ -89,7 +91,7 @@ class Reading:
 
     def body(self) -> str:
         """The passages under their marks (`render`)."""
-        return render(self.hits)
+        return render(self.hits, self.columns)
 
     def section(self) -> tuple[str, str]:
         """(heading, text) as documents.extract.format_message takes them."""
@@ -119,9 +121,12 @@ def block(hit: Hit, text: str | None = None) -> str:
     return f"{where}\n{hit.text if text is None else text}\n[end of {hit.label}]"
 
 
-def render(hits: Sequence[Hit]) -> str:
+def render(hits: Sequence[Hit], columns: str = "") -> str:
     """Passages under their marks: passages of one chunk, and neighbouring chunks, that have the
-    same mark share one."""
+    same mark share one. A CSV's records (`columns`: its first line) are written field by field
+    under the column names (`_record`)."""
+    if columns:
+        hits = [Hit(h.doc, h.ord, h.page, h.label, h.heading, _record(h.text, columns), h.score) for h in hits]
     groups: list[list[Hit]] = []
     for h in hits:
         last = groups[-1][-1] if groups else None
@@ -130,6 +135,19 @@ def render(hits: Sequence[Hit]) -> str:
         else:
             groups.append([h])
     return "\n\n".join(block(g[0], _joined(g)) for g in groups)
+
+
+def _record(lines: str, columns: str) -> str:
+    """CSV lines as "name: value; name: value", each under the first line's names. Read bare,
+    "202,Fordby Lane,pumping station,Tomas Fenwick,NR-9087,8936" had the 0.5B demo model give
+    8936 (the litres) as the serial, the column names being only in the heading."""
+    delimiter = "\t" if "\t" in columns else ","
+    names = next(csv.reader([columns], delimiter=delimiter))
+    out = []
+    for line in lines.split("\n"):
+        values = next(csv.reader([line], delimiter=delimiter), [])
+        out.append("; ".join(f"{n}: {v}" for n, v in zip(names, values)) if len(values) == len(names) else line)
+    return "\n".join(out)
 
 
 def _joined(hits: list[Hit]) -> str:
@@ -151,7 +169,7 @@ def read(index: DocumentIndex, docs: Sequence[Indexed], question: str, budget: i
                                       for d in docs)
     named = [h for d in docs if d.pages for h in index.on_pages(d.id, page_refs(question, d.pages))]
     found = index.search([d.id for d in docs], question, CANDIDATES)
-    picker = _Picker(room, count, question)
+    picker = _Picker(room, count, question, {d.id: columns[d.id] for d in docs if columns[d.id]})
     if not named and not found:   # nothing matches: the beginning of each document, in turn
         heads = [index.first(d.id, 64 // len(docs) or 1) for d in docs]
         for h in [h for group in zip(*heads) for h in group] + [h for g in heads for h in g[len(min(heads, key=len)):]]:
@@ -178,9 +196,17 @@ class _Chunk:
     spans: list[tuple[int, int]]
     runs: list[list[int]] = field(default_factory=list)
     cost: int = 0
+    picked: list[int] = field(default_factory=list)   # the matched sentences read, best first
 
     def pieces(self) -> list[Hit]:
-        return [_piece(self.hit, self.spans[a][0], self.spans[b][1]) for a, b in self.runs]
+        """The runs read, as hits. Under one mark (a page, a section) they are in text order; a
+        file cut by lines gives each run its own mark, so the best one comes first."""
+        runs = self.runs
+        if _LINES.match(self.hit.label):
+            def rank(run: list[int]) -> int:
+                return min((k for k, i in enumerate(self.picked) if run[0] <= i <= run[1]), default=len(self.picked))
+            runs = sorted(runs, key=rank)
+        return [_piece(self.hit, self.spans[a][0], self.spans[b][1]) for a, b in runs]
 
 
 def _best_sentences(found: list[Hit], question: str) -> list[tuple[_Chunk, int]]:
@@ -221,8 +247,9 @@ def _best_sentences(found: list[Hit], question: str) -> list[tuple[_Chunk, int]]
 class _Picker:
     """The chunks read so far, what of them, and the tokens left."""
 
-    def __init__(self, room: int, count: Callable[[str], int], question: str) -> None:
+    def __init__(self, room: int, count: Callable[[str], int], question: str, tables: dict[str, str]) -> None:
         self.room, self.count, self.question = room, count, question
+        self.tables = tables   # CSV documents' column names: their lines are records, read alone, not widened
         self.chunks: dict[tuple[str, int], _Chunk] = {}   # in the order first picked
         self.order: list[_Chunk] = []                      # passages' chunks, best first, for widen()
 
@@ -245,8 +272,12 @@ class _Picker:
             return
         if any(a <= at <= b for a, b in chunk.runs):
             return
-        for lo, hi in ((max(0, at - WINDOW), min(len(chunk.spans) - 1, at + WINDOW)), (at, at)):
+        if chunk.hit.doc in self.tables and chunk.hit.ord == 0 and at == 0:   # the column names: in the heading
+            return
+        window = 0 if chunk.hit.doc in self.tables else WINDOW
+        for lo, hi in ((max(0, at - window), min(len(chunk.spans) - 1, at + window)), (at, at)):
             if self._try(chunk, lo, hi):
+                chunk.picked.append(at)
                 return
         if not self.chunks:
             a, b = chunk.spans[at]
@@ -260,7 +291,7 @@ class _Picker:
         grew = True
         while grew and self.room >= MIN_ROOM:
             grew = False
-            for chunk in self.order:
+            for chunk in (c for c in self.order if c.hit.doc not in self.tables):
                 for step in (1, -1):
                     for lo, hi in list(chunk.runs):
                         lo2, hi2 = (lo, hi + 1) if step == 1 else (lo - 1, hi)
@@ -282,7 +313,7 @@ class _Picker:
 
     def _fits(self, chunk: _Chunk) -> bool:
         """Take `chunk`'s (new) runs if they fit in the room; its cost is recounted whole."""
-        text = render(chunk.pieces()) + "\n\n"
+        text = render(chunk.pieces(), self.tables.get(chunk.hit.doc, "")) + "\n\n"
         cost = self.count(text)
         if cost - chunk.cost > self.room:
             return False

@@ -29,11 +29,11 @@ from llmpack.runtime.server.documents.index import DocumentIndex, Indexed
 READ_MODES = ("auto", "whole", "excerpts")
 PER_MESSAGE = 8          # tokens a chat template adds around each message (ChatML: 5), counted generously
 MIN_EXCERPT_ROOM = 64    # tokens: less than this left for a searched file and the request is refused
-# Tokens of excerpts one question reads at most, however large the context: about 6 chunks, the
-# size of what LM Studio, GPT4All and AnythingLLM retrieve by default. More lets a small model
-# lose the answer among near-misses, and costs prompt time on a CPU (2,000 tokens take the
-# 0.5B demo model ~10 s on 2 cores; 7,000 over a minute). benchmarks/retrieval.py measures
-# the hit rate at this size.
+# Tokens of excerpts one question reads at most, however large the context: the prompt time of
+# a question about a long file. On 2 CPU cores the 0.5B demo model reads ~200 prompt tokens a
+# second: 2,048 tokens of excerpts took 11 s to the first word, 512 take ~2 s. Read as passages
+# (excerpts.py), 512 tokens hold the sentence that answers and the sentences around it, and
+# several other candidates; benchmarks/documents.py measures the fact in the reply at this size.
 EXCERPT_TOKENS = 512
 NOTE_TOKENS = 32         # excerpts.note's line after the excerpts (about 25 tokens)
 
