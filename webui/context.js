@@ -39,7 +39,7 @@ async function countText(text) {
 
 // A file too long to read whole (attach.js gives it a file_id) costs what the server reads of it
 // for one question (documents/reading.py EXCERPT_TOKENS; less in a small context), not its length.
-const SEARCHED_TOKENS = 544;   // EXCERPT_TOKENS + NOTE_TOKENS
+const SEARCHED_TOKENS = 512;   // EXCERPT_TOKENS: the excerpts and the line after them (NOTE_TOKENS) together
 
 async function fileTokens(a) {
   if (a.file_id) return PER_FILE + Math.min(SEARCHED_TOKENS, Math.floor(state.nCtx / 4));
