@@ -220,7 +220,9 @@ def _case(m: Maker, kind: str, phrasing: str, i: int) -> Case:
         data, line = m.csv(300, town, facility, serial)
         name = f"inventory-{i}.csv"
         q = f"What is the serial of the {facility} in {town}?"
-        para = f"Which code identifies the {town} {facility} in the list?"
+        # not "Which code identifies the ... in the list?": the table's `id` column is such a code
+        # too, and the demo model (a coder) answered with the id or "the code checks the town column"
+        para = f"Which maker's number is stamped on the {town} {facility}'s equipment?"
         return Case(kind, phrasing, [(name, data, "text/csv")], m.question(phrasing, q, para, "line"), serial,
                     Where(name, line=line))
     # two files: a PDF and a DOCX, the fact in one of them

@@ -41,11 +41,11 @@ from llmpack.demo_models import demo_model_path  # noqa: E402
 from llmpack.runtime.server.documents import excerpts as E  # noqa: E402
 from llmpack.runtime.server.documents import extract as D  # noqa: E402
 from llmpack.runtime.server.documents.index import DocumentIndex  # noqa: E402
-from llmpack.runtime.server.documents.reading import EXCERPT_TOKENS  # noqa: E402
+from llmpack.runtime.server.documents.reading import EXCERPT_TOKENS, NOTE_TOKENS  # noqa: E402
 
 N_CTX = 4096
 BUDGET = max(N_CTX - 1024, N_CTX // 2)     # server/attachments.budget: what files may take
-READ = min(BUDGET, EXCERPT_TOKENS)         # what one question reads of a searched file
+READ = min(BUDGET, EXCERPT_TOKENS) - NOTE_TOKENS   # what one question reads of a searched file (reading.arrange)
 
 
 def sectioned(seed: int, n: int, towns: list[str], planted: dict, kind: str) -> list[tuple[str, str]]:
