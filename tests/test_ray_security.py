@@ -194,9 +194,10 @@ def test_joining_a_head_without_its_token_is_one_line_naming_what_to_set(served,
 
 
 OPEN_CLUSTER = """
-import sys
+import os, sys
 from llmpack.runtime.scale import ray_security
 ray_security.keep_on_loopback()
+os.environ["RAY_TMPDIR"] = os.path.dirname(sys.argv[1])   # Ray's default folder is the temp_dir: not /tmp/ray
 from ray.cluster_utils import Cluster
 c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
                                                   "node_ip_address": "127.0.0.1", "temp_dir": sys.argv[1]})
@@ -208,7 +209,7 @@ sys.stdin.read()
 def test_joining_a_cluster_without_token_authentication_warns_of_shadowray(model) -> None:
     root = short_folder()
     (root / "home").mkdir()
-    cluster = subprocess.Popen([sys.executable, "-c", OPEN_CLUSTER, str(root / "tmp")], stdin=subprocess.PIPE,
+    cluster = subprocess.Popen([sys.executable, "-c", OPEN_CLUSTER, str(root / "ray")], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True, start_new_session=True,
                                env=clean_env(root / "home", RAY_AUTH_MODE="disabled"))
     try:

@@ -18,6 +18,9 @@ other user of the computer could read it and run code as this user through the c
 head here sets `RAY_AUTH_MODE=token` itself and points Ray at llmpack's own token
 (`RAY_AUTH_TOKEN_PATH`: 0600 in the private data folder, made once), and Ray's temp folder
 (sessions, logs, sockets) goes inside a 0700 folder made for each start: Ray makes its own 0777.
+`RAY_TMPDIR` points at that folder too, so that what Ray writes to its default folder (the
+`ray_current_cluster` address file of `ray.cluster_utils.Cluster`, AIR's file locks) lands there,
+not in a shared /tmp/ray, which the address file also needs to exist.
 
 **Joining a cluster** (`serve --ray ADDRESS`) leaves the cluster's settings alone, but says so
 loudly when its GCS answers a call that carries no token (answers_without_token).
@@ -41,6 +44,7 @@ LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"   # "0": Ray keeps a local no
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 TOKEN_ENV = "RAY_AUTH_TOKEN"                          # Ray prefers it to the file: never ours
+TMPDIR_ENV = "RAY_TMPDIR"                             # Ray's default folder is $RAY_TMPDIR/ray
 TOKEN_BYTES = 32                                      # 256 bits, as `ray get-auth-token --generate`
 TOKEN_FILE = "ray-auth-token"
 OPEN_CLUSTER_WARNING = (
@@ -82,7 +86,8 @@ class LocalHead:
 
     def env(self) -> dict[str, str]:
         """The environment of this process and of every Ray process it starts."""
-        return {LOOPBACK_ENV: "0", AUTH_MODE_ENV: "token", TOKEN_PATH_ENV: str(self.token_file)}
+        return {LOOPBACK_ENV: "0", AUTH_MODE_ENV: "token", TOKEN_PATH_ENV: str(self.token_file),
+                TMPDIR_ENV: str(self.temp_dir.parent)}
 
     def init_kwargs(self) -> dict:
         """`ray.init` arguments of a local head."""
