@@ -164,7 +164,11 @@ def test_a_dropped_pdf_answer_shows_the_servers_source_and_opens_it(browser, cit
 def open_chat(page, title_part: str) -> None:
     if page.get_attribute("#sidebar-toggle", "aria-expanded") == "false":   # at 390 px the list is behind its button
         page.click("#sidebar-toggle")
-    page.locator("[data-testid=chat-item]").filter(has_text=title_part).locator(".chat-open").click()
+    item = page.locator("[data-testid=chat-item]").filter(has_text=title_part)
+    item.locator(".chat-open").click()
+    # the chat is opened once its messages are drawn and it is marked current (chats.openChat);
+    # the reply shown before the click would otherwise be read as this chat's
+    item.locator(".chat-open[aria-current=true]").wait_for()
     last_reply(page).wait_for()
 
 
