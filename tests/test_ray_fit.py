@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,6 +99,7 @@ def test_asking_for_more_cpus_than_a_node_has_ends_the_start_with_one_line(model
 
 def test_ctrl_c_while_the_replicas_start_stops_everything(model) -> None:
     proc = serve_ray(model, "--ray")
+    said: list[str] = []
     try:
         started = time.monotonic()
         line = ""
@@ -107,12 +109,14 @@ def test_ctrl_c_while_the_replicas_start_stops_everything(model) -> None:
             assert time.monotonic() - started < 120, "serve --ray did not get as far as starting replicas"
         fitted = min(4, os.cpu_count() or 1)
         assert f"{fitted} thread(s) each" in line, line   # fitted to this machine's CPUs
+        # read what it says while it stops: a full pipe would block its writes, and so its exit
+        threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True).start()
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=20)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            pytest.fail("Ctrl+C did not stop serve --ray within 20 s")
+            pytest.fail("Ctrl+C did not stop serve --ray within 20 s; it said:\n" + "".join(said)[-3000:])
     time.sleep(2)   # Ray's processes exit after their driver
     leftover = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert not leftover, f"Ray processes left running after Ctrl+C: {leftover}"
