@@ -59,12 +59,15 @@ def model(tmp_path_factory) -> Path:
     return write_tiny_model(tmp_path_factory.mktemp("rayfit") / "chat.gguf", chat_template=CHATML_TEMPLATE, seed=3)
 
 
-def serve_ray(model: Path, *flags: str) -> subprocess.Popen:
+def serve_ray(model: Path, *flags: str, sigint_ignored: bool = False) -> subprocess.Popen:
     # its own Ray's token goes to the model's folder, not to this user's data folder
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", "LLMPACK_DATA_DIR": str(model.parent)}
+    # sigint_ignored: started as a shell starts a script's background job, with SIGINT ignored
+    # (inherited through exec; Python then installs no KeyboardInterrupt of its own)
     return subprocess.Popen([sys.executable, "-m", "llmpack", "serve", str(model), "--port", "0", *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None)
 
 
 @pytest.fixture
@@ -97,8 +100,9 @@ def test_asking_for_more_cpus_than_a_node_has_ends_the_start_with_one_line(model
     assert "Traceback" not in out, out[-2000:]
 
 
-def test_ctrl_c_while_the_replicas_start_stops_everything(model) -> None:
-    proc = serve_ray(model, "--ray")
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "background-job"])
+def test_ctrl_c_while_the_replicas_start_stops_everything(model, sigint_ignored: bool) -> None:
+    proc = serve_ray(model, "--ray", sigint_ignored=sigint_ignored)
     said: list[str] = []
     try:
         started = time.monotonic()

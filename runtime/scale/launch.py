@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from llmpack import signals
 from llmpack.errors import LlmpackError
 from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.scale import ray_security
@@ -242,7 +243,8 @@ def stop(local: bool = False) -> None:
 
 
 def serve_ray(model: ModelFile, config: Any, settings: RaySettings, say: Callable[[str], None] = print) -> int:
-    """`llmpack serve --ray`: start, say where, serve until Ctrl+C, then stop Serve and Ray."""
+    """`llmpack serve --ray`: start, say where, serve until Ctrl+C (or SIGTERM), then stop Serve and Ray."""
+    previous = signals.install(_interrupt, ("SIGINT", "SIGTERM"))
     try:
         say(f"llmpack: connecting to {settings.address or 'a Ray started on this machine'} (Ctrl+C to stop)")
         settings = connect(settings, say)
@@ -263,4 +265,15 @@ def serve_ray(model: ModelFile, config: Any, settings: RaySettings, say: Callabl
         say("llmpack: stopping")
         return 0
     finally:
-        stop(local=settings.address is None)
+        try:
+            stop(local=settings.address is None)
+        finally:
+            signals.restore(previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """Ctrl+C and SIGTERM stop serve_ray the same way, at any moment. Set by hand, not left to
+    Python: a process started with SIGINT ignored (what a shell does to a background job of a
+    script) never gets Python's KeyboardInterrupt, so `kill -INT` did nothing and SIGTERM left
+    the local Ray's processes running."""
+    raise KeyboardInterrupt
