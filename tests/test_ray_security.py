@@ -197,7 +197,7 @@ OPEN_CLUSTER = """
 import os, sys
 from llmpack.runtime.scale import ray_security
 ray_security.keep_on_loopback()
-os.environ["RAY_TMPDIR"] = os.path.dirname(sys.argv[1])   # Ray's default folder is the temp_dir: not /tmp/ray
+os.environ[ray_security.TMPDIR_ENV] = os.path.dirname(sys.argv[1])   # Ray's default folder is the temp_dir, not /tmp/ray
 from ray.cluster_utils import Cluster
 c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
                                                   "node_ip_address": "127.0.0.1", "temp_dir": sys.argv[1]})
