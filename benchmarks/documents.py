@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from document_set import PDF, SEED, Case, Maker, cases  # noqa: E402
 
 from llmpack.demo_models import demo_model_path  # noqa: E402
-from llmpack.runtime.server.core.attachments import READ_HEADER  # noqa: E402
-from llmpack.runtime.server.documents.attribution import _MARK  # noqa: E402
+from llmpack.runtime.core.attachments import READ_HEADER  # noqa: E402
+from llmpack.runtime.documents.attribution import _MARK  # noqa: E402
 
 MAX_TOKENS = 160
 _BARE_PAGE = re.compile(r"\[\s*\d{1,4}\s*\]|^\W*\d{1,4}\W*$")

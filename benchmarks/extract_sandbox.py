@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from doc_files import make_docx, make_pdf  # noqa: E402
-from llmpack.runtime.server.documents import extract as D  # noqa: E402
-from llmpack.runtime.server.documents.sandbox import Sandbox  # noqa: E402
+from llmpack.runtime.documents import extract as D  # noqa: E402
+from llmpack.runtime.documents.sandbox import Sandbox  # noqa: E402
 
 N = 50
 FILES = {"report.pdf": make_pdf(["Page one of the report.", "Page two."]),

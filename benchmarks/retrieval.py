@@ -3,7 +3,7 @@
 Three generated documents far longer than the context (tests/long_docs.py): a 300-page PDF,
 a DOCX of 200 headed sections and a Markdown file of 200 sections, with 50 facts planted at
 known places (17 + 17 + 16); 15 of the questions say it in other words than the fact does.
-For each question, what the model would read (runtime/server/documents/excerpts.read, with
+For each question, what the model would read (runtime/documents/excerpts.read, with
 reading.EXCERPT_TOKENS and the real tokenizer of the demo instruct model) is checked for the
 fact. Compared in the same run:
 
@@ -38,10 +38,10 @@ from doc_files import make_docx, make_pdf  # noqa: E402
 from long_docs import filler, needles, pages_with, places  # noqa: E402
 
 from llmpack.demo_models import demo_model_path  # noqa: E402
-from llmpack.runtime.server.documents import excerpts as E  # noqa: E402
-from llmpack.runtime.server.documents import extract as D  # noqa: E402
-from llmpack.runtime.server.documents.index import DocumentIndex  # noqa: E402
-from llmpack.runtime.server.documents.reading import EXCERPT_TOKENS, NOTE_TOKENS  # noqa: E402
+from llmpack.runtime.documents import excerpts as E  # noqa: E402
+from llmpack.runtime.documents import extract as D  # noqa: E402
+from llmpack.runtime.documents.index import DocumentIndex  # noqa: E402
+from llmpack.runtime.documents.reading import EXCERPT_TOKENS, NOTE_TOKENS  # noqa: E402
 
 N_CTX = 4096
 BUDGET = max(N_CTX - 1024, N_CTX // 2)     # server/attachments.budget: what files may take

@@ -255,7 +255,7 @@ def selftest() -> int:
     try:
         # lazy: the self-test imports everything a launch needs, only when the builder asks
         import llama_cpp
-        import pypdf       # PDF attachments (runtime/server/documents/extract.py imports it on first use)
+        import pypdf       # PDF attachments (runtime/documents/extract.py imports it on first use)
         import zstandard   # models built with --compress
         from llama_cpp import mtmd_cpp   # pictures (--mmproj): llama.cpp's mtmd library loads from the bundle
         from PIL import Image            # noqa: F401 - pictures, decoded in a sandboxed child (runtime/engine/pictures.py)
@@ -264,7 +264,7 @@ def selftest() -> int:
         from llmpack.runtime.chat.recipes import load_recipes
         from llmpack.runtime.server.lifecycle import serve  # noqa: F401
         from llmpack.runtime.server.app import webui_dir
-        from llmpack.runtime.server.documents.index import fts5_available
+        from llmpack.runtime.documents.index import fts5_available
         from llmpack.runtime.hardware.backends import load_backends
 
         backends = load_backends()   # from the bundle folder: fails here if a backend is missing

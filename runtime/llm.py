@@ -8,7 +8,7 @@
     params = llm.get_default_sampling_params(); params.temperature = 0  # ... with one changed
     llm.chat([{"role": "user", "content": "Hi!"}], params)
 
-`chat` takes the server's own path (server/core: the chat template, the default system prompt,
+`chat` takes the server's own path (core/: the chat template, the default system prompt,
 the recipe's sampling defaults, stop strings and stop token ids), so a model answers the same
 offline and over HTTP. All prompts are submitted at once, so the engine batches them together.
 """
@@ -28,11 +28,11 @@ from llmpack.runtime.engine.vllm_args import engine_kwargs as vllm_engine_kwargs
 from llmpack.runtime.model.context import DEFAULT_N_CTX
 from llmpack.runtime.model.gguf_check import validate_gguf
 from llmpack.runtime.model.model_info import read_model_info
-from llmpack.runtime.server.core.errors import ApiError
-from llmpack.runtime.server.core.generation import Generation
-from llmpack.runtime.server.core.params import SamplingValues, sampling_params
-from llmpack.runtime.server.core.request import ChatRequest, prepare_chat
-from llmpack.runtime.server.core.served_model import ServedModel, describe_model
+from llmpack.runtime.core.errors import ApiError
+from llmpack.runtime.core.generation import Generation
+from llmpack.runtime.core.params import SamplingValues, sampling_params
+from llmpack.runtime.core.request import ChatRequest, prepare_chat
+from llmpack.runtime.core.served_model import ServedModel, describe_model
 
 
 def merge(outputs: Iterable[RequestOutput]) -> RequestOutput:

@@ -15,8 +15,8 @@ from doc_files import PNG_1PX, encrypted_pdf, make_pdf
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import LiveServer
 
-from llmpack.runtime.server.documents import extract as D
-from llmpack.runtime.server.core.attachments import budget
+from llmpack.runtime.documents import extract as D
+from llmpack.runtime.core.attachments import budget
 
 
 def extract(srv: LiveServer, name: str, data: bytes, content_type: str = "application/octet-stream"):

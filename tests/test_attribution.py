@@ -7,11 +7,11 @@ import pytest
 
 from doc_files import make_docx, make_pdf
 from long_docs import contract_pages
-from llmpack.runtime.server.documents import extract as D
-from llmpack.runtime.server.documents import index as I
-from llmpack.runtime.server.documents import reading as R
-from llmpack.runtime.server.documents.attribution import Attribution, claims
-from llmpack.runtime.server.documents.places import Place, of_document
+from llmpack.runtime.documents import extract as D
+from llmpack.runtime.documents import index as I
+from llmpack.runtime.documents import reading as R
+from llmpack.runtime.documents.attribution import Attribution, claims
+from llmpack.runtime.documents.places import Place, of_document
 
 
 def words(text: str) -> int:

@@ -20,9 +20,9 @@ from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import live_server, wait_idle
 from vision_ggufs import write_tiny_mmproj
 
-from llmpack.runtime.server.core.params import SamplingValues, sampling_params
-from llmpack.runtime.server.core.plan import plan_output
-from llmpack.runtime.server.core.prompt import render_messages
+from llmpack.runtime.core.params import SamplingValues, sampling_params
+from llmpack.runtime.core.plan import plan_output
+from llmpack.runtime.core.prompt import render_messages
 
 QUESTION = "what do you hear ?"
 

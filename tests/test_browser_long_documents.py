@@ -116,7 +116,7 @@ def test_a_file_the_bounded_index_forgot_is_named_where_files_are_attached(brows
     """The index of long files keeps at most a cap of text (documents/index.py): attaching one past
     it makes the index forget the one used longest ago, and the attachments area says which, why,
     and that chats which used it still work."""
-    from llmpack.runtime.server.core import attachments
+    from llmpack.runtime.core import attachments
 
     monkeypatch.setattr(attachments.INDEX, "max_bytes", 800_000)   # the contract's text is about 540 KB
     ctx = browser.new_context(viewport={"width": width, "height": height})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fake_engine import FakeEngine
 from llmpack.runtime.server.app import create_app
-from llmpack.runtime.server.core.generation import cache_salt_for
+from llmpack.runtime.core.generation import cache_salt_for
 from llmpack.runtime.server.http.options import ServerOptions
 from test_core import App
 

@@ -18,7 +18,7 @@ from llmpack.runtime.chat.recipes import ChatFormat, load_recipe
 from llmpack.runtime.engine.client import EngineClient
 from llmpack.runtime.engine.sampling_params import MAX_LOGPROBS, MAX_STOPS
 from llmpack.runtime.server.app import create_app
-from llmpack.runtime.server.core.served_model import describe_model
+from llmpack.runtime.core.served_model import describe_model
 from llmpack.runtime.server.http.options import ServerOptions
 from llmpack.runtime.server.http.state import ServerState
 

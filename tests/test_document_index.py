@@ -1,4 +1,4 @@
-"""Spec for documents too long for the context (runtime/server/documents/chunks.py, index.py,
+"""Spec for documents too long for the context (runtime/documents/chunks.py, index.py,
 excerpts.py): pieces that keep their page or heading, an FTS5 index that stores a file whole or
 not at all, private to this user, and the parts of it a question reads within a token budget.
 No model here: budgets are counted with `words`, a stand-in tokenizer the functions take as a
@@ -15,11 +15,11 @@ import pytest
 
 from doc_files import make_docx, make_pdf
 from long_docs import contract_pages, filler, places
-from llmpack.runtime.server.documents import chunks as C
-from llmpack.runtime.server.documents import excerpts as E
-from llmpack.runtime.server.documents import extract as D
-from llmpack.runtime.server.documents import index as I
-from llmpack.runtime.server.documents import reading as R
+from llmpack.runtime.documents import chunks as C
+from llmpack.runtime.documents import excerpts as E
+from llmpack.runtime.documents import extract as D
+from llmpack.runtime.documents import index as I
+from llmpack.runtime.documents import reading as R
 
 
 def words(text: str) -> int:

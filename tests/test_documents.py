@@ -1,4 +1,4 @@
-"""Spec for runtime/server/documents/extract.py: what an attached file becomes, and the one line a user reads
+"""Spec for runtime/documents/extract.py: what an attached file becomes, and the one line a user reads
 when it cannot be attached. Files are made byte by byte in tests/doc_files.py."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from doc_files import PNG_1PX, bomb_pdf, docx_from_body, encrypted_pdf, make_docx, make_pdf
 from llmpack.errors import LlmpackError
-from llmpack.runtime.server.documents import extract as D
+from llmpack.runtime.documents import extract as D
 
 
 def refusal(name: str, data: bytes, **kw) -> str:

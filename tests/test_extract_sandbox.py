@@ -1,4 +1,4 @@
-"""Attachments are read in a worker process (runtime/server/documents/sandbox.py) that is killed
+"""Attachments are read in a worker process (runtime/documents/sandbox.py) that is killed
 at the deadline and runs under a memory limit: a PDF page that never ends costs one killed
 worker, and the next attachment is read at once by a fresh one."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ import time
 import pytest
 
 from doc_files import endless_pdf, make_docx, make_pdf
-from llmpack.runtime.server.documents import extract as D
+from llmpack.runtime.documents import extract as D
 from llmpack.errors import LlmpackError
-from llmpack.runtime.server.documents.sandbox import GRACE_S, MEMORY_BYTES, MEMORY_ENV, Sandbox
+from llmpack.runtime.documents.sandbox import GRACE_S, MEMORY_BYTES, MEMORY_ENV, Sandbox
 
 
 @pytest.fixture

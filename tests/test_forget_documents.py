@@ -1,5 +1,5 @@
 """`--forget` (builder/forget.py) also removes the index of the long documents this program's
-chats searched (runtime/server/documents/index.py), and only theirs. The whole --forget flow of
+chats searched (runtime/documents/index.py), and only theirs. The whole --forget flow of
 a built program (asking on a terminal, refusing while it runs) is tests/test_build.py's."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 from long_docs import contract_pages
 from doc_files import make_pdf
 from llmpack.builder.forget import forget
-from llmpack.runtime.server.documents import extract as D
-from llmpack.runtime.server.documents.index import DocumentIndex
+from llmpack.runtime.documents import extract as D
+from llmpack.runtime.documents.index import DocumentIndex
 
 SHA = "ab" * 32
 

@@ -1,8 +1,10 @@
 """The house rules of the code, read from the source with `ast` (imports inside functions too):
 
-- dependencies point one way: server -> llm/chat -> engine -> model/hardware/structured, and the
-  builder -> runtime, never back (`ALLOWED` below is the whole map); inside the server, lifecycle ->
-  the route table (server/app.py) -> the protocol rooms and page/ -> http/ -> core/ -> documents/;
+- dependencies point one way: server -> core -> llm/chat -> engine -> model/hardware/structured,
+  core -> documents, and the builder -> runtime, never back (`ALLOWED` below is the whole map); inside
+  the server (HTTP only), lifecycle -> the route table (server/app.py) -> the protocol rooms and page/
+  -> http/; no room of runtime/ outside server/ imports server/ (scale/, a way to run the server on
+  Ray, sits above it with the CLI);
 - a protocol room imports core/ and http/, never another protocol room, and page/ never imports one;
 - the server reaches the engine only through its client protocol (engine/client.py) and the
   engine's data types; only lifecycle/prepare.py constructs an engine;
@@ -34,12 +36,13 @@ SANDBOX = "llmpack.runtime.sandbox"     # child processes for a stranger's bytes
 MEDIA = "llmpack.runtime.media"        # strangers' sound, checked, and decoded in the sandbox's children
 ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "llmpack.runtime.llm",
                              "llmpack.runtime.server")
-S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("core", "documents", "http", "page",
-                                                                           "lifecycle"))
+CORE, DOCS = "llmpack.runtime.core", "llmpack.runtime.documents"   # no Flask: the generation core, the files
+S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("http", "page", "lifecycle"))
 # The rooms that each speak one wire format over the core (issue 26 adds responses, anthropic, ollama).
 PROTOCOLS = {f"{SERVER}.{room}" for room in ("openai", "responses", "anthropic", "ollama")}
-SERVER_ROOMS = {S_CORE, S_DOCS, S_HTTP, S_PAGE, S_LIFE, *PROTOCOLS}
-RUNTIME = {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA, ENGINE, CHAT, LLM, SERVER, *SERVER_ROOMS}
+SERVER_ROOMS = {S_HTTP, S_PAGE, S_LIFE, *PROTOCOLS}
+BELOW_SERVER = {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA, ENGINE, CHAT, LLM, CORE, DOCS}
+RUNTIME = {*BELOW_SERVER, SERVER, *SERVER_ROOMS}
 SCALE = "llmpack.runtime.scale"
 ALLOWED: dict[str, set[str]] = {
     "llmpack": {LLM, ENGINE},                     # the package exports LLM / SamplingParams, lazily
@@ -56,15 +59,16 @@ ALLOWED: dict[str, set[str]] = {
     MEDIA: BASE | {HARDWARE, SANDBOX},
     ENGINE: BASE | {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA},
     CHAT: BASE | {MODEL, ENGINE},
-    LLM: BASE | {MODEL, ENGINE, CHAT, S_CORE},     # LLM.chat takes the server's generation core
-    S_DOCS: BASE | {SANDBOX},
-    S_CORE: BASE | {MODEL, ENGINE, CHAT, STRUCTURED, MEDIA, S_DOCS},
-    S_HTTP: BASE | {ENGINE, S_CORE},
-    **{room: BASE | {ENGINE, STRUCTURED, S_CORE, S_HTTP} for room in PROTOCOLS},
-    S_PAGE: BASE | {S_CORE, S_HTTP, S_DOCS},
-    SERVER: BASE | {ENGINE, S_CORE, S_HTTP, S_PAGE, *PROTOCOLS},     # the route table and ServeConfig
-    S_LIFE: BASE | {MODEL, HARDWARE, ENGINE, CHAT, SERVER, S_CORE, S_HTTP, S_PAGE},
-    SCALE: BASE | RUNTIME,                        # Ray Serve replicas of the server's app (optional extra)
+    DOCS: BASE | {SANDBOX},
+    CORE: BASE | {MODEL, ENGINE, CHAT, STRUCTURED, MEDIA, DOCS},
+    LLM: BASE | {MODEL, ENGINE, CHAT, CORE},       # LLM.chat takes the same generation core as the server
+    S_HTTP: BASE | {ENGINE, CORE},
+    **{room: BASE | {ENGINE, STRUCTURED, CORE, S_HTTP} for room in PROTOCOLS},
+    S_PAGE: BASE | {CORE, S_HTTP, DOCS},
+    SERVER: BASE | {ENGINE, CORE, S_HTTP, S_PAGE, *PROTOCOLS},     # the route table and ServeConfig
+    S_LIFE: BASE | {MODEL, HARDWARE, ENGINE, CHAT, SERVER, CORE, S_HTTP, S_PAGE},
+    # Ray Serve replicas of the server's app (optional extra): a way to run the server, above it as the CLI is
+    SCALE: BASE | {MODEL, SERVER, S_HTTP, S_LIFE},
     "llmpack.webui": BASE,
     "llmpack.recipes": set(),
     "llmpack.builder": BASE | RUNTIME | {"llmpack.webui", "llmpack.demo_models"},   # the flags: lifecycle/flags.py
@@ -140,6 +144,12 @@ def test_the_map_is_one_way():
     exports LLM lazily, and every unit may read its __version__). The builder once allowed the CLI back."""
     units = {u: allowed - {u, "llmpack"} for u, allowed in ALLOWED.items() if u != "llmpack"}
     assert find_cycle(units) is None, "ALLOWED allows a circle: " + " -> ".join(find_cycle(units) or [])
+
+
+def test_nothing_below_the_server_imports_it():
+    """server/ is HTTP only: the core, the documents, the offline LLM and the engine never reach up into it."""
+    up = [i for i in INTERNAL if unit_of(i.module) in BELOW_SERVER and unit_of(i.target) in {SERVER, *SERVER_ROOMS}]
+    assert not up, "imports of server/ from below it:\n" + "\n".join(map(repr, up))
 
 
 def test_dependencies_point_one_way():
@@ -244,7 +254,7 @@ def test_the_engine_client_loads_no_llama_cpp():
     assert json.loads(proc.stdout) == [], "importing engine/client.py loaded " + proc.stdout
 
 
-@pytest.mark.parametrize("room", ["model", "hardware", "structured", "engine", "chat", "server",
+@pytest.mark.parametrize("room", ["model", "hardware", "structured", "engine", "chat", "core", "documents", "server",
                                   *(r.removeprefix("llmpack.runtime.").replace(".", "/") for r in sorted(SERVER_ROOMS))])
 def test_each_room_says_what_it_owns(room):
     doc = ast.get_docstring(ast.parse((ROOT / "runtime" / room / "__init__.py").read_text()))

@@ -150,7 +150,7 @@ def test_the_instance_challenge_needs_a_nonce_and_proves_the_secret():
 def test_each_route_has_a_body_limit_checked_before_the_key_and_before_reading(keyed_app):
     """A body past the route's limit is refused from its Content-Length alone, before the key is
     checked and before anything reads it; waitress itself takes no more than the largest limit."""
-    from llmpack.runtime.server.core.attachments import ATTACH_BODY   # lazy: only this test needs them
+    from llmpack.runtime.core.attachments import ATTACH_BODY   # lazy: only this test needs them
     from llmpack.runtime.server.lifecycle.sockets import waitress_settings
 
     client = keyed_app.test_client()

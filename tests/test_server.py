@@ -16,7 +16,7 @@ from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import SCRIPTED_REPLY, LiveServer, LockStep, live_server, sse_events, stream_post, wait_idle
 
 from llmpack.runtime.engine.sampling_params import SamplingParams
-from llmpack.runtime.server.core.prompt import tokenize_prompt
+from llmpack.runtime.core.prompt import tokenize_prompt
 
 HELLO = [{"role": "user", "content": "hello there"}]
 

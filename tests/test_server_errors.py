@@ -25,7 +25,7 @@ from server_fixtures import (LiveServer, finished_metric, held_in_phase, live_se
 
 from ggufs import CHATML_TEMPLATE
 from llmpack.errors import LlmpackError
-from llmpack.runtime.server.core.prompt import tokenize_prompt
+from llmpack.runtime.core.prompt import tokenize_prompt
 from llmpack.runtime.server.openai import protocol
 from llmpack.runtime.server.http import security
 from llmpack.runtime.server.lifecycle.sockets import ServerError, bind_socket
@@ -82,7 +82,7 @@ def test_wrong_method_is_405(srv: LiveServer):
 
 
 def test_body_too_large_is_413(srv: LiveServer):
-    from llmpack.runtime.server.core.attachments import ATTACH_BODY
+    from llmpack.runtime.core.attachments import ATTACH_BODY
 
     body = json.dumps({"prompt": "x" * (9 * 1024 * 1024)}).encode()
     status, _, data = raw(srv.port, "POST", "/v1/completions", body, {"Content-Type": "application/json"})

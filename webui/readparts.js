@@ -1,5 +1,5 @@
 // Which parts of a long file the model read for one answer. A file too long to read whole is
-// searched for each question on the server (runtime/server/documents/reading.py); the reply's
+// searched for each question on the server (runtime/documents/reading.py); the reply's
 // `X-Llmpack-Read` header lists the parts it read ([{filename, pages, parts: [{label, page}]}]).
 // The page shows them under the answer, in a reader's words ("Read from contract.pdf: pages
 // 11–13 and 217"), from the moment the reply starts, and keeps that line in the saved chat (the

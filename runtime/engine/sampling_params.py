@@ -1,7 +1,7 @@
 """Per-request sampling parameters, in vLLM's shape, validated once at the door.
 
 Every range a request's sampling values must keep is written here, once: SamplingParams checks
-itself when it is made (the offline API's door; the server's is runtime/server/core/params.py,
+itself when it is made (the offline API's door; the server's is runtime/core/params.py,
 which turns wire values into these types, builds a SamplingParams and names the client's own field
 in the 400). The engine then trusts a SamplingParams and checks nothing again."""
 from __future__ import annotations

@@ -12,11 +12,11 @@ import json
 import secrets
 from typing import Any
 
-from llmpack.runtime.server.core.errors import ApiError, bad
-from llmpack.runtime.server.core.media import MediaItem, media_part
-from llmpack.runtime.server.core.params import SamplingValues, known_fields
-from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
-from llmpack.runtime.server.core.request import ChatRequest
+from llmpack.runtime.core.errors import ApiError, bad
+from llmpack.runtime.core.media import MediaItem, media_part
+from llmpack.runtime.core.params import SamplingValues, known_fields
+from llmpack.runtime.core.plan import Constraint, ToolRequest, make_tool
+from llmpack.runtime.core.request import ChatRequest
 
 # Anthropic's fields. Prompt caching is automatic here (the prefix cache), so cache_control is
 # welcome and changes nothing; so do the routing hints (service_tier, speed, inference_geo, ...).

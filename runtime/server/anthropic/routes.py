@@ -9,10 +9,10 @@ from flask import Blueprint, Response, jsonify
 
 from llmpack.runtime.server.anthropic.protocol import chat_request, citations, error_body, message, new_id, usage
 from llmpack.runtime.server.anthropic.stream import MessageStream, event
-from llmpack.runtime.server.core.errors import ApiError
-from llmpack.runtime.server.core.generation import Generation
-from llmpack.runtime.server.core.output import final_choices, stream_steps
-from llmpack.runtime.server.core.request import prepare_chat
+from llmpack.runtime.core.errors import ApiError
+from llmpack.runtime.core.generation import Generation
+from llmpack.runtime.core.output import final_choices, stream_steps
+from llmpack.runtime.core.request import prepare_chat
 from llmpack.runtime.server.http.errors import register_shape
 from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed

@@ -12,8 +12,8 @@ from typing import Any
 
 from flask import current_app, request
 
-from llmpack.runtime.server.core.errors import ApiError, bad
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.errors import ApiError, bad
+from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.server.http.metrics import Metrics
 from llmpack.runtime.server.http.options import ServerOptions
 from llmpack.runtime.server.http.state import ServerState

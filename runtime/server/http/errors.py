@@ -10,7 +10,7 @@ from typing import Callable
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from llmpack.runtime.server.core.errors import ApiError
+from llmpack.runtime.core.errors import ApiError
 from llmpack.runtime.server.http.options import ServerOptions
 
 _CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type"}

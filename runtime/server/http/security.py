@@ -30,7 +30,7 @@ from typing import Callable, TypeVar
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from llmpack.runtime.server.core.attachments import ATTACH_BODY
+from llmpack.runtime.core.attachments import ATTACH_BODY
 from llmpack.runtime.server.http.errors import error_response as error
 from llmpack.runtime.server.http.options import Cors, ServerOptions
 

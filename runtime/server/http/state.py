@@ -12,8 +12,8 @@ import threading
 from typing import Callable
 
 from llmpack.progress import human_bytes
-from llmpack.runtime.server.core.active import ActiveRequests
-from llmpack.runtime.server.core.served_model import ServedModel, request_defaults
+from llmpack.runtime.core.active import ActiveRequests
+from llmpack.runtime.core.served_model import ServedModel, request_defaults
 
 MESSAGES = {
     "starting": "Starting",

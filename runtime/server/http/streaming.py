@@ -11,10 +11,10 @@ from typing import Any, Callable, Iterable, Iterator
 
 from flask import Response, request
 
-from llmpack.runtime.server.core.errors import ApiError
-from llmpack.runtime.server.core.generation import Generation, cache_salt_for
-from llmpack.runtime.server.core.request import Prepared
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.errors import ApiError
+from llmpack.runtime.core.generation import Generation, cache_salt_for
+from llmpack.runtime.core.request import Prepared
+from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, check_model_name, json_body, ready_model
 
 

@@ -24,7 +24,7 @@ from llmpack.runtime.model.model_info import read_model_info
 from llmpack.runtime.model.naming import human_name
 from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.server.config import ServeConfig
-from llmpack.runtime.server.core.served_model import ServedModel, describe_model
+from llmpack.runtime.core.served_model import ServedModel, describe_model
 
 # progress(phase, fraction) returns False once the server is stopping: the work gives up
 Progress = Callable[[str, float], "bool | None"]

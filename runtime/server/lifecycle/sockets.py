@@ -8,7 +8,7 @@ import socket
 from typing import Any
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.server.core.attachments import ATTACH_BODY
+from llmpack.runtime.core.attachments import ATTACH_BODY
 from llmpack.runtime.server.http.options import MAX_BODY
 from llmpack.runtime.server.http.security import WILDCARDS
 

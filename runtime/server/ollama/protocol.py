@@ -15,11 +15,11 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from llmpack.runtime.server.core.errors import ApiError, bad
-from llmpack.runtime.server.core.media import base64_image_item, media_part
-from llmpack.runtime.server.core.params import SamplingValues, flag, known_fields
-from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
-from llmpack.runtime.server.core.request import ChatRequest, CompletionRequest
+from llmpack.runtime.core.errors import ApiError, bad
+from llmpack.runtime.core.media import base64_image_item, media_part
+from llmpack.runtime.core.params import SamplingValues, flag, known_fields
+from llmpack.runtime.core.plan import Constraint, ToolRequest, make_tool
+from llmpack.runtime.core.request import ChatRequest, CompletionRequest
 
 API_VERSION = "0.12.0"   # the Ollama API whose shapes this room serves (/api/version)
 # Ollama option -> the core's sampling name.

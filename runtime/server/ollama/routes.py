@@ -11,12 +11,12 @@ from flask import Blueprint, Response, jsonify
 
 from llmpack import __version__
 from llmpack.runtime.engine.client import EmbeddingError
-from llmpack.runtime.server.core.errors import ApiError, bad
-from llmpack.runtime.server.core.generation import Generation
-from llmpack.runtime.server.core.output import final_choices, stream_steps
-from llmpack.runtime.server.core.params import scrub
-from llmpack.runtime.server.core.request import ChatRequest, prepare_chat, prepare_completion
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.errors import ApiError, bad
+from llmpack.runtime.core.generation import Generation
+from llmpack.runtime.core.output import final_choices, stream_steps
+from llmpack.runtime.core.params import scrub
+from llmpack.runtime.core.request import ChatRequest, prepare_chat, prepare_completion
+from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, ready_model
 from llmpack.runtime.server.http.errors import register_shape
 from llmpack.runtime.server.http import security

@@ -12,10 +12,10 @@ import secrets
 from typing import Any
 
 from llmpack.runtime.engine.outputs import TokenLogprob
-from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.params import SamplingValues, flag, integer, known_fields, show
-from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
-from llmpack.runtime.server.core.request import ChatRequest, CompletionRequest
+from llmpack.runtime.core.errors import bad
+from llmpack.runtime.core.params import SamplingValues, flag, integer, known_fields, show
+from llmpack.runtime.core.plan import Constraint, ToolRequest, make_tool
+from llmpack.runtime.core.request import ChatRequest, CompletionRequest
 from llmpack.runtime.structured.grammar import GrammarError, json_schema_of
 from llmpack.runtime.structured.tool_calls import ToolCall
 

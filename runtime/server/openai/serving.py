@@ -10,11 +10,11 @@ from typing import Any, Callable, Iterator
 
 from flask import Response, jsonify
 
-from llmpack.runtime.server.core.attachments import READ_HEADER
-from llmpack.runtime.server.core.generation import Generation
-from llmpack.runtime.server.core.output import final_choices, stream_steps
-from llmpack.runtime.server.core.request import Prepared
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.attachments import READ_HEADER
+from llmpack.runtime.core.generation import Generation
+from llmpack.runtime.core.output import final_choices, stream_steps
+from llmpack.runtime.core.request import Prepared
+from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, check_model_name, json_body, ready_model
 from llmpack.runtime.server.http.streaming import start_generation, streamed
 from llmpack.runtime.server.openai import protocol as P

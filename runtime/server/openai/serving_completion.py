@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmpack.runtime.server.core.output import ChoiceEvent, FinalChoice
-from llmpack.runtime.server.core.request import Prepared, prepare_completion
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.output import ChoiceEvent, FinalChoice
+from llmpack.runtime.core.request import Prepared, prepare_completion
+from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.server.openai import protocol as P
 from llmpack.runtime.server.openai.serving import Api
 

@@ -8,9 +8,9 @@ from typing import Any
 from flask import Response, jsonify
 
 from llmpack.runtime.engine.client import EmbeddingError
-from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.params import check_token_ids, is_token_ids, scrub
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.errors import bad
+from llmpack.runtime.core.params import check_token_ids, is_token_ids, scrub
+from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, check_model_name, json_body, ready_model
 from llmpack.runtime.server.openai.protocol import check_keys
 

@@ -1,7 +1,7 @@
 """GET /v1/models and /v1/models/ID: the one model this server has."""
 from __future__ import annotations
 
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.served_model import ServedModel
 
 
 def model_card(model: ServedModel) -> dict:

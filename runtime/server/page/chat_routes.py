@@ -33,7 +33,7 @@ import json
 
 from flask import Blueprint, Response, jsonify, request
 
-from llmpack.runtime.server.core.errors import ApiError
+from llmpack.runtime.core.errors import ApiError
 from llmpack.runtime.server.page.chats import (
     ChatConflict,
     ChatError,

@@ -22,7 +22,7 @@ import re
 import time
 from typing import Any
 
-from llmpack.runtime.server.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
+from llmpack.runtime.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
 from llmpack.runtime.server.page.chat_sources import SourceError, clean_sources
 
 ROLES = ("system", "user", "assistant")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmpack.runtime.server.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
+from llmpack.runtime.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
 
 MAX_SOURCES = 100            # webui/sources.js MAX_SOURCES: one per sentence of a long reply, with room
 MAX_SOURCE_TEXT = 20_000     # a place's text (the server's places are chunks of about 1,200 characters)

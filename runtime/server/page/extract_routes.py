@@ -9,9 +9,9 @@ from urllib.parse import unquote
 
 from flask import Blueprint, jsonify, request
 
-from llmpack.runtime.server.core.attachments import ATTACH_BODY, describe, extract
-from llmpack.runtime.server.core.errors import ApiError
-from llmpack.runtime.server.documents import extract as D
+from llmpack.runtime.core.attachments import ATTACH_BODY, describe, extract
+from llmpack.runtime.core.errors import ApiError
+from llmpack.runtime.documents import extract as D
 from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.context import app_context, ready_model
 

@@ -13,11 +13,11 @@ import json
 import secrets
 from typing import Any
 
-from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.media import MediaItem, media_part
-from llmpack.runtime.server.core.params import SamplingValues, flag, known_fields
-from llmpack.runtime.server.core.plan import Constraint, ToolRequest, make_tool
-from llmpack.runtime.server.core.request import ChatRequest
+from llmpack.runtime.core.errors import bad
+from llmpack.runtime.core.media import MediaItem, media_part
+from llmpack.runtime.core.params import SamplingValues, flag, known_fields
+from llmpack.runtime.core.plan import Constraint, ToolRequest, make_tool
+from llmpack.runtime.core.request import ChatRequest
 
 # OpenAI's fields, plus the sampling names llama-server's /v1/responses also takes.
 KEYS = {"model", "input", "instructions", "previous_response_id", "store", "stream", "max_output_tokens",

@@ -8,11 +8,11 @@ from typing import Any, Callable, Iterator
 
 from flask import Blueprint, Response, jsonify
 
-from llmpack.runtime.server.core.errors import ApiError, bad
-from llmpack.runtime.server.core.generation import Generation
-from llmpack.runtime.server.core.output import final_choices, stream_steps
-from llmpack.runtime.server.core.request import prepare_chat
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.errors import ApiError, bad
+from llmpack.runtime.core.generation import Generation
+from llmpack.runtime.core.output import final_choices, stream_steps
+from llmpack.runtime.core.request import prepare_chat
+from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.server.http.context import app_context, ready_model
 from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed

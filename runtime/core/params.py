@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 from llmpack.runtime.engine.sampling_params import (CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, InvalidParameterError,
                                                    SamplingParams)
-from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.errors import bad
+from llmpack.runtime.core.served_model import ServedModel
 
 INT64 = 2**63
 FLOATS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")

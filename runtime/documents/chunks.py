@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from llmpack.runtime.server.documents.extract import Document
+from llmpack.runtime.documents.extract import Document
 
 CHUNK_CHARS = 1200
 MIN_CHUNK_CHARS = 200          # a section's tail shorter than this joins the chunk before it (same unit only)

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Iterator
 
 from llmpack.runtime.chat.reasoning import ReasoningParser, ReasoningSyntax, split_reasoning
 from llmpack.runtime.engine.outputs import TokenLogprob
-from llmpack.runtime.server.core.errors import ApiError
-from llmpack.runtime.server.core.plan import OutputPlan
-from llmpack.runtime.server.documents.attribution import Source
+from llmpack.runtime.core.errors import ApiError
+from llmpack.runtime.core.plan import OutputPlan
+from llmpack.runtime.documents.attribution import Source
 from llmpack.runtime.structured import tool_calls as T
 
 if TYPE_CHECKING:
-    from llmpack.runtime.server.core.generation import Generation
+    from llmpack.runtime.core.generation import Generation
 
 
 class ChoiceText:

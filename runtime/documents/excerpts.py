@@ -50,9 +50,9 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from llmpack.runtime.server.documents.extract import format_message
-from llmpack.runtime.server.documents.index import DocumentIndex, Hit, Indexed, page_refs
-from llmpack.runtime.server.documents.words import sentences, terms
+from llmpack.runtime.documents.extract import format_message
+from llmpack.runtime.documents.index import DocumentIndex, Hit, Indexed, page_refs
+from llmpack.runtime.documents.words import sentences, terms
 
 CANDIDATES = 256       # chunks BM25 hands over per question, their sentences scored (a few ms)
 WINDOW = 1             # sentences read on each side of a matched one

@@ -12,15 +12,15 @@ from typing import Any
 
 from llmpack.runtime.chat.reasoning import ReasoningSyntax, ThinkingSwitchError, opens_thinking, thinking_template_kwargs
 from llmpack.runtime.engine.sampling_params import SamplingParams
-from llmpack.runtime.server.core.attachments import expand_file_parts
-from llmpack.runtime.server.documents.attribution import Attribution
-from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.media import media_prompt, take_media_parts
-from llmpack.runtime.server.core.params import SamplingValues, check_token_ids, is_token_ids, sampling_params
-from llmpack.runtime.server.core.plan import Constraint, OutputPlan, ToolRequest, plan_output
+from llmpack.runtime.core.attachments import expand_file_parts
+from llmpack.runtime.documents.attribution import Attribution
+from llmpack.runtime.core.errors import bad
+from llmpack.runtime.core.media import media_prompt, take_media_parts
+from llmpack.runtime.core.params import SamplingValues, check_token_ids, is_token_ids, sampling_params
+from llmpack.runtime.core.plan import Constraint, OutputPlan, ToolRequest, plan_output
 from llmpack.runtime.chat import untrusted
-from llmpack.runtime.server.core.prompt import render_messages, tokenize_prompt
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.prompt import render_messages, tokenize_prompt
+from llmpack.runtime.core.served_model import ServedModel
 
 MAX_CHOICES = 128       # prompts x n in one request
 

@@ -41,8 +41,8 @@ from llmpack.runtime.engine.pictures import DecoderBusy, Picture
 from llmpack.runtime.engine.pictures import decode as decode_picture
 from llmpack.runtime.media import audio
 from llmpack.runtime.media.audio import FORMATS, MAX_AUDIO_BYTES, AudioBusy, AudioError
-from llmpack.runtime.server.core.errors import ApiError, bad
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.errors import ApiError, bad
+from llmpack.runtime.core.served_model import ServedModel
 
 MAX_IMAGES = 16          # per request; each is also limited in bytes and pixels (engine/images.py)
 MAX_CLIPS = 8            # sound clips per request; each is limited in bytes and length (media/audio.py)

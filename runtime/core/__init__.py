@@ -1,4 +1,4 @@
-"""The generation core (llmpack.runtime.server.core): the one path every wire format takes.
+"""The generation core (llmpack.runtime.core): the one path every wire format takes.
 
     request  -> prompt      `prompt.render_messages` (chat template, default system prompt, tools),
                             `attachments.expand_file_parts` (files in messages), `params.sampling_params`
@@ -12,7 +12,7 @@
 
 `served_model.ServedModel` is what the core knows of the one model: its `EngineClient` (the only
 door to the engine, runtime/engine/client.py), chat format and recipe defaults. The OpenAI
-routes (server/openai/) and the offline `LLM.chat` (runtime/llm.py) both call `request.prepare_chat`,
+routes (runtime/server/openai/) and the offline `LLM.chat` (runtime/llm.py) both call `request.prepare_chat`,
 so the same model answers the same way offline and over HTTP.
 
 The core is protocol-neutral: it knows no Flask, no HTTP and no wire format. Its requests are
@@ -20,5 +20,5 @@ typed (`request.ChatRequest`, `request.CompletionRequest`); its messages follow 
 convention (roles system/user/assistant/tool, OpenAI-style `tool_calls`), which every Jinja chat
 template reads. Errors are `errors.ApiError` (status, message, the parameter at fault); each room
 renders them in its own protocol's shape. May import: the engine, chat, structured and model rooms,
-and server/documents. Imported by: the protocol rooms, page/, lifecycle/, runtime/llm.py.
+and documents/. Imported by: the server's protocol rooms, page/ and lifecycle/, and runtime/llm.py.
 """

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmpack import paths
-from llmpack.runtime.server.documents.chunks import Chunk, chunk
-from llmpack.runtime.server.documents.extract import Document, DocumentError
+from llmpack.runtime.documents.chunks import Chunk, chunk
+from llmpack.runtime.documents.extract import Document, DocumentError
 
 INDEX_FILE = "documents.sqlite3"
 MAX_QUERY_TERMS = 32

@@ -25,13 +25,13 @@ from typing import Any
 
 from llmpack.lru import LruCache
 from llmpack.runtime.chat import untrusted
-from llmpack.runtime.server.core.errors import ApiError, bad
-from llmpack.runtime.server.core.served_model import ServedModel
-from llmpack.runtime.server.documents import extract as D
-from llmpack.runtime.server.documents import reading as Rd
-from llmpack.runtime.server.documents.attribution import Attribution
-from llmpack.runtime.server.documents.index import DocumentIndex, IndexUnusable
-from llmpack.runtime.server.documents.sandbox import Sandbox
+from llmpack.runtime.core.errors import ApiError, bad
+from llmpack.runtime.core.served_model import ServedModel
+from llmpack.runtime.documents import extract as D
+from llmpack.runtime.documents import reading as Rd
+from llmpack.runtime.documents.attribution import Attribution
+from llmpack.runtime.documents.index import DocumentIndex, IndexUnusable
+from llmpack.runtime.documents.sandbox import Sandbox
 
 ATTACH_BODY = D.MAX_FILE_BYTES * 4 // 3 + 4 * 1024 * 1024   # a base64 file in a JSON body, plus the chat
 SEGMENT_CHARS = 4000      # non-PDF text is offered for cutting in parts of about this size

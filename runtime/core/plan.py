@@ -12,8 +12,8 @@ from typing import Any
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.chat.chat_template import render_chat
-from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.errors import bad
+from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.structured import tool_calls as T
 from llmpack.runtime.structured.grammar import JSON_OBJECT_GBNF, GrammarError, check_gbnf, schema_to_gbnf
 

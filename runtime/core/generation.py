@@ -13,10 +13,10 @@ from llmpack.runtime.engine.client import (EngineDeadError, InvalidParameterErro
                                            QueueFullError)
 from llmpack.runtime.chat.reasoning import ReasoningParser
 from llmpack.runtime.engine.outputs import CompletionOutput, RequestOutput
-from llmpack.runtime.server.core.active import ActiveRequests
-from llmpack.runtime.server.core.errors import ApiError, bad
-from llmpack.runtime.server.core.request import Prepared
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.active import ActiveRequests
+from llmpack.runtime.core.errors import ApiError, bad
+from llmpack.runtime.core.request import Prepared
+from llmpack.runtime.core.served_model import ServedModel
 
 
 class Timer(Protocol):

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmpack.runtime.server.documents import excerpts, places
-from llmpack.runtime.server.documents.attribution import Attribution
-from llmpack.runtime.server.documents.extract import Document, DocumentError, format_message
-from llmpack.runtime.server.documents.index import DocumentIndex, Indexed
+from llmpack.runtime.documents import excerpts, places
+from llmpack.runtime.documents.attribution import Attribution
+from llmpack.runtime.documents.extract import Document, DocumentError, format_message
+from llmpack.runtime.documents.index import DocumentIndex, Indexed
 
 READ_MODES = ("auto", "whole", "excerpts")
 PER_MESSAGE = 8          # tokens a chat template adds around each message (ChatML: 5), counted generously

@@ -14,10 +14,10 @@ from typing import Any
 from llmpack.errors import LlmpackError
 from llmpack.runtime.chat import untrusted
 from llmpack.runtime.chat.chat_template import ChatTemplateError, normalize_messages
-from llmpack.runtime.server.core.errors import bad
-from llmpack.runtime.server.core.params import scrub
-from llmpack.runtime.server.core.plan import OutputPlan
-from llmpack.runtime.server.core.served_model import ServedModel
+from llmpack.runtime.core.errors import bad
+from llmpack.runtime.core.params import scrub
+from llmpack.runtime.core.plan import OutputPlan
+from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.structured import tool_calls as T
 
 

@@ -1,7 +1,7 @@
 """Documents attached to a chat: text from the files a person attaches (PDF, DOCX, text,
 Markdown, HTML, CSV, JSON, code), and for a file far longer than the context, the parts of it a
-question reads. A room of its own: it imports nothing of the server (tests/test_layers.py), so
-the core's attachments (core/attachments.py) use it like any library.
+question reads. A room of its own below the core: it imports only the sandbox (tests/test_layers.py),
+so the core's attachments (runtime/core/attachments.py) use it like any library.
 
 - `extract`: `extract.extract(name, data)` -> a `Document` (PDF pages, DOCX headings), bounded
   in size and time;

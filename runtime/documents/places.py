@@ -18,9 +18,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmpack.runtime.server.documents.chunks import chunk
-from llmpack.runtime.server.documents.extract import Document
-from llmpack.runtime.server.documents.index import Hit, doc_id
+from llmpack.runtime.documents.chunks import chunk
+from llmpack.runtime.documents.extract import Document
+from llmpack.runtime.documents.index import Hit, doc_id
 
 _LINES = re.compile(r"^lines? (\d+)")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from llmpack.runtime.server.documents.index import STOPWORDS
+from llmpack.runtime.documents.index import STOPWORDS
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|\s*\n\s*")

@@ -16,7 +16,7 @@ import time
 from llmpack.errors import LlmpackError
 from llmpack.runtime.sandbox import pool as P
 from llmpack.runtime.sandbox.pool import GRACE_S, WORKER_FLAG  # noqa: F401 - the tests and the stub name them here
-from llmpack.runtime.server.documents import extract as D
+from llmpack.runtime.documents import extract as D
 
 MEMORY_BYTES = 1 << 30      # address space of one worker (a 32 MB PDF needs a few hundred MB)
 MEMORY_ENV = "LLMPACK_EXTRACT_MEMORY_MB"   # another cap, in MiB

@@ -30,8 +30,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmpack.runtime.server.documents.places import Place
-from llmpack.runtime.server.documents.words import has_digit, sentences, terms
+from llmpack.runtime.documents.places import Place
+from llmpack.runtime.documents.words import has_digit, sentences, terms
 
 MIN_COVER = 0.5          # share of a claim's weight one document sentence must hold
 NUMBER_WEIGHT = 3.0      # a word with a digit: a serial, a date, an amount
