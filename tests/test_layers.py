@@ -3,8 +3,8 @@
 - dependencies point one way: server -> core -> llm/chat -> engine -> model/hardware/structured,
   core -> documents, and the builder -> runtime, never back (`ALLOWED` below is the whole map); inside
   the server (HTTP only), lifecycle -> the route table (server/app.py) -> the protocol rooms and page/
-  -> http/; no room of runtime/ outside server/ imports server/ (scale/, a way to run the server on
-  Ray, sits above it with the CLI);
+  -> http/; no room of runtime/ outside server/ imports server/, scale/ included: a way to run the
+  server on Ray, it is handed the server by the CLI (scale/served.py), which sits above both;
 - a protocol room imports core/ and http/, never another protocol room, and page/ never imports one;
 - the server reaches the engine only through its client protocol (engine/client.py) and the
   engine's data types; only lifecycle/prepare.py constructs an engine;
@@ -66,9 +66,9 @@ ALLOWED: dict[str, set[str]] = {
     **{room: BASE | {ENGINE, STRUCTURED, CORE, S_HTTP} for room in PROTOCOLS},
     S_PAGE: BASE | {CORE, S_HTTP, DOCS},
     SERVER: BASE | {ENGINE, CORE, S_HTTP, S_PAGE, *PROTOCOLS},     # the route table and ServeConfig
-    S_LIFE: BASE | {MODEL, HARDWARE, ENGINE, CHAT, SERVER, CORE, S_HTTP, S_PAGE},
-    # Ray Serve replicas of the server's app (optional extra): a way to run the server, above it as the CLI is
-    SCALE: BASE | {MODEL, SERVER, S_HTTP, S_LIFE},
+    S_LIFE: BASE | {MODEL, HARDWARE, ENGINE, CHAT, SERVER, CORE, S_HTTP, S_PAGE},   # on_ray.py: what scale runs
+    # Ray Serve replicas of the server's app (optional extra): the CLI hands it the server (scale/served.py)
+    SCALE: BASE | {MODEL},
     "llmpack.webui": BASE,
     "llmpack.recipes": set(),
     "llmpack.builder": BASE | RUNTIME | {"llmpack.webui", "llmpack.demo_models"},   # the flags: lifecycle/flags.py
@@ -147,8 +147,10 @@ def test_the_map_is_one_way():
 
 
 def test_nothing_below_the_server_imports_it():
-    """server/ is HTTP only: the core, the documents, the offline LLM and the engine never reach up into it."""
-    up = [i for i in INTERNAL if unit_of(i.module) in BELOW_SERVER and unit_of(i.target) in {SERVER, *SERVER_ROOMS}]
+    """server/ is HTTP only: the core, the documents, the offline LLM and the engine never reach up into it,
+    and scale/ runs it on Ray without importing it (the CLI hands it the server's factories)."""
+    up = [i for i in INTERNAL if unit_of(i.module) in BELOW_SERVER | {SCALE}
+          and unit_of(i.target) in {SERVER, *SERVER_ROOMS}]
     assert not up, "imports of server/ from below it:\n" + "\n".join(map(repr, up))
 
 

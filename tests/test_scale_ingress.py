@@ -1,8 +1,9 @@
 """Ray's ingress runs the single server's guards before it reads a byte of the body (issue 36):
-the same `security.refusal` on the same app's routes, so a wrong Host, another web site, a body
-over the route's limit or a missing API key is refused as `llmpack run` refuses it, in the room's
-own error shape, and never reaches a replica. The replica handle here only records what would
-reach it (the guards are what is under test; tests/test_ray_serve.py runs the real replicas)."""
+the same `security.refusal` on the same app's routes (server/lifecycle/on_ray.py's `Gate`), so a
+wrong Host, another web site, a body over the route's limit or a missing API key is refused as
+`llmpack run` refuses it, in the room's own error shape, and never reaches a replica. The replica
+handle here only records what would reach it (the guards are what is under test;
+tests/test_ray_serve.py runs the real replicas)."""
 from __future__ import annotations
 
 import pytest
@@ -16,6 +17,8 @@ except ImportError:
     skip_or_fail("ray[serve] (starlette) is not installed (pip install 'llmpack[ray]')", module=True)
 
 from llmpack.runtime.scale.deployments import Ingress
+from llmpack.runtime.scale.served import ServedApp
+from llmpack.runtime.server.lifecycle import on_ray
 
 PORT = 8000
 KEY = "sesame"
@@ -45,7 +48,8 @@ class Replicas:
 @pytest.fixture
 def ingress():
     replicas = Replicas()
-    ing = Ingress(replicas, {"host": "127.0.0.1", "port": PORT, "api_key": KEY, "cors": False})
+    ing = Ingress(replicas, {"host": "127.0.0.1", "port": PORT, "api_key": KEY, "cors": False},
+                  ServedApp(on_ray.replica, on_ray.Gate))   # the server's own guards, as `serve --ray` hands them
 
     async def app(scope, receive, send):
         response = await ing(Request(scope, receive))

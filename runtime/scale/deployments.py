@@ -1,11 +1,13 @@
 """The two Ray Serve deployments of `llmpack serve --ray`.
 
+Both get the server from above (served.py: the CLI hands in `ServedApp`; nothing here imports it).
+
 * `LlmpackReplica` (one per replica, `num_cpus` = its llama.cpp threads): llmpack's own engine and
-  the single-machine Flask app, loaded once; `handle(call)` replays an HTTP request into that app
+  the single-machine WSGI app, loaded once; `handle(call)` replays an HTTP request into that app
   (bridge.run_wsgi) and streams back what it writes. Continuous batching, the paged KV cache, the
   prefix cache, structured output, tools and embeddings are the engine's, unchanged.
 * `Ingress` (0 CPUs, Ray's HTTP proxy in front): runs the single server's guards first (Host,
-  another web site, the route's body limit, the API key: http/security.refusal on the same app's
+  another web site, the route's body limit, the API key: `ServedApp.gate`, on the same app's
   routes, so nothing is read from a stranger before the single server would read it), then
   reads each request once, computes its prompt's
   prefix keys and passes it through a DeploymentHandle, whose request router (router.py) picks the
@@ -30,8 +32,7 @@ from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.scale import aggregate
 from llmpack.runtime.scale.aggregate import Answer
 from llmpack.runtime.scale.bridge import APP_NAME, HttpCall, HttpHead, prefix_keys, prompt_text, run_wsgi
-from llmpack.runtime.server.http import security
-from llmpack.runtime.server.http.security import Refusal, key_ok
+from llmpack.runtime.scale.served import ServedApp, Worded
 
 _END = object()
 ASK_S = 5.0               # how long /health and /metrics wait for each replica's own answer
@@ -44,13 +45,8 @@ class LlmpackReplica:
     """One engine and the single-machine app. `model` must be readable at the same path on every
     node (shared storage, or the same copy): checked here with its size, so a node without it says so."""
 
-    def __init__(self, model: ModelFile, size: int, config: Any, options: dict) -> None:
-        # lazy: the server's modules load in the replica's process, not in the driver's
-        from llmpack.runtime.server.app import create_app
-        from llmpack.runtime.server.http.options import ServerOptions
-        from llmpack.runtime.server.http.state import ServerState
-        from llmpack.runtime.server.lifecycle.prepare import build_model
-        import ray
+    def __init__(self, model: ModelFile, size: int, config: Any, options: dict, served: ServedApp) -> None:
+        import ray   # lazy: the driver imports this module before Ray is set up
         from ray import serve
 
         path = Path(model.path)
@@ -58,10 +54,8 @@ class LlmpackReplica:
         if not path.is_file() or path.stat().st_size != size:
             raise RuntimeError(f"node {node} has no copy of {path} ({size} bytes): put the model at the same path "
                                "on every node of the Ray cluster (or on storage they share)")
-        self.state = ServerState(config.display_name)
-        self.app = create_app(self.state, ServerOptions(**options))
-        self.model = build_model(model, config, warn=lambda line: print(line, file=sys.stderr, flush=True))   # Ray's log
-        self.state.set_ready(self.model)
+        self.app, self.engine = served.replica(model, config, options,
+                                               lambda line: print(line, file=sys.stderr, flush=True))   # Ray's log
         # which replica and node answered, on every response: for operators (and the tests)
         self.tag = [("X-Llmpack-Replica", serve.get_replica_context().replica_id.unique_id),
                     ("X-Llmpack-Node", ray.get_runtime_context().get_node_id())]
@@ -108,57 +102,45 @@ class LlmpackReplica:
     def record_routing_stats(self) -> dict:
         """Ray Serve asks each replica for this every few seconds and hands it to the request router
         (RunningReplica.routing_stats): the engine's load as the engine counts it."""
-        s = self.model.engine.stats()
+        s = self.engine.stats()
         return {"kv_blocks_used": s.kv_blocks_used, "kv_blocks_total": s.kv_blocks_total,
                 "num_running": s.num_running, "num_waiting": s.num_waiting,
                 "generation_tokens": s.generation_tokens_total, "requests_finished": s.requests_finished_total}
 
     def check_health(self) -> None:
         """Ray's health check: an engine that stopped takes its replica with it (Ray starts another)."""
-        failure = self.model.engine.failure
+        failure = self.engine.failure
         if failure is not None:
             raise RuntimeError(f"the engine stopped: {failure}")
 
     def __del__(self) -> None:
-        model = getattr(self, "model", None)
-        if model is not None:
-            model.engine.shutdown()
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()
 
 
 class Ingress:
     """Ray's HTTP proxy -> the chosen replica's `handle`, streamed back as it comes."""
 
-    def __init__(self, replicas: Any, options: dict) -> None:
-        # lazy: the server's modules load in the ingress's process, not in the driver's
-        from llmpack.runtime.server.app import create_app
-        from llmpack.runtime.server.http.options import ServerOptions
-        from llmpack.runtime.server.http.state import ServerState
-
+    def __init__(self, replicas: Any, options: dict, served: ServedApp) -> None:
         self.replicas = replicas.options(stream=True)
         self.plain = replicas
-        self.options = ServerOptions(**options)
-        self.port = self.options.port
-        self.api_key = self.options.api_key
-        # the single server's app with no model: its routes say which are public and how large each
-        # body may be, and its error handlers word a refusal in the room's own shape
-        self.app = create_app(ServerState("ingress"), self.options)
-        self.names = security.allowed_names(self.options)
+        self.port = options["port"]
+        self.gate = served.gate(options)   # the single server's guards on its own routes and error shapes
 
     async def __call__(self, request: Request) -> Response:
         method, path = request.method, request.url.path
-        endpoint = security.endpoint_for(self.app, method, path)
         length = request.headers.get("content-length")
-        refused = security.refusal(self.app, self.options, self.names, method, endpoint, request.headers,
-                                   request.headers.get("host", ""), int(length) if (length or "").isdigit() else None)
+        refused = self.gate.refusal(method, path, request.headers, request.headers.get("host", ""),
+                                    int(length) if (length or "").isdigit() else None)
         if refused is not None:
-            return self._refuse(request, refused)
-        limit = security.route_body_limit(self.app, endpoint, self.options.max_body)
+            return _worded(refused)
+        limit = self.gate.body_limit(method, path)
         body = bytearray()
         async for chunk in request.stream():   # a body without Content-Length stops at the same limit
             body += chunk
             if len(body) > limit:
-                return self._refuse(request, Refusal(413, f"The request body is larger than {limit >> 20} MiB.",
-                                                     "invalid_request_error", "request_too_large"))
+                return _worded(self.gate.too_large(method, path, request.headers, limit))
         body = bytes(body)
         client = request.client.host if request.client else "127.0.0.1"
         call = HttpCall(request.method, request.url.path, request.url.query, list(request.headers.items()), body,
@@ -180,25 +162,13 @@ class Ingress:
             return StreamingResponse(_rest(stream, sse), status_code=head.status, headers=headers)
         return _error(503, "No replica could answer.")
 
-    def _refuse(self, request: Request, refused: Refusal) -> Response:
-        """The refusal as the single server words it for that route (Anthropic's shape on /v1/messages...)."""
-        from llmpack.runtime.server.http.errors import error_response   # lazy: Flask, with the app
-
-        with self.app.test_request_context(request.url.path, method=request.method,
-                                           headers=list(request.headers.items())):
-            resp = error_response(refused.status, refused.message, refused.type, refused.code)
-        headers = {k: v for k, v in resp.headers.items() if k.lower() != "content-length"}
-        return Response(resp.get_data(), status_code=resp.status_code, headers=headers)
-
     async def _every_replica(self, call: HttpCall, request: Request) -> Response:
         """/health and /metrics: the request answered by each replica, combined (aggregate.py)."""
         answers = await asyncio.gather(*(self._ask(call, rid) for rid in replica_ids()))
         if call.path == "/metrics":
             data, status, kind = aggregate.metrics(list(answers))
             return Response(data, status_code=status, media_type=kind)
-        authorized = not self.api_key or key_ok(request.headers.get("Authorization"), self.api_key,
-                                                request.headers.get("x-api-key"))
-        body, status = aggregate.health(list(answers), authorized)
+        body, status = aggregate.health(list(answers), self.gate.authorized(request.headers))
         return Response(json.dumps(body), status_code=status, media_type="application/json",
                         headers={"Cache-Control": "no-store"})
 
@@ -252,6 +222,11 @@ def _is_gone(exc: BaseException) -> bool:
 def _why(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip(": ")
+
+
+def _worded(answer: Worded) -> Response:
+    status, headers, body = answer
+    return Response(body, status_code=status, headers=dict(headers))
 
 
 def _error(status: int, message: str) -> Response:

@@ -1,6 +1,7 @@
 """`llmpack serve --ray [ADDRESS] MODEL`: the model served by replicas on a Ray cluster, behind Ray
-Serve's HTTP proxy, with the single-machine API (deployments.py) and prefix-affinity routing
-(router.py). Ray is an optional extra (`pip install 'llmpack[ray]'`); a built file does not carry it.
+Serve's HTTP proxy, with the single-machine API (deployments.py; the server itself is handed in by
+the CLI: served.py) and prefix-affinity routing (router.py). Ray is an optional extra
+(`pip install 'llmpack[ray]'`); a built file does not carry it.
 
 Ray is started quiet and closed: usage stats off (set before Ray is imported), no dashboard, the
 proxy on 127.0.0.1 unless --host says otherwise. ADDRESS joins a running cluster (`ray start
@@ -23,7 +24,7 @@ from llmpack.errors import LlmpackError
 from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.scale import ray_security
 from llmpack.runtime.scale.bridge import APP_NAME
-from llmpack.runtime.server.http.options import Cors
+from llmpack.runtime.scale.served import ServedApp
 
 DEFAULT_PORT = 8000            # Ray Serve's
 INGRESS_MAX_ONGOING = 4096     # the ingress only forwards; the replicas' limit is what counts
@@ -108,8 +109,8 @@ def node_cpus() -> list[float]:
     return [float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
 
 
-def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing: int, api_key: str | None,
-              cors: Cors) -> Any:
+def build_app(model: ModelFile, config: Any, settings: RaySettings, served: ServedApp, max_ongoing: int,
+              api_key: str | None, cors: bool | tuple[str, ...]) -> Any:
     """The Ray Serve application: Ingress -> LlmpackReplica (bound, not yet running)."""
     from ray import serve   # lazy: see import_ray
     from ray.serve.config import RequestRouterConfig
@@ -145,7 +146,7 @@ def build_app(model: ModelFile, config: Any, settings: RaySettings, max_ongoing:
     options = {"host": settings.host, "port": settings.port, "api_key": api_key, "cors": cors}
     config = dataclasses.replace(config, threads=settings.threads)   # what Ray reserves is what llama.cpp uses
     size = Path(model.path).stat().st_size
-    return ingress.bind(replica.bind(model, size, config, options), options)
+    return ingress.bind(replica.bind(model, size, config, options, served), options, served)
 
 
 def connect(settings: RaySettings, say: Callable[[str], None] = print) -> RaySettings:
@@ -189,15 +190,16 @@ def _init(settings: RaySettings, say: Callable[[str], None]) -> None:
             say(ray_security.OPEN_CLUSTER_WARNING.format(address=settings.address))
 
 
-def start(model: ModelFile, config: Any, settings: RaySettings, *, max_ongoing: int, api_key: str | None = None,
-          cors: Cors = False, say: Callable[[str], None] = print) -> str:
+def start(model: ModelFile, config: Any, settings: RaySettings, served: ServedApp, *, max_ongoing: int,
+          api_key: str | None = None, cors: bool | tuple[str, ...] = False,
+          say: Callable[[str], None] = print) -> str:
     """Connect to (or start) Ray, start Serve's proxy and the app; returns the base URL once every
     replica has loaded the model, or raises RayStartError as soon as one cannot be placed or load."""
     from ray import serve   # lazy: see import_ray
 
     settings = connect(settings, say)
     serve.start(proxy_location="HeadOnly", http_options={"host": settings.host, "port": settings.port})
-    app = build_app(model, config, settings, max_ongoing, api_key, cors)
+    app = build_app(model, config, settings, served, max_ongoing, api_key, cors)
     serve._run(app, name=APP_NAME, route_prefix="/", _blocking=False)   # pinned ray 2.60.0: deploy, do not wait
     wait_running(settings)
     return f"http://{settings.host}:{settings.port}"
@@ -242,7 +244,8 @@ def stop(local: bool = False) -> None:
             _started.pop().remove()
 
 
-def serve_ray(model: ModelFile, config: Any, settings: RaySettings, say: Callable[[str], None] = print) -> int:
+def serve_ray(model: ModelFile, config: Any, settings: RaySettings, served: ServedApp,
+              say: Callable[[str], None] = print) -> int:
     """`llmpack serve --ray`: start, say where, serve until Ctrl+C (or SIGTERM), then stop Serve and Ray."""
     previous = signals.install(_interrupt, ("SIGINT", "SIGTERM"))
     try:
@@ -252,8 +255,8 @@ def serve_ray(model: ModelFile, config: Any, settings: RaySettings, say: Callabl
                else f"{settings.min_replicas} to {settings.max_replicas} replicas (autoscaling)")
         say(f"llmpack: starting {how} of {model.path.name}, {settings.threads} thread(s) each, {settings.router} "
             "routing; this loads the model once per replica")
-        url = start(model, config, settings, max_ongoing=config.parallel, api_key=config.api_key, cors=config.cors,
-                    say=say)
+        url = start(model, config, settings, served, max_ongoing=config.parallel, api_key=config.api_key,
+                    cors=config.cors, say=say)
         say(f"llmpack: OpenAI-compatible API at {url}/v1 (Ray Serve; Ctrl+C to stop)")
         say(f"LLMPACK_LISTENING {url}")
         if settings.host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:

@@ -81,9 +81,7 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
     @app.get("/health")
     @security.public("readiness for scripts and the page; without the key it leaves out the system prompt")
     def health():
-        body, status = state.health(authorized=not options.api_key or
-                                    security.key_ok(request.headers.get("Authorization"), options.api_key,
-                                                    request.headers.get("x-api-key")))
+        body, status = state.health(authorized=security.authorized(options, request.headers))
         resp = jsonify(body)
         resp.status_code = status
         resp.headers["Cache-Control"] = "no-store"

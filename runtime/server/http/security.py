@@ -208,6 +208,16 @@ class Refusal:
     code: str
 
 
+def too_large(limit: int) -> Refusal:
+    return Refusal(413, f"The request body is larger than {limit >> 20} MiB.", "invalid_request_error",
+                   "request_too_large")
+
+
+def authorized(options: ServerOptions, headers: Mapping[str, str]) -> bool:
+    """Whether a caller may use the API: no key is set, or it sent the key (/health says more then)."""
+    return not options.api_key or key_ok(headers.get("Authorization"), options.api_key, headers.get("x-api-key"))
+
+
 def endpoint_for(app: Flask, method: str, path: str) -> str | None:
     """The app's endpoint for `method path`, or None (unknown paths need the key too)."""
     try:
@@ -221,8 +231,8 @@ def refusal(app: Flask, options: ServerOptions, names: set[str], method: str, en
             headers: Mapping[str, str], host: str, content_length: int | None) -> Refusal | None:
     """Every guard a request passes before anything reads its body, in order: Host (DNS rebinding),
     another web site, the route's body limit by Content-Length, the API key. The one rule for the
-    single server (`install`) and for Ray's ingress (scale/deployments.py), which runs it on
-    the same app's routes before it reads a byte of the body."""
+    single server (`install`) and for Ray's ingress (lifecycle/on_ray.py's gate), which runs it
+    on the same app's routes before it reads a byte of the body."""
     if not host_ok(headers.get("Host"), options, names):
         return Refusal(403, f"Host {headers.get('Host')!r} is not this server: requests must name it as localhost "
                        "or 127.0.0.1 (DNS-rebinding protection).", "permission_error", "host_not_allowed")
@@ -231,8 +241,7 @@ def refusal(app: Flask, options: ServerOptions, names: set[str], method: str, en
         return Refusal(403, refused, "permission_error", "cross_site_request")
     limit = route_body_limit(app, endpoint, options.max_body)
     if content_length is not None and content_length > limit:
-        return Refusal(413, f"The request body is larger than {limit >> 20} MiB.", "invalid_request_error",
-                       "request_too_large")
+        return too_large(limit)
     if options.cors and method == "OPTIONS":
         return None
     if options.api_key and public_reason(app, endpoint) is None:
