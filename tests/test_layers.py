@@ -30,7 +30,8 @@ SOURCES = {"llmpack": "llmpack", "builder": "llmpack.builder", "runtime": "llmpa
            "webui": "llmpack.webui", "recipes": "llmpack.recipes"}
 
 # Each unit -> the units it may import (besides itself). A module's unit is the longest prefix here.
-BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpack.signals", "llmpack.lru"}
+BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpack.signals", "llmpack.lru",
+        "llmpack.stores"}   # stores: the one way to open an SQLite store (chats, responses, the document index)
 MODEL, HARDWARE, STRUCTURED = "llmpack.runtime.model", "llmpack.runtime.hardware", "llmpack.runtime.structured"
 SANDBOX = "llmpack.runtime.sandbox"     # child processes for a stranger's bytes: documents' and pictures' jobs
 MEDIA = "llmpack.runtime.media"        # strangers' sound, checked, and decoded in the sandbox's children
@@ -51,6 +52,7 @@ ALLOWED: dict[str, set[str]] = {
     "llmpack.progress": set(),
     "llmpack.signals": set(),
     "llmpack.lru": set(),
+    "llmpack.stores": {"llmpack.paths"},
     "llmpack.demo_models": BASE,
     MODEL: BASE,
     HARDWARE: BASE | {MODEL},

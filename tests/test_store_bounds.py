@@ -7,16 +7,22 @@ in bytes of what the file holds, and forgets the oldest past it.
   together up to MAX_INDEX_BYTES; a new document past it makes the index forget the documents used
   longest ago, and `Indexed.forgot` names them (the page says so: tests/test_browser_long_documents.py).
 
-Files written before the sizes were kept are measured once when opened."""
+Files written before the sizes were kept are measured once when opened.
+
+All three SQLite stores (those two and the saved chats) open one way (llmpack/stores.py): this
+user's only, WAL, a busy timeout, and a cap on the file that a write cannot pass."""
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from llmpack import stores
 from llmpack.runtime.documents import extract as D
 from llmpack.runtime.documents import index as I
+from llmpack.runtime.server.page.chats import ChatStore, clean_chat
 from llmpack.runtime.server.responses import store as S
 
 
@@ -143,3 +149,35 @@ def test_an_index_written_before_sizes_were_kept_is_measured(data_dir: Path):
     index = I.DocumentIndex(max_bytes=int(held_bytes(old) * 1.5))
     second = index.add(text_doc("bravo.txt", "bravo"), "model")
     assert second.forgot == ("alpha.txt",) and index.get(first.id) is None
+
+
+# ------------------------------------------------------------------ one way to open a store
+
+def test_the_three_stores_open_one_way(tmp_path: Path):
+    """Each is private, in WAL, waits for another app's write, and has a cap on its file."""
+    chats = ChatStore(tmp_path / "c" / "chats.sqlite3")
+    responses = S.ResponseStore(tmp_path / "r" / "r.sqlite3")
+    index = I.DocumentIndex(tmp_path / "d" / "documents.sqlite3")
+    chats.put("model", clean_chat({"title": "t", "messages": [{"role": "user", "content": "hi"}]}, chat_id="c1"))
+    responses.put("model", "resp_1", conversation("hi"), {"id": "resp_1"})
+    index.add(text_doc("alpha.txt", "alpha", words=200), "model")
+    for store in (chats, responses, index):
+        assert (store.path.stat().st_mode & 0o777, store.path.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+        with closing(store._connect()) as con:
+            assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert con.execute("PRAGMA busy_timeout").fetchone()[0] == stores.BUSY_S * 1000
+            pages = con.execute("PRAGMA max_page_count").fetchone()[0]
+            size = con.execute("PRAGMA page_size").fetchone()[0]
+            assert pages * size <= stores.MAX_FILE_BYTES
+
+
+def test_a_write_past_the_files_cap_fails_and_keeps_what_was_there(tmp_path: Path):
+    cap = 256 << 10
+    store = stores.StoreFile(tmp_path / "s.sqlite3", "unused", "CREATE TABLE IF NOT EXISTS t (v BLOB);", max_bytes=cap)
+    with closing(store.connect()) as con, con:
+        con.execute("INSERT INTO t VALUES (?)", (b"kept",))
+    with pytest.raises(sqlite3.OperationalError, match="full"), closing(store.connect()) as con, con:
+        con.execute("INSERT INTO t VALUES (?)", (bytes(2 * cap),))
+    with closing(store.connect()) as con:
+        assert con.execute("SELECT v FROM t").fetchall() == [(b"kept",)]
+    assert store.path.stat().st_size <= cap

@@ -1,8 +1,9 @@
 """The document index: chunks of long documents in SQLite FTS5, ranked by BM25.
 
 One file, `documents.sqlite3`, in the per-user data folder next to the saved chats (its own
-file, so the chat store's schema and this one change apart), folder 0700 and files 0600. One
-index serves every llmpack app of this user:
+file, so the chat store's schema and this one change apart), opened as every store is
+(llmpack/stores.py: this user's only, WAL, a busy timeout, a cap on the file). One index serves
+every llmpack app of this user (an app may name its own folder: core/files.py):
 
     documents  id ("doc-" + 32 hex of the content's SHA-256), name, kind, pages, chunks, chars, created, used
     owners     (document, model key): which models' chats use it; `--forget` removes one model's
@@ -29,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import re
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import closing
@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmpack import paths
+from llmpack.stores import StoreFile
 from llmpack.runtime.documents.chunks import Chunk, chunk
 from llmpack.runtime.documents.extract import Document, DocumentError
 
@@ -150,41 +151,25 @@ class DocumentIndex:
     creates it). Safe from any thread: one connection per call."""
 
     def __init__(self, path: Path | None = None, max_bytes: int = MAX_INDEX_BYTES) -> None:
-        self._path = path
         self.max_bytes = max_bytes
-        self._ready: Path | None = None
-        self._lock = threading.Lock()
+        # the file holds the text about twice over (FTS5's terms), and room to make room in
+        self._file = StoreFile(path, INDEX_FILE, SCHEMA, _add_bytes, max_bytes=max(4 * max_bytes, 64 << 20))
 
     @property
     def path(self) -> Path:
-        return self._path or paths.data_dir() / INDEX_FILE
+        return self._file.path
 
     def _connect(self) -> sqlite3.Connection:
-        path = self.path
         try:
-            with self._lock:
-                if self._ready != path:   # LLMPACK_DATA_DIR may name another folder since (tests)
-                    paths.private_folder(path.parent)
-                    paths.private_file(path)
-                    with closing(sqlite3.connect(path, timeout=10)) as con:
-                        con.execute("PRAGMA journal_mode=WAL")
-                        con.executescript(SCHEMA)
-                        if "bytes" not in {r[1] for r in con.execute("PRAGMA table_info(documents)")}:
-                            with con:
-                                for statement in ADD_BYTES:
-                                    con.execute(statement)
-                    self._ready = path
-            con = sqlite3.connect(path, timeout=10)
-            con.execute("PRAGMA foreign_keys=ON")
-            return con
+            return self._file.connect()
         except paths.PathsError as exc:
             raise IndexUnusable(str(exc)) from None
         except sqlite3.OperationalError as exc:
             if "fts5" in str(exc).lower():
                 raise IndexUnusable("this program's SQLite has no full-text search (FTS5), so long documents "
-                                  "cannot be searched; attach a shorter part of the file") from None
-            raise IndexUnusable(f"cannot use the document index {path} ({exc}); free some disk space, or set "
-                              "LLMPACK_DATA_DIR to a folder you can write to") from None
+                                    "cannot be searched; attach a shorter part of the file") from None
+            raise IndexUnusable(f"cannot use the document index {self.path} ({exc}); free some disk space, or set "
+                                "LLMPACK_DATA_DIR to a folder you can write to") from None
 
     def add(self, doc: Document, owner: str) -> Indexed:
         """Store `doc` (once per content) and mark it used by `owner` (a model key)."""
@@ -329,6 +314,13 @@ class DocumentIndex:
         except sqlite3.OperationalError:   # another app has the file busy: the rows are gone all the same
             pass
         return len(gone)
+
+
+def _add_bytes(con: sqlite3.Connection) -> None:
+    if "bytes" not in {r[1] for r in con.execute("PRAGMA table_info(documents)")}:
+        with con:
+            for statement in ADD_BYTES:
+                con.execute(statement)
 
 
 def _drop(con: sqlite3.Connection, key: str) -> None:

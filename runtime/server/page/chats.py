@@ -3,8 +3,8 @@
 Why on the server: the browser keeps localStorage per origin (127.0.0.1:PORT), so chats kept
 there vanish whenever the app lands on another port, and every app that ever used a port shares
 one list. Here each chat belongs to one model (ServedModel.model_key), and every launch of that model, on
-any port, sees the same list. One file serves every llmpack app of this user; WAL mode lets
-two running apps write it at once.
+any port, sees the same list. One file serves every llmpack app of this user, opened as every
+store is (llmpack/stores.py: this user's only, WAL so two running apps write it at once).
 
 What a chat holds and what is refused: chat_shape.py. Each saved chat has a version that every
 save raises by one; a save names the version it was based on and is refused (ChatConflict) when
@@ -16,22 +16,18 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import threading
 import uuid
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-
+from llmpack.stores import StoreFile
 from llmpack.runtime.server.page.chat_export import content_disposition, export_name, to_json, to_markdown
 from llmpack.runtime.server.page.chat_shape import (EXPORT_FORMAT, ChatError, branch, clean_chat, clean_presets,
                                                     clean_settings, merge_messages, search_text, valid_id)
 
 __all__ = ["ChatConflict", "ChatError", "ChatStore", "clean_chat", "clean_presets", "clean_settings",
-           "content_disposition", "data_dir", "export_name", "to_json", "to_markdown", "valid_id"]
-
-from llmpack import paths
-from llmpack.paths import private_store
+           "content_disposition", "export_name", "to_json", "to_markdown", "valid_id"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -72,12 +68,6 @@ class ChatConflict(Exception):
         self.current = current
 
 
-def data_dir() -> Path:
-    """Per-user data folder (~/.local/share/llmpack, %LOCALAPPDATA%\\llmpack, ~/Library/Application
-    Support/llmpack); LLMPACK_DATA_DIR overrides it (tests point it at a temporary folder)."""
-    return paths.data_dir()
-
-
 def _upgrade(con: sqlite3.Connection) -> None:
     """Bring a chat file from an earlier release up to this one: the new columns, and the search
     index filled from the chats already there. One app at a time (two may open the file at once)."""
@@ -108,25 +98,14 @@ class ChatStore:
     is never used never creates it. Safe to call from any thread (one connection per call)."""
 
     def __init__(self, path: Path | None = None) -> None:
-        self._path = path
-        self._ready: Path | None = None   # the file whose folder and tables are made
-        self._lock = threading.Lock()
+        self._file = StoreFile(path, "chats.sqlite3", SCHEMA, _upgrade)
 
     @property
     def path(self) -> Path:
-        return self._path or data_dir() / "chats.sqlite3"
+        return self._file.path
 
     def _connect(self) -> sqlite3.Connection:
-        path = self.path
-        with self._lock:
-            if self._ready != path:   # LLMPACK_DATA_DIR may name another folder since (each test has its own)
-                private_store(path)
-                with closing(sqlite3.connect(path, timeout=10)) as con:
-                    con.execute("PRAGMA journal_mode=WAL")
-                    con.executescript(SCHEMA)
-                    _upgrade(con)
-                self._ready = path
-        con = sqlite3.connect(path, timeout=10)
+        con = self._file.connect()
         con.row_factory = sqlite3.Row   # rows read as dicts, by column name
         return con
 

@@ -4,7 +4,8 @@ LM Studio keeps responses so a client can send only the new turn; llama-server k
 stored response is the whole conversation it ended (the input messages, without `instructions`,
 which OpenAI does not carry over, plus what the model answered) and the response object itself,
 for GET /v1/responses/{id}. It lives in the per-user data folder (LLMPACK_DATA_DIR overrides it)
-in one SQLite file readable by this user only (0600, its folder 0700), per model, bounded: at most
+in one SQLite file, opened as every store is (llmpack/stores.py: this user's only, WAL, a busy
+timeout, a cap on the file), per model, bounded: at most
 MAX_RESPONSES per model, MAX_ENTRY_BYTES each and MAX_MODEL_BYTES in all per model; the oldest go
 first. Sizes are bytes of UTF-8, what the file holds, not characters: a conversation in Chinese or
 emoji takes three or four bytes a character, and a limit in characters would let it grow past the cap.
@@ -19,7 +20,7 @@ from contextlib import closing
 from pathlib import Path
 
 from llmpack import paths
-
+from llmpack.stores import StoreFile
 
 MAX_RESPONSES = 1000        # per model; the oldest are dropped beyond it
 MAX_ENTRY_BYTES = 8 << 20   # one stored conversation
@@ -41,6 +42,13 @@ ADD_SIZE = ("ALTER TABLE responses ADD COLUMN size INTEGER NOT NULL DEFAULT 0",
             "UPDATE responses SET size = LENGTH(CAST(messages AS BLOB)) + LENGTH(CAST(response AS BLOB))")
 
 
+def _add_size(conn: sqlite3.Connection) -> None:
+    if "size" not in {row[1] for row in conn.execute("PRAGMA table_info(responses)")}:
+        with conn:
+            for statement in ADD_SIZE:
+                conn.execute(statement)
+
+
 class StoreError(Exception):
     """The store could not keep or read a response (disk full, permissions); one line for the client."""
 
@@ -48,33 +56,21 @@ class StoreError(Exception):
 class ResponseStore:
     def __init__(self, path: Path | None = None, limit: int = MAX_RESPONSES,
                  total_bytes: int = MAX_MODEL_BYTES, entry_bytes: int = MAX_ENTRY_BYTES) -> None:
-        self._path = path
+        self._file = StoreFile(path, "responses.sqlite3", SCHEMA, _add_size)
         self.limit = limit
         self.total_bytes = total_bytes
         self.entry_bytes = min(entry_bytes, total_bytes)
         self._lock = threading.Lock()
-        self._ready: Path | None = None   # the file whose schema is in place
 
     @property
     def path(self) -> Path:
-        return self._path or paths.data_dir() / "responses.sqlite3"
+        return self._file.path
 
     def _connect(self) -> sqlite3.Connection:
-        path = self.path
-        if self._ready != path:
-            try:   # this user's only (folder 0700, file and sidecars 0600), before SQLite writes a byte
-                paths.private_store(path)
-            except paths.PathsError as exc:
-                raise OSError(str(exc)) from None
-        conn = sqlite3.connect(path, timeout=10)
-        if self._ready != path:
-            conn.executescript(SCHEMA)
-            if "size" not in {row[1] for row in conn.execute("PRAGMA table_info(responses)")}:
-                with conn:
-                    for statement in ADD_SIZE:
-                        conn.execute(statement)
-            self._ready = path
-        return conn
+        try:
+            return self._file.connect()
+        except paths.PathsError as exc:
+            raise OSError(str(exc)) from None
 
     def put(self, model: str, response_id: str, messages: list[dict], response: dict) -> None:
         data = json.dumps(messages, ensure_ascii=False)
