@@ -29,6 +29,7 @@ from llmpack.runtime.model.context import DEFAULT_N_CTX
 from llmpack.runtime.model.gguf_check import validate_gguf
 from llmpack.runtime.model.model_info import read_model_info
 from llmpack.runtime.core.errors import ApiError
+from llmpack.runtime.core.files import AppFiles
 from llmpack.runtime.core.generation import Generation
 from llmpack.runtime.core.params import SamplingValues, sampling_params
 from llmpack.runtime.core.request import ChatRequest, prepare_chat
@@ -62,9 +63,10 @@ def collect(stream: Iterable[RequestOutput]) -> RequestOutput:
 class LLM:
     def __init__(self, model: str | Path, *, n_ctx: int | None = None, max_num_seqs: int = 32,
                  gpu_layers: int | str = "auto", recipe: str | None = None, system: str | None = None,
-                 **engine_kwargs: Any) -> None:
+                 data_dir: str | Path | None = None, **engine_kwargs: Any) -> None:
         """`recipe`: a recipe name or .toml path (else the GGUF's template, else a matched family);
-        `system`: a default system prompt (else the recipe's), as `llmpack run --system`.
+        `system`: a default system prompt (else the recipe's), as `llmpack run --system`;
+        `data_dir`: where the index of long documents attached to chats is kept (else the per-user data folder).
         vLLM's engine arguments work as in vLLM (`max_model_len=4096`, `gpu_memory_utilization`,
         `seed`, ...) or are refused by name (runtime/engine/vllm_args.py)."""
         kwargs, self.seed = vllm_engine_kwargs({"max_num_seqs": max_num_seqs, **engine_kwargs,
@@ -84,8 +86,10 @@ class LLM:
                 self.engine.shutdown()
                 raise
             self._chat_error = exc
+        self.files = AppFiles(Path(data_dir) if data_dir is not None else None)   # this LLM's own, not the process's
         self.served: ServedModel = describe_model(self.engine, chat, model_id=self.model_path.stem,
-                                                  display_name=info.name or self.model_path.stem, system=system)
+                                                  display_name=info.name or self.model_path.stem, system=system,
+                                                  files=self.files)
 
     @property
     def chat_format(self) -> ChatFormat:
@@ -140,6 +144,7 @@ class LLM:
 
     def close(self) -> None:
         self.engine.shutdown()
+        self.files.close()
 
     def __enter__(self) -> "LLM":
         return self

@@ -112,17 +112,15 @@ def test_the_instruct_model_answers_from_page_217_in_the_page(browser, instruct_
 
 @pytest.mark.parametrize("width, height", WIDTHS)
 def test_a_file_the_bounded_index_forgot_is_named_where_files_are_attached(browser, scripted_model: Path, chat_data,
-                                                                           monkeypatch, width: int, height: int):
+                                                                           width: int, height: int):
     """The index of long files keeps at most a cap of text (documents/index.py): attaching one past
     it makes the index forget the one used longest ago, and the attachments area says which, why,
     and that chats which used it still work."""
-    from llmpack.runtime.core import attachments
-
-    monkeypatch.setattr(attachments.INDEX, "max_bytes", 800_000)   # the contract's text is about 540 KB
     ctx = browser.new_context(viewport={"width": width, "height": height})
     page = new_page(ctx)
     try:
         with live_server(scripted_model, "--ctx", "1024") as srv:
+            srv.state.files.index.max_bytes = 800_000   # this app's index (the contract's text is about 540 KB)
             page.goto(srv.server.page_url)
             page.wait_for_selector("#app:not([hidden])")
             attach_contract(page)

@@ -9,8 +9,9 @@ latest question reads the parts of it that fit (documents/reading.py); `expand_f
 which, for the response's `X-Llmpack-Read` header (READ_HEADER), and what the model was given,
 so the reply can be attributed to its places (documents/attribution.py: the `sources` field).
 
-Both run `documents.extract` in worker processes (documents/sandbox.py: at most two files at
-a time, each worker killed at `documents.TIME_LIMIT_S`, under a memory limit), and refuse what
+Both run `documents.extract` in the app's worker processes (core/files.py holds them, the index
+and the last reads; documents/sandbox.py: at most two files at a time, each worker killed at
+`documents.TIME_LIMIT_S`, under a memory limit), and refuse what
 cannot be read with one line (HTTP 400, code `unreadable_file`; 413 for a file over the size limit).
 In a chat request the documents join the user's message in `documents.format_message`'s shape,
 and together they may take at most `budget(n_ctx)` tokens; `"read": "whole"` keeps that rule
@@ -23,20 +24,17 @@ import binascii
 import hashlib
 from typing import Any
 
-from llmpack.lru import LruCache
 from llmpack.runtime.chat import untrusted
 from llmpack.runtime.core.errors import ApiError, bad
+from llmpack.runtime.core.files import AppFiles
 from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.documents import extract as D
 from llmpack.runtime.documents import reading as Rd
 from llmpack.runtime.documents.attribution import Attribution
-from llmpack.runtime.documents.index import DocumentIndex, IndexUnusable
-from llmpack.runtime.documents.sandbox import Sandbox
+from llmpack.runtime.documents.index import IndexUnusable
 
 ATTACH_BODY = D.MAX_FILE_BYTES * 4 // 3 + 4 * 1024 * 1024   # a base64 file in a JSON body, plus the chat
 SEGMENT_CHARS = 4000      # non-PDF text is offered for cutting in parts of about this size
-_SANDBOX = Sandbox()      # at most two files at a time, each in a worker killed at the deadline
-INDEX = DocumentIndex()   # the per-user index of long documents, opened on first use
 READ_HEADER = "X-Llmpack-Read"
 
 
@@ -46,25 +44,22 @@ def budget(n_ctx: int) -> int:
     return max(n_ctx - 1024, n_ctx // 2)
 
 
-# the last few extractions by content, so a chat that re-sends its documents every turn does not re-read them
-_CACHE: LruCache[bytes, D.Document] = LruCache(8)
-
-
-def extract(name: str, data: bytes, media_type: str = "") -> D.Document:
-    """documents.extract in a sandboxed worker process, within the time limit; ApiError when it fails."""
+def extract(name: str, data: bytes, media_type: str = "", *, files: AppFiles) -> D.Document:
+    """documents.extract in one of the app's sandboxed workers, within the time limit (the app's
+    last few reads are kept by content: a chat re-sends its documents every turn); ApiError when it fails."""
     key = hashlib.sha256(name.encode("utf-8", "replace") + b"\0" + media_type.encode() + b"\0" + data).digest()
-    doc = _CACHE.get(key)
+    doc = files.read.get(key)
     if doc is not None:
         return doc
     try:
         if len(data) > D.MAX_FILE_BYTES:   # refused at once, without a trip to a worker
             doc = D.extract(name, data, media_type=media_type)
         else:
-            doc = _SANDBOX.extract(name, data, media_type=media_type)
+            doc = files.sandbox.extract(name, data, media_type=media_type)
     except D.DocumentError as exc:
         status = 413 if len(data) > D.MAX_FILE_BYTES else 400
         raise ApiError(status, str(exc), param="file", code="unreadable_file") from None
-    _CACHE.put(key, doc)
+    files.read.put(key, doc)
     return doc
 
 
@@ -100,10 +95,11 @@ def describe(doc: D.Document, model: ServedModel) -> dict:
            "segments": [{"chars": len(p.encode("utf-16-le")) // 2, "tokens": n} for p, n in zip(parts, counts)],
            "budget": budget(model.n_ctx), "n_ctx": model.n_ctx, "searched": False}
     if out["tokens"] > out["budget"]:
-        indexed = _indexed(lambda: INDEX.add(doc, model.model_key))
+        index = model.files.index
+        indexed = _indexed(lambda: index.add(doc, model.model_key))
         out.update(searched=True, file_id=indexed.id, chunks=indexed.chunks)
         if indexed.forgot:   # the page says which files the index forgot to make room, and why
-            out.update(forgot=list(indexed.forgot), index_cap=INDEX.max_bytes)
+            out.update(forgot=list(indexed.forgot), index_cap=index.max_bytes)
     return out
 
 
@@ -135,14 +131,14 @@ def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict
             if kind == "text" and isinstance(part.get("text"), str):
                 texts.append(part["text"])
             elif kind == "file":
-                files.append(_file_part(part.get("file"), f"messages[{i}].content[{j}]"))
+                files.append(_file_part(part.get("file"), f"messages[{i}].content[{j}]", model.files))
             else:
                 raise bad("messages", f"messages[{i}].content[{j}] must be a text, file or image_url part")
         found.append(Rd.FileMessage(i, files, "\n\n".join(texts)))
     if not found:
         return messages, [], nothing
     try:
-        done = _indexed(lambda: Rd.arrange(messages, found, budget=budget(model.n_ctx), index=INDEX,
+        done = _indexed(lambda: Rd.arrange(messages, found, budget=budget(model.n_ctx), index=model.files.index,
                                             count=lambda text: _tokens(model, text), owner=model.model_key))
     except Rd.ReadingError as exc:
         raise bad("messages", str(exc), exc.code) from None
@@ -153,7 +149,7 @@ def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict
     return marked, done.reports, done.attribution
 
 
-def _file_part(spec: Any, where: str) -> Rd.Attached:
+def _file_part(spec: Any, where: str, app: AppFiles) -> Rd.Attached:
     if not isinstance(spec, dict):
         raise bad("messages", f"{where} must be {{\"type\": \"file\", \"file\": {{\"filename\": ..., "
                               "\"file_data\": \"data:...;base64,...\"}}")
@@ -161,7 +157,7 @@ def _file_part(spec: Any, where: str) -> Rd.Attached:
     if mode not in Rd.READ_MODES:
         raise bad("messages", f"{where}.file.read must be one of {', '.join(Rd.READ_MODES)}")
     file_id, data_url = spec.get("file_id"), spec.get("file_data")
-    indexed = INDEX.get(file_id) if isinstance(file_id, str) and file_id.startswith("doc-") else None
+    indexed = app.index.get(file_id) if isinstance(file_id, str) and file_id.startswith("doc-") else None
     if file_id is not None and data_url is None:
         if indexed is None:
             raise bad("messages", f"{where}.file.file_id {str(file_id)[:80]!r} is not in this computer's document "
@@ -182,4 +178,4 @@ def _file_part(spec: Any, where: str) -> Rd.Attached:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise bad("messages", f"{where}.file.file_data is not valid base64") from None
-    return Rd.Attached(name, mode, extract(name, data, head[5:-7].lower()), indexed)
+    return Rd.Attached(name, mode, extract(name, data, head[5:-7].lower(), files=app), indexed)

@@ -56,7 +56,6 @@ NO_EYES = ("this model hears but cannot see: its projector has no vision encoder
 if TYPE_CHECKING:
     from llmpack.runtime.engine.media import MultimodalPrompt
 
-_PCM: LruCache[bytes, np.ndarray] = LruCache(64 << 20, weigh=lambda pcm: pcm.nbytes)   # a chat re-sends its clips
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +179,7 @@ def _read(item: MediaItem, model: ServedModel) -> Any:
         return _image(item)
     if "audio" not in kinds:
         raise bad(where, f"{where} is a sound clip, but {NO_EARS}", "model_not_audio")
-    return _audio(item, model.engine.audio_sample_rate)
+    return _audio(item, model.engine.audio_sample_rate, model.files.clips)
 
 
 def _image(item: MediaItem) -> Picture:
@@ -204,7 +203,8 @@ def _image(item: MediaItem) -> Picture:
         raise bad(where, f"{where}: {exc}", "bad_image") from None
 
 
-def _audio(item: MediaItem, rate: int) -> np.ndarray:
+def _audio(item: MediaItem, rate: int, clips: LruCache[bytes, np.ndarray]) -> np.ndarray:
+    """`clips`: the app's last decoded clips (core/files.py), by content and rate: a chat re-sends them."""
     where, fmt, payload = item.where, item.mime, item.data
     if not isinstance(payload, str) or not isinstance(fmt, str):
         raise bad(where, f"{where} must be {{\"type\": \"input_audio\", \"input_audio\": {{\"data\": \"<base64>\", "
@@ -217,10 +217,10 @@ def _audio(item: MediaItem, rate: int) -> np.ndarray:
     key = hashlib.sha256(rate.to_bytes(4, "little") + data).digest()
     try:
         audio.check_audio(data, fmt)     # the label is checked every time, even for a clip decoded before
-        pcm = _PCM.get(key)
+        pcm = clips.get(key)
         if pcm is None:
             pcm = audio.decode(data, fmt, rate)
-            _PCM.put(key, pcm)
+            clips.put(key, pcm)
     except AudioBusy as exc:
         raise ApiError(503, f"{where}: {exc}", param=where, code="audio_busy") from None
     except AudioError as exc:

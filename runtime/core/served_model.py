@@ -14,6 +14,7 @@ from typing import Any
 
 from llmpack.runtime.chat.reasoning import ReasoningSyntax, syntax_for_template
 from llmpack.runtime.chat.recipes import ChatFormat
+from llmpack.runtime.core.files import AppFiles
 from llmpack.runtime.engine.client import EngineClient
 from llmpack.runtime.engine.sampling_params import CHAT_MAX_TOKENS, CONTINUE_MAX_TOKENS, SamplingParams
 
@@ -39,6 +40,9 @@ class ServedModel:
     reasoning: ReasoningSyntax | None = None   # how its thinking is marked; None: it does not think (or --reasoning-format none)
     reasoning_budget: int | None = None        # --reasoning-budget: thinking tokens before thinking is ended; None: no limit
     created: int = field(default_factory=lambda: int(time.time()))
+    # the app's documents index, sandbox and caches (core/files.py): whoever serves the model owns
+    # and closes them (the server's state, the LLM); a model described without them gets its own
+    files: AppFiles = field(default_factory=AppFiles, repr=False)
 
     @property
     def bos_prefix(self) -> list[int]:
@@ -65,7 +69,8 @@ def describe_model(engine: EngineClient, chat: ChatFormat | None, *, model_id: s
     """The ServedModel for `engine` with `chat`'s defaults. `system`: the operator's default system
     prompt (--system), which wins over the recipe's; `reasoning_format` (--reasoning-format): how
     the thinking is told from the answer, "auto" reading it from the template; `extra`: the
-    ServedModel fields a server adds (fingerprint, model_key, aliases, meta, backend, reasoning_budget)."""
+    ServedModel fields a server adds (fingerprint, model_key, aliases, meta, backend, reasoning_budget,
+    files)."""
     stop = list(chat.stop) if chat else []
     return ServedModel(
         engine=engine, model_id=model_id, display_name=display_name, n_ctx=engine.n_ctx, chat=chat,

@@ -30,6 +30,7 @@ from llmpack.runtime.server.openai import routes as openai_routes
 from llmpack.runtime.server.page import chat_routes, extract_routes
 from llmpack.runtime.server.page.chats import ChatStore
 from llmpack.runtime.server.responses import routes as responses_routes
+from llmpack.runtime.server.responses.store import ResponseStore
 
 STATIC_TYPES = {".html", ".css", ".js", ".svg", ".png", ".ico", ".webp", ".woff", ".woff2", ".json", ".map", ".txt"}
 
@@ -47,7 +48,9 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.merge_slashes = False   # "//x" is a 404, not a redirect
     metrics = Metrics(state)
-    app.extensions["llmpack"] = AppContext(state=state, options=options, metrics=metrics, chats=ChatStore())
+    app.extensions["llmpack"] = AppContext(state=state, options=options, metrics=metrics,   # in the app's data folder
+                                           chats=ChatStore(state.files.path("chats.sqlite3")),
+                                           responses=ResponseStore(state.files.path("responses.sqlite3")))
     security.install(app, options)
     install_error_handlers(app, options)
     app.register_blueprint(openai_routes.bp)

@@ -1,6 +1,7 @@
 """What `llmpack run` and a built file were asked to serve, typed, made from the command line in
-one place (llmpack/cli.py `serve_config`). Nothing in the runtime sees argparse: the server and
-`serving.build_model` read this, and the engine gets its own `EngineConfig` from it."""
+one place (lifecycle/flags.py `serve_config`, which the CLI and a built file's entry share).
+Nothing else sees argparse: the server and `lifecycle/prepare.build_model` read this, and the
+engine gets its own `EngineConfig` from it (`serve --ray` hands it to each replica as it is)."""
 from __future__ import annotations
 
 import re

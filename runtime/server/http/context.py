@@ -27,6 +27,7 @@ class AppContext:
     options: ServerOptions
     metrics: Metrics
     chats: Any                         # the page's saved chats: page/chats.ChatStore (page/ sits above http/)
+    responses: Any                     # stored responses: responses/store.ResponseStore (likewise)
     other_names: "_NameLog" = field(default_factory=lambda: _NameLog())
 
 

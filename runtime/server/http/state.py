@@ -2,8 +2,9 @@
 
 lifecycle/ writes it (the preparing thread's progress, then the ready model or the error); the
 routes only read it: `phase` / `progress` / `message` drive `/health` and the chat page's loading
-view, `model` (a core `ServedModel`) is set once the engine is ready, and `active` holds the
-in-flight engine streams that a shutdown or a client's hang-up aborts.
+view, `model` (a core `ServedModel`) is set once the engine is ready, `active` holds the
+in-flight engine streams that a shutdown or a client's hang-up aborts, and `files` this app's
+data folder, document index, sandbox and caches (core/files.py), handed to its model.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Callable
 
 from llmpack.progress import human_bytes
 from llmpack.runtime.core.active import ActiveRequests
+from llmpack.runtime.core.files import AppFiles
 from llmpack.runtime.core.served_model import ServedModel, request_defaults
 
 MESSAGES = {
@@ -30,8 +32,9 @@ def speculative_health(stats) -> dict:
 
 
 class ServerState:
-    def __init__(self, display_name: str | None = None) -> None:
+    def __init__(self, display_name: str | None = None, files: AppFiles | None = None) -> None:
         self._lock = threading.Lock()
+        self.files = files or AppFiles()
         self.display_name = display_name
         self.phase = "starting"       # starting | checking | extracting | loading | ready | error
         self.progress = 0.0

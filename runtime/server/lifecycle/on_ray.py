@@ -23,7 +23,7 @@ def replica(model: ModelFile, config: ServeConfig, options: dict, warn: Callable
 
     state = ServerState(config.display_name)
     app = create_app(state, ServerOptions(**options))
-    state.set_ready(build_model(model, config, warn=warn))
+    state.set_ready(build_model(model, config, warn=warn, files=state.files))
     return app, state.model.engine
 
 

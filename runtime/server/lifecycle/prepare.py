@@ -24,6 +24,7 @@ from llmpack.runtime.model.model_info import read_model_info
 from llmpack.runtime.model.naming import human_name
 from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.server.config import ServeConfig
+from llmpack.runtime.core.files import AppFiles
 from llmpack.runtime.core.served_model import ServedModel, describe_model
 
 # progress(phase, fraction) returns False once the server is stopping: the work gives up
@@ -110,11 +111,11 @@ def _projector(src: ModelFile, config: ServeConfig) -> dict:
 
 
 def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progress | None = None,
-                warn: Callable[[str], None] | None = None) -> ServedModel:
+                warn: Callable[[str], None] | None = None, files: AppFiles | None = None) -> ServedModel:
     """Read the GGUF (a file, or a region of a built program), resolve the chat format, read it
     into memory, start the engine (blocking), and describe the result for the routes.
     progress("loading", f) moves through all of it (METADATA_DONE, READ_DONE, LLAMA_DONE);
-    "ready" is the state's 100 %."""
+    "ready" is the state's 100 %. `files`: the app's (ServerState.files), else the model's own."""
     def stage(start: float, end: float) -> Callable[[float], "bool | None"]:
         return lambda f: progress("loading", start + (end - start) * f) if progress else None
 
@@ -149,6 +150,7 @@ def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progr
             engine, chat, model_id=model_id, display_name=name, system=config.system,
             reasoning_format=config.reasoning_format, reasoning_budget=config.reasoning_budget,
             fingerprint=f"fp_llmpack-{__version__}-{key}", model_key=key, backend=engine.backend,
+            files=files or AppFiles(),
             aliases=frozenset(a.lower() for a in (model_id, name, path.name, stem, info.name) if a),
             meta={"n_ctx_train": info.context_length, "n_vocab": engine.n_vocab, "architecture": info.architecture,
                   "chat_format": chat.source if chat else None, "display_name": name,

@@ -90,7 +90,7 @@ class Server:
             if not self.progress("loading", 0.0):
                 self._console.close()
                 return
-            model = build_model(prepared, self.config, progress=self.progress, warn=self._say)
+            model = build_model(prepared, self.config, progress=self.progress, warn=self._say, files=self.state.files)
         except Exception as exc:  # noqa: BLE001 - shown on the page and the console
             if self._stop.is_set():   # abandoned because we are stopping: not an error
                 self._console.close()
@@ -167,6 +167,7 @@ class Server:
                 model.engine.shutdown()
             except Exception:  # noqa: BLE001
                 pass
+        self.state.files.close()
         wasyncore.close_all(self._sockets)
         self.closed.set()
 

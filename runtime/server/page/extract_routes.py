@@ -33,5 +33,6 @@ def extract_route():
                             "attach a shorter part of it", param="file", code="unreadable_file")
     request.max_content_length = D.MAX_FILE_BYTES   # a body without Content-Length stops there
     data = request.get_data(cache=False)
-    doc = extract(name, data, (request.mimetype or "") if request.mimetype != "application/octet-stream" else "")
+    doc = extract(name, data, (request.mimetype or "") if request.mimetype != "application/octet-stream" else "",
+                  files=model.files)
     return jsonify(describe(doc, model))

@@ -18,11 +18,10 @@ from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed
 from llmpack.runtime.server.responses.protocol import (assistant_turn, chat_request, file_citations, new_id,
                                                        output_items, response_object, usage)
-from llmpack.runtime.server.responses.store import ResponseStore, StoreError
+from llmpack.runtime.server.responses.store import StoreError
 from llmpack.runtime.server.responses.stream import ResponseStream
 
 bp = Blueprint("responses", __name__)
-STORE = ResponseStore()
 
 
 def _not_found(response_id: str, param: str | None = None) -> ApiError:
@@ -36,14 +35,14 @@ def _history(model: ServedModel, body: Any) -> list[dict]:
         return []
     if not isinstance(prev, str) or not prev:
         raise bad("previous_response_id", "'previous_response_id' must be the id of a stored response")
-    return _stored(STORE.get, prev, "previous_response_id")[0]
+    return _stored(app_context().responses.get, prev, "previous_response_id")[0]
 
 
 def _keep(model: ServedModel, body: dict, final: dict, conversation: list[dict], reply: dict) -> None:
     if body.get("store") is False or final["status"] == "failed":
         return
     try:
-        STORE.put(model.model_key, final["id"], [*conversation, reply], final)
+        app_context().responses.put(model.model_key, final["id"], [*conversation, reply], final)
     except StoreError as exc:   # the answer still goes out; the client learns it was not kept
         print(f"llmpack: {exc}", file=sys.stderr)
         final["store"] = False
@@ -106,10 +105,10 @@ def _stored(action: Callable[[str, str], Any], response_id: str, param: str | No
 
 @bp.get("/v1/responses/<response_id>")
 def get_response(response_id: str) -> Response:
-    return jsonify(_stored(STORE.get, response_id)[1])
+    return jsonify(_stored(app_context().responses.get, response_id)[1])
 
 
 @bp.delete("/v1/responses/<response_id>")
 def delete_response(response_id: str) -> Response:
-    _stored(STORE.delete, response_id)
+    _stored(app_context().responses.delete, response_id)
     return jsonify({"id": response_id, "object": "response", "deleted": True})
