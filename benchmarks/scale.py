@@ -62,15 +62,13 @@ def deployed(model: str, replicas: int, router: str, slots: int, port: int) -> I
     """Deploy, warm every replica, yield its endpoint, delete: each configuration starts from empty caches."""
     from ray import serve
 
+    from llmpack.ray_server import SERVED
     from llmpack.runtime.scale import launch
-    from llmpack.runtime.scale.served import ServedApp
     from llmpack.runtime.server.config import ServeConfig
-    from llmpack.runtime.server.lifecycle import on_ray
 
     config = ServeConfig(ctx=N_CTX, parallel=slots, threads=1, open_browser=False)
     settings = launch.RaySettings(replicas=replicas, threads=1, port=port, router=router)
-    served = ServedApp(on_ray.replica, on_ray.Gate)
-    url = launch.start(ModelFile(Path(model)), config, settings, served, max_ongoing=slots)
+    url = launch.start(ModelFile(Path(model)), config, settings, SERVED, max_ongoing=slots)
     try:
         ep = Endpoint(url)
         ep.resolve_model()

@@ -75,17 +75,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return cmd_run(args)
     if args.rpc:
         raise LlmpackError("--rpc and --ray do not go together: a Ray replica holds the whole model")
-    # lazy: Ray, the optional extra; the server as scale runs it (scale/ imports nothing of the server)
+    # lazy: Ray, the optional extra, and the server as scale runs it (scale/ imports nothing of the server)
+    from llmpack.ray_server import SERVED
     from llmpack.runtime.scale.launch import RaySettings, serve_ray
-    from llmpack.runtime.scale.served import ServedApp
-    from llmpack.runtime.server.lifecycle import on_ray
 
     # --threads left out: as many as the nodes have, up to launch.DEFAULT_THREADS (launch.fit)
     settings = RaySettings(address=None if args.ray == LOCAL_RAY else args.ray, replicas=args.replicas,
                            min_replicas=args.min_replicas, max_replicas=args.max_replicas, threads=args.threads,
                            host=args.host, port=args.port, router=args.router)
-    return serve_ray(model_file(Path(args.model)), serve_config(args), settings,
-                     ServedApp(replica=on_ray.replica, gate=on_ray.Gate))
+    return serve_ray(model_file(Path(args.model)), serve_config(args), settings, SERVED)
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:

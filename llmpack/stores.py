@@ -27,11 +27,14 @@ MAX_FILE_BYTES = 1 << 30      # every store's file, whatever its own bounds say
 class StoreFile:
     """One store's file: `path`, else `name` in the data folder (read at each call: LLMPACK_DATA_DIR
     may name another folder since, as each test does). `schema` is run once per path, then
-    `upgrade` (a file from an earlier release). Safe from any thread: one connection per call."""
+    `upgrade` (a file from an earlier release). A folder or file that cannot be made private is
+    raised as `unusable` (the store's own error, one line). Safe from any thread: one connection per call."""
 
     def __init__(self, path: Path | None, name: str, schema: str,
-                 upgrade: Callable[[sqlite3.Connection], None] | None = None, max_bytes: int = MAX_FILE_BYTES) -> None:
+                 upgrade: Callable[[sqlite3.Connection], None] | None = None, max_bytes: int = MAX_FILE_BYTES,
+                 unusable: Callable[[str], Exception] = paths.PathsError) -> None:
         self._path, self.name, self.schema, self.upgrade, self.max_bytes = path, name, schema, upgrade, max_bytes
+        self.unusable = unusable
         self._ready: Path | None = None   # the file whose folder, modes and tables are in place
         self._lock = threading.Lock()
 
@@ -40,11 +43,14 @@ class StoreFile:
         return self._path or paths.data_dir() / self.name
 
     def connect(self) -> sqlite3.Connection:
-        """A new connection; paths.PathsError (a folder or file that cannot be private) or sqlite3.Error."""
+        """A new connection; `unusable` or sqlite3.Error."""
         path = self.path
         with self._lock:
             if self._ready != path:
-                paths.private_store(path)
+                try:
+                    paths.private_store(path)
+                except paths.PathsError as exc:
+                    raise self.unusable(str(exc)) from None
                 with closing(self._open(path)) as con:
                     con.execute("PRAGMA journal_mode=WAL")
                     con.executescript(self.schema)

@@ -68,14 +68,17 @@ ALLOWED: dict[str, set[str]] = {
     **{room: BASE | {ENGINE, STRUCTURED, CORE, S_HTTP} for room in PROTOCOLS},
     S_PAGE: BASE | {CORE, S_HTTP, DOCS},
     SERVER: BASE | {ENGINE, CORE, S_HTTP, S_PAGE, *PROTOCOLS},     # the route table and ServeConfig
-    S_LIFE: BASE | {MODEL, HARDWARE, ENGINE, CHAT, SERVER, CORE, S_HTTP, S_PAGE},   # on_ray.py: what scale runs
+    S_LIFE: BASE | {MODEL, HARDWARE, ENGINE, CHAT, SERVER, CORE, S_HTTP, S_PAGE},
     # Ray Serve replicas of the server's app (optional extra): the CLI hands it the server (scale/served.py)
     SCALE: BASE | {MODEL},
     "llmpack.webui": BASE,
     "llmpack.recipes": set(),
     "llmpack.builder": BASE | RUNTIME | {"llmpack.webui", "llmpack.demo_models"},   # the flags: lifecycle/flags.py
     "llmpack.bench": BASE | RUNTIME | {SCALE, "llmpack.builder", "llmpack.demo_models"},
-    "llmpack.cli": BASE | RUNTIME | {SCALE, "llmpack.builder", "llmpack.bench", "llmpack.demo_models"},
+    # the server as scale/ runs it on Ray: where the two meet, beside the CLI that hands it over
+    "llmpack.ray_server": BASE | RUNTIME | {SCALE},
+    "llmpack.cli": BASE | RUNTIME | {SCALE, "llmpack.ray_server", "llmpack.builder", "llmpack.bench",
+                    "llmpack.demo_models"},
     "llmpack.__main__": {"llmpack.cli"},
 }
 

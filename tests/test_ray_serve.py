@@ -30,11 +30,10 @@ except ImportError:
 from apps import App
 from ggufs import CHATML_TEMPLATE, write_tiny_model
 
+from llmpack.ray_server import SERVED
 from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.scale import launch
-from llmpack.runtime.scale.served import ServedApp
 from llmpack.runtime.server.config import ServeConfig
-from llmpack.runtime.server.lifecycle import on_ray
 
 SLOTS = 4
 CTX = 4096
@@ -81,7 +80,7 @@ def config() -> ServeConfig:
 @pytest.fixture(scope="module")
 def url(cluster, model) -> str:
     settings = launch.RaySettings(replicas=2, threads=1, port=free_port())
-    return launch.start(ModelFile(model), config(), settings, ServedApp(on_ray.replica, on_ray.Gate), max_ongoing=SLOTS)
+    return launch.start(ModelFile(model), config(), settings, SERVED, max_ongoing=SLOTS)
 
 
 def chat(url: str, user: str, max_tokens: int = 8, system: str = SYSTEM) -> requests.Response:

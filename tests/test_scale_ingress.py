@@ -1,5 +1,5 @@
 """Ray's ingress runs the single server's guards before it reads a byte of the body (issue 36):
-the same `security.refusal` on the same app's routes (server/lifecycle/on_ray.py's `Gate`), so a
+the same `security.refusal` on the same app's routes (llmpack/ray_server.py's `Gate`), so a
 wrong Host, another web site, a body over the route's limit or a missing API key is refused as
 `llmpack run` refuses it, in the room's own error shape, and never reaches a replica. The replica
 handle here only records what would reach it (the guards are what is under test;
@@ -16,9 +16,8 @@ try:
 except ImportError:
     skip_or_fail("ray[serve] (starlette) is not installed (pip install 'llmpack[ray]')", module=True)
 
+from llmpack.ray_server import SERVED
 from llmpack.runtime.scale.deployments import Ingress
-from llmpack.runtime.scale.served import ServedApp
-from llmpack.runtime.server.lifecycle import on_ray
 
 PORT = 8000
 KEY = "sesame"
@@ -49,7 +48,7 @@ class Replicas:
 def ingress():
     replicas = Replicas()
     ing = Ingress(replicas, {"host": "127.0.0.1", "port": PORT, "api_key": KEY, "cors": False},
-                  ServedApp(on_ray.replica, on_ray.Gate))   # the server's own guards, as `serve --ray` hands them
+                  SERVED)   # the server's own guards, as `serve --ray` hands them
 
     async def app(scope, receive, send):
         response = await ing(Request(scope, receive))

@@ -36,7 +36,6 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmpack import paths
 from llmpack.stores import StoreFile
 from llmpack.runtime.documents.chunks import Chunk, chunk
 from llmpack.runtime.documents.extract import Document, DocumentError
@@ -153,7 +152,8 @@ class DocumentIndex:
     def __init__(self, path: Path | None = None, max_bytes: int = MAX_INDEX_BYTES) -> None:
         self.max_bytes = max_bytes
         # the file holds the text about twice over (FTS5's terms), and room to make room in
-        self._file = StoreFile(path, INDEX_FILE, SCHEMA, _add_bytes, max_bytes=max(4 * max_bytes, 64 << 20))
+        self._file = StoreFile(path, INDEX_FILE, SCHEMA, _add_bytes, max_bytes=max(4 * max_bytes, 64 << 20),
+                               unusable=IndexUnusable)
 
     @property
     def path(self) -> Path:
@@ -162,8 +162,6 @@ class DocumentIndex:
     def _connect(self) -> sqlite3.Connection:
         try:
             return self._file.connect()
-        except paths.PathsError as exc:
-            raise IndexUnusable(str(exc)) from None
         except sqlite3.OperationalError as exc:
             if "fts5" in str(exc).lower():
                 raise IndexUnusable("this program's SQLite has no full-text search (FTS5), so long documents "

@@ -2,7 +2,7 @@
 
 scale/ is a way to run the server, yet it imports nothing of runtime/server/ (tests/test_layers.py:
 no room of runtime/ outside server/ reaches into it). The CLI, which knows both, passes a
-`ServedApp` (server/lifecycle/on_ray.py `SERVED`): module-level names, which Ray pickles by
+`ServedApp` (llmpack/ray_server.py `SERVED`): module-level names, which Ray pickles by
 reference, so the server's modules load in the replica's and the ingress's own processes.
 """
 from __future__ import annotations

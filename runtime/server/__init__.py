@@ -11,12 +11,11 @@ architecture:
     page/        the chat page's saved chats, settings and /v1/extract       -> core, http, documents
     app.py       the one route table (create_app); config.py the ServeConfig -> the rooms above
     lifecycle/   serve(): sockets, the waitress server, model preparation,
-                 browser redirect, instance lock, signals; on_ray.py: the
-                 replica and ingress guards `serve --ray` runs              -> everything above
+                 browser redirect, instance lock, signals                    -> everything above
 
 What the server serves lives below it, with no Flask: runtime/core/ (the generation core every
 room calls) and runtime/documents/ (attached files). A protocol room imports core/ and http/
 only, never another protocol; the server reaches the engine only through `EngineClient`
 (runtime/engine/client.py). tests/test_layers.py holds these rules. May import every room of the
 runtime; no room outside it imports it: runtime/scale/ runs it on Ray with what the CLI hands
-it (lifecycle/on_ray.py), and the CLI and the builder sit above it."""
+it (llmpack/ray_server.py), and the CLI and the builder sit above it."""

@@ -231,7 +231,7 @@ def refusal(app: Flask, options: ServerOptions, names: set[str], method: str, en
             headers: Mapping[str, str], host: str, content_length: int | None) -> Refusal | None:
     """Every guard a request passes before anything reads its body, in order: Host (DNS rebinding),
     another web site, the route's body limit by Content-Length, the API key. The one rule for the
-    single server (`install`) and for Ray's ingress (lifecycle/on_ray.py's gate), which runs it
+    single server (`install`) and for Ray's ingress (llmpack/ray_server.py's gate), which runs it
     on the same app's routes before it reads a byte of the body."""
     if not host_ok(headers.get("Host"), options, names):
         return Refusal(403, f"Host {headers.get('Host')!r} is not this server: requests must name it as localhost "

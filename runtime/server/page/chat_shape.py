@@ -207,10 +207,7 @@ def _clean_attachments(files: Any, i: int) -> list[dict]:
         if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("text"), str):
             raise ChatError(f"messages[{i}].attachments entries need 'name' and 'text' strings")
         item = {"name": scrub(f["name"][:MAX_TITLE]), "text": scrub(f["text"])}
-        if f.get("data_url") is not None:
-            item["data_url"] = _picture(f["data_url"], i)
-        if f.get("audio_url") is not None:
-            item["audio_url"] = _clip(f["audio_url"], i)
+        item.update({k: _kept_url(f[k], i, k) for k in _KEPT_URLS if f.get(k) is not None})   # a picture, a clip
         item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note", "file_id") if isinstance(f.get(k), str)})
         for k in ("size", "tokens"):
             if f.get(k) is None:
@@ -222,29 +219,19 @@ def _clean_attachments(files: Any, i: int) -> list[dict]:
     return out
 
 
-# A picture kept in a saved chat, as the page sends it (webui/attach.js scales photos down to
-# 1536 px JPEGs): a data: URL of one of the image types the model reads, up to this many bytes.
-MAX_PICTURE_URL = 4 * 1024 * 1024
-_PICTURE_URL = re.compile(r"data:image/(png|jpeg|webp|gif);base64,[A-Za-z0-9+/]*={0,2}")
+# A picture or sound clip kept in a saved chat, as the page sends it: a data: URL of up to this many
+# bytes, of an image type the model reads (webui/attach.js scales photos down to 1536 px JPEGs), or
+# a WAV (webui/audio.js: 16 kHz mono 16-bit, at most 90 s, about 2.9 MB).
+MAX_PICTURE_URL = MAX_CLIP_URL = 4 * 1024 * 1024
+_KEPT_URLS = {"data_url": (re.compile(r"data:image/(png|jpeg|webp|gif);base64,[A-Za-z0-9+/]*={0,2}"),
+                           MAX_PICTURE_URL, "a PNG, JPEG, WebP or GIF"),
+              "audio_url": (re.compile(r"data:audio/wav;base64,[A-Za-z0-9+/]*={0,2}"), MAX_CLIP_URL, "a WAV")}
 
 
-def _picture(url: Any, i: int) -> str:
-    if not isinstance(url, str) or len(url) > MAX_PICTURE_URL or not _PICTURE_URL.fullmatch(url):
-        raise ChatError(f"messages[{i}].attachments[].data_url must be a PNG, JPEG, WebP or GIF data: URL of at most "
-                        f"{MAX_PICTURE_URL >> 20} MB")
-    return url
-
-
-# A sound clip kept in a saved chat, as the page sends it (webui/audio.js: 16 kHz mono 16-bit WAV,
-# at most 90 s, about 2.9 MB): a WAV data: URL of up to this many bytes.
-MAX_CLIP_URL = 4 * 1024 * 1024
-_CLIP_URL = re.compile(r"data:audio/wav;base64,[A-Za-z0-9+/]*={0,2}")
-
-
-def _clip(url: Any, i: int) -> str:
-    if not isinstance(url, str) or len(url) > MAX_CLIP_URL or not _CLIP_URL.fullmatch(url):
-        raise ChatError(f"messages[{i}].attachments[].audio_url must be a WAV data: URL of at most "
-                        f"{MAX_CLIP_URL >> 20} MB")
+def _kept_url(url: Any, i: int, key: str) -> str:
+    pattern, limit, what = _KEPT_URLS[key]
+    if not isinstance(url, str) or len(url) > limit or not pattern.fullmatch(url):
+        raise ChatError(f"messages[{i}].attachments[].{key} must be {what} data: URL of at most {limit >> 20} MB")
     return url
 
 

@@ -19,7 +19,6 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-from llmpack import paths
 from llmpack.stores import StoreFile
 
 MAX_RESPONSES = 1000        # per model; the oldest are dropped beyond it
@@ -56,7 +55,8 @@ class StoreError(Exception):
 class ResponseStore:
     def __init__(self, path: Path | None = None, limit: int = MAX_RESPONSES,
                  total_bytes: int = MAX_MODEL_BYTES, entry_bytes: int = MAX_ENTRY_BYTES) -> None:
-        self._file = StoreFile(path, "responses.sqlite3", SCHEMA, _add_size)
+        self._file = StoreFile(path, "responses.sqlite3", SCHEMA, _add_size, unusable=OSError)
+        self._connect = self._file.connect
         self.limit = limit
         self.total_bytes = total_bytes
         self.entry_bytes = min(entry_bytes, total_bytes)
@@ -65,12 +65,6 @@ class ResponseStore:
     @property
     def path(self) -> Path:
         return self._file.path
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            return self._file.connect()
-        except paths.PathsError as exc:
-            raise OSError(str(exc)) from None
 
     def put(self, model: str, response_id: str, messages: list[dict], response: dict) -> None:
         data = json.dumps(messages, ensure_ascii=False)

@@ -1,20 +1,20 @@
-"""The server as `serve --ray`'s deployments run it: runtime/scale/ imports nothing of the server,
-and the CLI hands it these two (scale/served.py `ServedApp`), pickled by reference, so a replica
-loads the model in its own process and the ingress guards with the single server's own rules."""
+"""The single-machine server as `serve --ray`'s deployments run it: `SERVED`, which the CLI hands
+runtime/scale/ (scale imports nothing of the server: tests/test_layers.py). Here, beside the CLI,
+because it is where the two meet. Ray pickles its names by reference, so a replica loads the model
+in its own process and the ingress guards with the single server's own rules."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Callable
 
 from llmpack.runtime.model.source import ModelFile
+from llmpack.runtime.scale.served import ServedApp, Worded
 from llmpack.runtime.server.app import create_app
 from llmpack.runtime.server.config import ServeConfig
 from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.errors import error_response
 from llmpack.runtime.server.http.options import ServerOptions
 from llmpack.runtime.server.http.state import ServerState
-
-Worded = tuple[int, list[tuple[str, str]], bytes]   # status, headers (no Content-Length), body
 
 
 def replica(model: ModelFile, config: ServeConfig, options: dict, warn: Callable[[str], None]) -> tuple[Any, Any]:
@@ -57,3 +57,6 @@ class Gate:
             resp = error_response(refused.status, refused.message, refused.type, refused.code)
         return resp.status_code, [(k, v) for k, v in resp.headers.items() if k.lower() != "content-length"], \
             resp.get_data()
+
+
+SERVED = ServedApp(replica=replica, gate=Gate)
