@@ -19,6 +19,8 @@ The core is protocol-neutral: it knows no Flask, no HTTP and no wire format. Its
 typed (`request.ChatRequest`, `request.CompletionRequest`); its messages follow the chat-template
 convention (roles system/user/assistant/tool, OpenAI-style `tool_calls`), which every Jinja chat
 template reads. Errors are `errors.ApiError` (status, message, the parameter at fault); each room
-renders them in its own protocol's shape. May import: the engine, chat, structured and model rooms,
-and documents/. Imported by: the server's protocol rooms, page/ and lifecycle/, and runtime/llm.py.
+renders them in its own protocol's shape. What an app holds (its document index, the sandbox that
+reads files, the last reads and clips) is `files.AppFiles`, made by the app and carried by its
+`ServedModel`, never a module global. May import: the engine, chat, structured, media and model
+rooms, and documents/. Imported by: the server's protocol rooms, page/ and lifecycle/, and runtime/llm.py.
 """
