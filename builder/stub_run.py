@@ -3,12 +3,13 @@ its latest step, and the log's tail for an error message. Split from stub.py, wh
 to build and where it is cached."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from llmpack.progress import Bar
 
@@ -21,6 +22,20 @@ def tail(path: Path, n: int = 25) -> str:
     return "\n".join(lines[-n:])
 
 
+@contextlib.contextmanager
+def watched(proc: subprocess.Popen, bar: Bar) -> Iterator[None]:
+    """While a long build step runs under a progress bar: an error or Ctrl+C kills the process
+    (never left compiling behind the person's back), and the bar is closed either way."""
+    try:
+        yield
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        bar.close()
+
+
 def run_with_status(cmd: list[str], log_path: Path, env: dict, cwd: Path, *, quiet: bool, label: str) -> int:
     """Run PyInstaller with its log in a file; meanwhile a progress bar shows its latest step.
     Its output goes through a pipe, not straight into the file: Windows Python under Wine cannot
@@ -31,16 +46,10 @@ def run_with_status(cmd: list[str], log_path: Path, env: dict, cwd: Path, *, qui
         copier = threading.Thread(target=_copy_stream, args=(proc.stdout, log), daemon=True)
         copier.start()
         bar = Bar(f"{label}; log: {log_path}", enabled=not quiet)
-        try:
+        with watched(proc, bar):
             while proc.poll() is None:
                 time.sleep(0.2)
                 bar.set_note(_last_step(log_path))
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            bar.close()
         copier.join(timeout=10)   # wineserver may hold the pipe open for a few seconds more
     return proc.returncode
 

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from llmpack.builder import llama_source
 from llmpack.builder.build_progress import describe
+from llmpack.builder.stub_run import tail, watched
 from llmpack.builder.vulkan_headers import PINS as VULKAN_HEADER_PINS
 from llmpack.builder.vulkan_headers import HeadersError, ensure_headers
 from llmpack.builder.windows.pins import LLAMA_CPP, WindowsBuildError, fetch_sdist
@@ -194,8 +195,7 @@ def _run(cmd: list[str], log_path: Path, what: str, env: dict[str, str]) -> None
     with open(log_path, "wb") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env).returncode
     if rc != 0:
-        tail = log_path.read_text("utf-8", "replace").splitlines()[-25:]
-        raise WindowsBuildError(f"{what} failed (exit {rc}):\n" + "\n".join(tail))
+        raise WindowsBuildError(f"{what} failed (exit {rc}):\n" + tail(log_path))
 
 
 def _ninja(build: Path, log_path: Path, env: dict[str, str], *, quiet: bool) -> None:
@@ -206,7 +206,7 @@ def _ninja(build: Path, log_path: Path, env: dict[str, str], *, quiet: bool) -> 
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        try:
+        with watched(proc, bar):
             for line in proc.stdout:
                 log.write(line)
                 m = step.match(line)
@@ -216,12 +216,5 @@ def _ninja(build: Path, log_path: Path, env: dict[str, str], *, quiet: bool) -> 
                     if what:
                         bar.set_note(what)
             proc.wait()
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            bar.close()
     if proc.returncode != 0:
-        tail = log_path.read_text("utf-8", "replace").splitlines()[-25:]
-        raise WindowsBuildError(f"compiling llama.cpp for Windows failed (exit {proc.returncode}):\n" + "\n".join(tail))
+        raise WindowsBuildError(f"compiling llama.cpp for Windows failed (exit {proc.returncode}):\n" + tail(log_path))
