@@ -7,6 +7,7 @@ Against `FakeEngine` (one token per byte), so a few KB of text is a long documen
 read by the real sandbox, and indexed in the real SQLite index."""
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from types import MappingProxyType
 
@@ -61,7 +62,9 @@ def test_two_apps_in_one_process_keep_their_own_documents(two_apps, tmp_path: Pa
     assert a.ask_about(file_id).status_code == 200
     refused = b.ask_about(file_id)
     assert refused.status_code == 400 and "not in this computer's document index" in refused.json["error"]["message"]
-    assert (tmp_path / "a" / "documents.sqlite3").is_file() and not (tmp_path / "b" / "documents.sqlite3").exists()
+    assert a.state.files.index.path == tmp_path / "a" / "documents.sqlite3"   # each in its own folder
+    with sqlite3.connect(tmp_path / "b" / "documents.sqlite3") as con:        # b looked, and keeps nothing
+        assert con.execute("SELECT COUNT(*) FROM documents").fetchone() == (0,)
     assert a.state.files.sandbox is not b.state.files.sandbox and a.state.files.read is not b.state.files.read
 
 
@@ -71,4 +74,7 @@ def test_two_apps_keep_their_own_stored_responses(two_apps, tmp_path: Path):
     assert r.status_code == 200, r.json
     assert a.client.get(f"/v1/responses/{r.json['id']}").status_code == 200
     assert b.client.get(f"/v1/responses/{r.json['id']}").status_code == 404
-    assert (tmp_path / "a" / "responses.sqlite3").is_file() and not (tmp_path / "b" / "responses.sqlite3").exists()
+    with sqlite3.connect(tmp_path / "a" / "responses.sqlite3") as con:   # in a's own folder, only there
+        assert con.execute("SELECT id FROM responses").fetchall() == [(r.json["id"],)]
+    with sqlite3.connect(tmp_path / "b" / "responses.sqlite3") as con:
+        assert con.execute("SELECT COUNT(*) FROM responses").fetchone() == (0,)
