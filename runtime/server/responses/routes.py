@@ -18,7 +18,7 @@ from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed
 from llmpack.runtime.server.responses.protocol import (assistant_turn, chat_request, file_citations, new_id,
                                                        output_items, response_object, usage)
-from llmpack.runtime.server.responses.store import StoreError
+from llmpack.runtime.server.responses.store import ResponseStore, StoreError
 from llmpack.runtime.server.responses.stream import ResponseStream
 
 bp = Blueprint("responses", __name__)
@@ -38,11 +38,13 @@ def _history(model: ServedModel, body: Any) -> list[dict]:
     return _stored(app_context().responses.get, prev, "previous_response_id")[0]
 
 
-def _keep(model: ServedModel, body: dict, final: dict, conversation: list[dict], reply: dict) -> None:
+def _keep(store: ResponseStore, model: ServedModel, body: dict, final: dict, conversation: list[dict],
+          reply: dict) -> None:
+    """`store`: the app's, taken while the request is read (a stream ends outside the app's context)."""
     if body.get("store") is False or final["status"] == "failed":
         return
     try:
-        app_context().responses.put(model.model_key, final["id"], [*conversation, reply], final)
+        store.put(model.model_key, final["id"], [*conversation, reply], final)
     except StoreError as exc:   # the answer still goes out; the client learns it was not kept
         print(f"llmpack: {exc}", file=sys.stderr)
         final["store"] = False
@@ -55,10 +57,10 @@ def create_response() -> Response:
     req, conversation = chat_request(body, _history(model, body))
     prep = prepare_chat(model, req)
     rid, created = new_id("resp"), int(time.time())
-    gen = start_generation(model, prep, rid)
+    gen, store = start_generation(model, prep, rid), app_context().responses
     if req.stream:
         out = ResponseStream(body, rid, model.model_id, created)
-        return streamed(_stream(gen, out, body, conversation), gen,
+        return streamed(_stream(gen, out, body, conversation, store), gen,
                         lambda exc: [out.failed(exc.code or exc.type, exc.message)])
     try:
         (choice,) = final_choices(gen, chat=True)
@@ -70,11 +72,12 @@ def create_response() -> Response:
                                 usage=usage(prompt, generated, cached, gen.thinking_tokens))
     finally:
         gen.close()
-    _keep(model, body, final, conversation, assistant_turn(choice.text or "", choice.tool_calls))
+    _keep(store, model, body, final, conversation, assistant_turn(choice.text or "", choice.tool_calls))
     return jsonify(final)
 
 
-def _stream(gen: Generation, out: ResponseStream, body: dict, conversation: list[dict]) -> Iterator[bytes]:
+def _stream(gen: Generation, out: ResponseStream, body: dict, conversation: list[dict],
+            store: ResponseStore) -> Iterator[bytes]:
     finish = None
     yield from out.start()
     for step in stream_steps(gen, chat=True):
@@ -87,7 +90,7 @@ def _stream(gen: Generation, out: ResponseStream, body: dict, conversation: list
             finish = e.finish_reason or finish
     prompt, generated, cached = gen.usage()
     events, final = out.finish(finish, usage(prompt, generated, cached, gen.thinking_tokens))
-    _keep(gen.model, body, final, conversation, assistant_turn(out.texts["message"], out.calls))
+    _keep(store, gen.model, body, final, conversation, assistant_turn(out.texts["message"], out.calls))
     yield from events
 
 
