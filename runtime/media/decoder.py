@@ -31,8 +31,8 @@ class Decoder(Generic[Info, Out]):
     what it learnt (with a `format`), the child runs `job` ("module:function") on the bytes, and
     `accept(info, asked, answer, payload)` checks and shapes its answer against what was asked.
     `time_limit` bounds the wait for a free child, and again the decode. The pool's failures are
-    the kind's error (`busy` when no child came free), in words that say what to `send` instead:
-    (for one too big to decode, for one too slow), and what else the server is decoding (`others`)."""
+    the kind's error (`busy` when no child came free), in words that say what to `send` instead
+    (for an input too big to decode, for one too slow) and what else the server is decoding (`others`)."""
 
     def __init__(self, job: str, kind: Kind, *, check: Callable[[bytes, str | None], Info],
                  accept: Callable[[Info, dict, dict, bytes], Out], busy: type[MediaBusy], send: tuple[str, str],
