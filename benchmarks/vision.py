@@ -65,7 +65,7 @@ def main() -> None:
         engine.shutdown()
         engine = LLMEngine(EngineConfig(args.model, n_ctx=8192, max_num_seqs=32, gpu_layers=0, mmproj_path=str(mmproj)))
         proj = engine.mm.projector
-        span = proj.prompt(["x", png(224, 224, seed=0), "y"], []).images[0]
+        span = proj.prompt(["x", png(224, 224, seed=0), "y"], []).spans[0]
         proj.encode(span)   # warm-up
         encode = []
         for _ in range(args.repeats):

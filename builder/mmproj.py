@@ -45,7 +45,7 @@ def mmproj_source(exe_path, manifest: Manifest, progress: ProgressArg = None) ->
     if blob is None:
         return None
     # lazy: asking mtmd loads llama.cpp, which only a launch that serves the model needs
-    from llmpack.runtime.engine.vision import reads_in_place
+    from llmpack.runtime.engine.projector import reads_in_place
 
     as_model = replace(manifest, model=blob)
     if blob.location == "embedded" and reads_in_place():

@@ -258,7 +258,7 @@ def selftest() -> int:
         import pypdf       # PDF attachments (runtime/documents/extract.py imports it on first use)
         import zstandard   # models built with --compress
         from llama_cpp import mtmd_cpp   # pictures (--mmproj): llama.cpp's mtmd library loads from the bundle
-        from PIL import Image            # noqa: F401 - pictures, decoded in a sandboxed child (runtime/engine/pictures.py)
+        from PIL import Image            # noqa: F401 - pictures, decoded in a sandboxed child (runtime/media/pictures.py)
 
         from llmpack.runtime.engine import engine  # noqa: F401
         from llmpack.runtime.chat.recipes import load_recipes

@@ -21,7 +21,7 @@ from llmpack.runtime.server.page.chat_shape import MAX_CLIP_URL, ChatError, clea
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.media import MEDIA_TOKEN
 from llmpack.runtime.engine.model_runner import ModelRunner
-from llmpack.runtime.engine.vision import Projector
+from llmpack.runtime.engine.projector import Projector
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_a_sandboxed_child_decodes_and_the_server_gets_only_pcm() -> None:
     pcm = tone(2.0, 500)
     got = audio.decode(wav_bytes(pcm), "wav", SAMPLE_RATE, max_seconds=10)
     assert got.dtype == np.float32 and np.array_equal(got, decode_pcm(wav_bytes(pcm), SAMPLE_RATE))
-    pool = audio._decoders()
+    pool = audio.DECODER.pool
     started = pool.started
     with pytest.raises(AudioError, match="the limit is 1 s"):
         audio.decode(wav_bytes(pcm), "wav", SAMPLE_RATE, max_seconds=1)

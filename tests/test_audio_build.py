@@ -13,7 +13,7 @@ from llmpack.builder.build import build_executable
 from llmpack.builder.mmproj import mmproj_blob, vision_report
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.model_runner import ModelRunner
-from llmpack.runtime.engine.vision import Projector, reads_in_place
+from llmpack.runtime.engine.projector import Projector, reads_in_place
 
 
 def test_an_audio_projector_is_packed_shown_and_heard_in_place(elf_stub, tmp_path: Path, monkeypatch) -> None:  # noqa: F811

@@ -73,10 +73,10 @@ def test_a_damaged_projector_inside_the_program_is_one_line(
 def test_without_llmpacks_loader_the_projector_is_copied_once(elf_stub, vision_pair, tmp_path, monkeypatch) -> None:  # noqa: F811
     """A llama-cpp-python llmpack did not build has no mtmd_init_from_file_at: the projector is
     then copied, sha256-checked, to the cache on the first launch and found there after."""
-    import llmpack.runtime.engine.vision as vision
+    import llmpack.runtime.engine.projector as projector
 
     monkeypatch.setenv("LLMPACK_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(vision, "reads_in_place", lambda: False)
+    monkeypatch.setattr(projector, "reads_in_place", lambda: False)
     model, mmproj = vision_pair
     out = tmp_path / "chat"
     build_executable(model, out, stub=elf_stub, mmproj=mmproj, progress=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from picture_files import bomb_png, gif_frames, jpeg, png, webp
 
-from llmpack.runtime.engine.images import MAX_GIF_FRAMES, ImageError, check_image
+from llmpack.runtime.media.images import MAX_GIF_FRAMES, ImageError, check_image
 
 
 @pytest.mark.parametrize("fmt, make", [("png", png), ("jpeg", jpeg), ("webp", webp)])

@@ -33,8 +33,8 @@ SOURCES = {"llmpack": "llmpack", "builder": "llmpack.builder", "runtime": "llmpa
 BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpack.signals", "llmpack.lru",
         "llmpack.stores"}   # stores: the one way to open an SQLite store (chats, responses, the document index)
 MODEL, HARDWARE, STRUCTURED = "llmpack.runtime.model", "llmpack.runtime.hardware", "llmpack.runtime.structured"
-SANDBOX = "llmpack.runtime.sandbox"     # child processes for a stranger's bytes: documents' and pictures' jobs
-MEDIA = "llmpack.runtime.media"        # strangers' sound, checked, and decoded in the sandbox's children
+SANDBOX = "llmpack.runtime.sandbox"     # child processes for a stranger's bytes: documents', pictures' and sound's jobs
+MEDIA = "llmpack.runtime.media"        # strangers' pictures and sound, checked, and decoded in the sandbox's children
 ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "llmpack.runtime.llm",
                              "llmpack.runtime.server")
 CORE, DOCS = "llmpack.runtime.core", "llmpack.runtime.documents"   # no Flask: the generation core, the files
@@ -228,11 +228,9 @@ def test_imports_inside_functions_say_why():
 
 
 # What the server may import from the engine room: its client protocol, the data it carries, and the
-# image header checks it runs before any decoding and the sandboxed picture decoder it calls while a
-# request is read (pure Python in the server process, as light as the protocol), and the media data
-# types (engine/media.py: MultimodalPrompt, MediaSpan; numpy only).
-ENGINE_CONTRACT = {f"{ENGINE}.{m}" for m in ("client", "outputs", "request", "sampling_params", "config", "images",
-                                              "pictures", "media")}
+# media data types (engine/media.py: MultimodalPrompt, MediaSpan; numpy only). Pictures and sound are
+# checked and decoded in runtime/media, which the core calls.
+ENGINE_CONTRACT = {f"{ENGINE}.{m}" for m in ("client", "outputs", "request", "sampling_params", "config", "media")}
 
 
 def test_the_server_reaches_the_engine_only_through_its_client():
@@ -261,7 +259,8 @@ def test_the_engine_client_loads_no_llama_cpp():
     assert json.loads(proc.stdout) == [], "importing engine/client.py loaded " + proc.stdout
 
 
-@pytest.mark.parametrize("room", ["model", "hardware", "structured", "engine", "chat", "core", "documents", "server",
+@pytest.mark.parametrize("room", ["model", "hardware", "structured", "sandbox", "media", "engine", "chat", "core",
+                                  "documents", "server",
                                   *(r.removeprefix("llmpack.runtime.").replace(".", "/") for r in sorted(SERVER_ROOMS))])
 def test_each_room_says_what_it_owns(room):
     doc = ast.get_docstring(ast.parse((ROOT / "runtime" / room / "__init__.py").read_text()))

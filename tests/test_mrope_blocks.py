@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.detokenizer import Detokenizer
 from llmpack.runtime.engine.sequence import Sequence
-from llmpack.runtime.engine.vision import IMAGE_TOKEN, ImageSpan, MultimodalPrompt
+from llmpack.runtime.engine.media import MEDIA_TOKEN, MediaSpan, MultimodalPrompt
 
 BS = 4
 
@@ -49,8 +49,8 @@ class CellKV:
 
 def image_seq(before: list[int], rows: int, grid: tuple[int, int], after: list[int]) -> Sequence:
     """A prompt of text, one M-RoPE image of `rows` rows (n_pos = max(grid)) and text."""
-    img = ImageSpan(b"picture", len(before), rows, max(grid), 0, False, grid=grid)
-    ids = before + [IMAGE_TOKEN] * rows + after
+    img = MediaSpan(b"picture", len(before), rows, max(grid), 0, False, grid=grid)
+    ids = before + [MEDIA_TOKEN] * rows + after
     return Sequence(request=SimpleNamespace(mm=MultimodalPrompt(ids, [img])), index=0, token_ids=ids,
                     num_prompt_tokens=len(ids), sampler=None, detok=Detokenizer([]))
 

@@ -18,7 +18,7 @@ from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import live_server, wait_idle
 from vision_ggufs import write_tiny_mmproj
 
-from llmpack.runtime.engine import pictures
+from llmpack.runtime.media import pictures
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="peak memory is read from Linux /proc")
 
@@ -92,7 +92,7 @@ def test_a_photo_gets_an_answer(vision_server) -> None:
 def test_each_bomb_is_one_quick_400_that_names_it(vision_server, case: str) -> None:
     data, media_type, words = BOMBS[case]
     assert _ask(vision_server, png(seed=1), "image/png").status_code == 200     # a warm decoder child
-    children = pictures._decoders().pids()
+    children = pictures.DECODER.pool.pids()
     assert children, "no decoder child to measure"
     extra, seconds, r = _extra_memory(["self", *children], lambda: _ask(vision_server, data, media_type))
     assert r.status_code == 400, r.text
@@ -100,7 +100,7 @@ def test_each_bomb_is_one_quick_400_that_names_it(vision_server, case: str) -> N
     assert words in err["message"] and err["param"] == PART and err["code"] == "bad_image", err
     assert seconds < SECONDS, f"{case}: refused after {seconds:.2f} s"
     assert extra < EXTRA_BYTES, f"{case}: {extra / 2**20:.0f} MB of extra memory"
-    assert set(children) <= set(pictures._decoders().pids()), "a decoder child died: the checks should refuse it"
+    assert set(children) <= set(pictures.DECODER.pool.pids()), "a decoder child died: the checks should refuse it"
     print(f"{case}: {seconds * 1000:.0f} ms, {extra / 2**20:.1f} MB extra, {len(data):,} bytes")
     wait_idle(vision_server.engine)
     assert _ask(vision_server, png(seed=2), "image/png").status_code == 200

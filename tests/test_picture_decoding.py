@@ -1,5 +1,5 @@
-"""Pictures are decoded in a sandboxed child under a memory cap (runtime/engine/pictures.py), the
-structure tricks are refused before any decoder runs (runtime/engine/images.py), and the pixels
+"""Pictures are decoded in a sandboxed child under a memory cap (runtime/media/pictures.py), the
+structure tricks are refused before any decoder runs (runtime/media/images.py), and the pixels
 that come back are the ones llama.cpp's own decoder would have made."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from PIL import Image
 from picture_files import (_chunk, gif, gif_frame_outside, gif_frames, gif_screen_bomb, jpeg, multi_sof_jpeg, photo,
                            png, webp, webp_canvas_bomb, webp_frame_outside, zlib_bomb_png)
 
-from llmpack.runtime.engine import pictures
-from llmpack.runtime.engine.images import ImageError, check_image
+from llmpack.runtime.media import pictures
+from llmpack.runtime.media.images import ImageError, check_image
 from llmpack.runtime.sandbox.pool import Pool
 
 
@@ -119,7 +119,7 @@ def test_a_picture_cut_off_inside_its_data_is_refused_by_the_decoder() -> None:
 
 
 def test_at_most_two_pictures_decode_at_once() -> None:
-    decoders = pictures._decoders()
+    decoders = pictures.DECODER.pool
     decoders.peak_busy = 0
     data = [photo(1024 + 8 * i, 768) for i in range(6)]
     done: list[int] = []
@@ -136,7 +136,7 @@ def test_a_picture_past_the_memory_cap_is_refused_and_the_next_one_decodes(monke
     """A 4000 x 4000 grey PNG is 16 MB of grey, 64 MB in Pillow's RGB and 48 MB of answer: more than
     a decoder capped at 160 MB of address space has, once Python and Pillow are in it."""
     small = Pool(f"{pictures.__name__}:decode_job", workers=1, memory=160 << 20, max_answer=pictures.MAX_IMAGE_PIXELS * 3)
-    monkeypatch.setattr(pictures, "_pool", small)
+    monkeypatch.setattr(pictures.DECODER, "pool", small)
     try:
         with pytest.raises(ImageError, match=r"needs more memory to decode than llmpack allows"):
             pictures.decode(zlib_bomb_png(4000, 4000, inflated=4001 * 4000))
@@ -157,8 +157,8 @@ def test_the_rest_of_the_bomb_set_is_refused_by_its_header() -> None:
 def _one_decoder_taken(monkeypatch) -> tuple[Pool, object]:
     pool = Pool(f"{pictures.__name__}:decode_job", workers=1, memory=pictures.MEMORY_BYTES,
                 max_answer=pictures.MAX_IMAGE_PIXELS * 3)
-    monkeypatch.setattr(pictures, "_pool", pool)
-    monkeypatch.setattr(pictures, "TIME_LIMIT_S", 0.3)
+    monkeypatch.setattr(pictures.DECODER, "pool", pool)
+    monkeypatch.setattr(pictures.DECODER, "time_limit", 0.3)
     return pool, pool._idle.get()                 # its one slot, held as a long decode would
 
 

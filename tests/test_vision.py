@@ -14,9 +14,10 @@ from picture_files import png
 from vision_ggufs import write_tiny_mmproj
 
 from llmpack.runtime.engine.config import EngineConfig
-from llmpack.runtime.engine.images import ImageError
 from llmpack.runtime.engine.model_runner import ModelRunner
-from llmpack.runtime.engine.vision import IMAGE_TOKEN, Projector, ProjectorLoadError
+from llmpack.runtime.engine.media import MEDIA_TOKEN
+from llmpack.runtime.engine.projector import Projector, ProjectorLoadError
+from llmpack.runtime.media.images import ImageError
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +67,15 @@ def test_projector_prompt_puts_placeholders_where_the_image_goes(runner: ModelRu
     proj = Projector(mmproj, runner, n_threads=2)
     try:
         mm = proj.prompt(["the picture ", png(seed=1), " shows"], bos=[1])
-        assert mm.token_ids[0] == 1 and len(mm.images) == 1
-        img = mm.images[0]
-        assert mm.token_ids[img.start:img.end] == [IMAGE_TOKEN] * 16
-        assert IMAGE_TOKEN not in mm.token_ids[:img.start] + mm.token_ids[img.end:]
+        assert mm.token_ids[0] == 1 and len(mm.spans) == 1
+        img = mm.spans[0]
+        assert mm.token_ids[img.start:img.end] == [MEDIA_TOKEN] * 16
+        assert MEDIA_TOKEN not in mm.token_ids[:img.start] + mm.token_ids[img.end:]
         assert mm.token_ids[1:img.start] == runner.tokenize("the picture ", False, False)
         a = proj.encode(img)
-        b = proj.encode(proj.prompt(["x", png(seed=2), "y"], bos=[]).images[0])
+        b = proj.encode(proj.prompt(["x", png(seed=2), "y"], bos=[]).spans[0])
         assert a.shape == b.shape == (16, 64) and not np.allclose(a, b), "two pictures, same rows"
-        same = proj.prompt(["other words ", png(seed=1), "!"], bos=[]).images[0]
+        same = proj.prompt(["other words ", png(seed=1), "!"], bos=[]).spans[0]
         assert same.digest == img.digest          # the picture is named by its pixels
         assert np.array_equal(proj.encode(same), a)
         with pytest.raises(ImageError, match="damaged or cut off"):

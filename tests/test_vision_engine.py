@@ -12,7 +12,7 @@ from test_engine import assert_same_or_near_tie
 from vision_ggufs import write_tiny_mmproj
 
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine, PromptTooLongError
-from llmpack.runtime.engine.images import ImageError
+from llmpack.runtime.media.images import ImageError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
 from llmpack.runtime.llm import collect
 
@@ -63,7 +63,7 @@ def test_two_pictures_give_different_greedy_continuations(vlm: LLMEngine) -> Non
 def test_every_format_decodes_to_the_same_picture(vlm: LLMEngine) -> None:
     """PNG, WebP (lossless) and GIF of one picture are the same pixels: the same digest, so the
     second and later prompts reuse the first one's encoding and KV."""
-    digests = {vlm.mm.projector.prompt([f"x{i}", data, "y"], []).images[0].digest
+    digests = {vlm.mm.projector.prompt([f"x{i}", data, "y"], []).spans[0].digest
                for i, data in enumerate([png(seed=5), webp(seed=5)])}
     assert len(digests) == 1
     assert ask(vlm, "a photo ", jpeg(seed=5), " of").outputs[0].token_ids
@@ -77,7 +77,7 @@ def test_the_same_picture_next_turn_hits_the_cache_and_is_not_encoded_again(vlm:
     assert vlm.mm.projector.encodes == encodes + 1
     second = ask(vlm, *turn1, " and what colour ?")
     assert vlm.mm.projector.encodes == encodes + 1, "the picture was encoded again"
-    img = vlm.mm.projector.prompt(turn1, vlm.bos_prefix).images[0]
+    img = vlm.mm.projector.prompt(turn1, vlm.bos_prefix).spans[0]
     assert second.num_cached_tokens >= img.end - vlm.config.block_size
     assert first.num_cached_tokens < img.start + vlm.config.block_size
     # another picture at the same place shares only the text before it
@@ -114,7 +114,7 @@ def test_a_projector_inside_a_bigger_file_is_read_where_it_lies(vlm: LLMEngine, 
     """As in a built program: the projector starts 64 KiB-aligned after other bytes (here, another
     projector, so reading from the file's start would load the wrong weights), and llama.cpp reads
     it there through llmpack's mtmd_init_from_file_at; the answer equals the separate file's."""
-    from llmpack.runtime.engine.vision import reads_in_place
+    from llmpack.runtime.engine.projector import reads_in_place
 
     assert reads_in_place(), "the installed llama.cpp lacks llmpack's patch (builder/llama_source.py): ./dev setup"
     decoy = write_tiny_mmproj(tmp_path / "decoy.gguf", n_embd_text=64, seed=9).read_bytes()

@@ -18,7 +18,7 @@ from vision_ggufs import write_tiny_mmproj, write_tiny_qwen2vl_mmproj, write_tin
 
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.engine.sampling_params import SamplingParams
-from llmpack.runtime.engine.vision import MultimodalPrompt
+from llmpack.runtime.engine.media import MultimodalPrompt
 from llmpack.runtime.llm import collect
 
 W, H = 64, 48                  # 8 x 6 rows of 8 x 8 pixels: 48 rows, 8 positions
@@ -97,10 +97,10 @@ def test_the_engine_places_image_rows_as_llama_cpps_own_mtmd_helper_does(vlm: LL
 def check_against_mtmd(vlm: LLMEngine, mmproj: Path) -> None:
     image = png(W, H, seed=7)
     mm = prompt(vlm, "describe ", image, " it is the")
-    grid = [img.grid for img in mm.images]
-    assert grid == [(16, 1)] if "mlp" in str(mmproj) else grid == [(8, 6)] and mm.images[0].n_pos == N_POS
+    grid = [img.grid for img in mm.spans]
+    assert grid == [(16, 1)] if "mlp" in str(mmproj) else grid == [(8, 6)] and mm.spans[0].n_pos == N_POS
     ref_text, ref_tokens, ref_first = mtmd_reference(vlm, mmproj, "describe <image> it is the", image, 12)
-    img = mm.images[0]
+    img = mm.spans[0]
     assert mm.token_ids[:img.start] + mm.token_ids[img.end:] == ref_text   # the same prompt
     out = collect(vlm.add_request(mm, greedy(12, logprobs=5))).outputs[0]
     first = out.logprobs[0]
@@ -117,7 +117,7 @@ def check_against_mtmd(vlm: LLMEngine, mmproj: Path) -> None:
 def test_image_rows_count_as_prompt_tokens_and_text_continues_after_n_pos(vlm: LLMEngine) -> None:
     text_only = collect(vlm.add_request(vlm.tokenize_prompt("what is in the picture ? the answer is"), greedy()))
     mm = prompt(vlm, "what is in the picture ", png(W, H, seed=11), "? the answer is")
-    img = mm.images[0]
+    img = mm.spans[0]
     assert mm.position(img.start) == mm.position(img.end - 1) == img.start
     assert mm.position(img.end) == img.start + N_POS
     with_image = collect(vlm.add_request(mm, greedy()))
@@ -143,7 +143,7 @@ def test_the_same_picture_next_turn_hits_the_cache_and_is_not_encoded_again(vlm:
     turn2 = turn1 + [" and what colour ?"]
     second = ask(vlm, *turn2, logprobs=5)
     assert vlm.mm.projector.encodes == encodes + 1, "the picture was encoded again"
-    img = prompt(vlm, *turn1).images[0]
+    img = prompt(vlm, *turn1).spans[0]
     # the hit covers the whole image: blocks after it carry its cells at their positions
     assert second.num_cached_tokens >= img.end
     assert first.num_cached_tokens <= img.start
@@ -175,8 +175,8 @@ def test_a_cache_hit_never_ends_inside_an_m_rope_image(vlm: LLMEngine) -> None:
     # mtmd writes <|vision_end|> after the rows: find a text length that puts the first differing
     # token in the image's last block
     text, mm, inside = next((t, *matching(t)) for t in ("word " * n for n in range(1, bs + 1))
-                            if (lambda m, k: m.images[0].start < k < m.images[0].end)(*matching(t)))
-    img = mm.images[0]
+                            if (lambda m, k: m.spans[0].start < k < m.spans[0].end)(*matching(t)))
+    img = mm.spans[0]
     assert mm.resumable(inside) == img.start and mm.resumable(img.start) == img.start
     ask(vlm, text, png(W, H, seed=23), " ok")
     again = ask(vlm, text, png(W, H, seed=23), " no", logprobs=5)

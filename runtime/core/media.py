@@ -7,17 +7,19 @@ with a projector that sees or hears (--mmproj).
     Anthropic  {"type": "image", "source": {"type": "base64", "media_type": ..., "data": ...}}
     Ollama     "images": ["<base64>", ...]
 
-Each room maps its own parts to `media_part(MediaItem(kind, data, mime, where))` (OpenAI's are the
-core's own message shape, mapped here by `openai_item`); `data` is the payload as the client sent
-it (a data: URL or base64) and `where` the client's name of the part, so a 400 names what it sent.
+Each room puts a `MediaItem(kind, data, mime, where)` where the client's picture or clip was, the
+object itself (OpenAI's parts are the core's own message shape, which `LLM.chat` takes too: read
+here by `openai_item`); `data` is the payload as the client sent it (a data: URL or base64) and
+`where` the client's name of the part, so a 400 names what it sent. A client cannot send a
+MediaItem: JSON has no such thing, so every item was made by a room from the client's own part.
 Only data is taken: this server works offline and fetches nothing, so an http(s) URL is a 400
 that says so. A model that cannot see (or hear) refuses the part with a 400 naming it and saying
 what is needed, before anything is decoded.
 
 How a part reaches the engine: `take_media_parts` replaces each media part with a marker (a
 random string per request, so no user text can forge one), checks each item and decodes it in a
-sandboxed child under a memory cap (pictures to RGB: runtime/engine/pictures.py; sound to PCM:
-runtime/media/audio.py; the server runs no picture or audio decoder; a busy decoder is a 503), the chat
+sandboxed child under a memory cap (runtime/media: pictures to RGB, sound to PCM, on one path; the
+server runs no picture or audio decoder; a busy decoder is a 503), the chat
 template renders the conversation as usual, and `media_prompt` cuts the rendered text at the
 markers and hands text, pictures and PCM to the projector (EngineClient.media_prompt), which
 tokenizes the text and turns each picture or clip into its rows. Nothing is stored: a refused
@@ -36,15 +38,16 @@ import numpy as np
 
 from llmpack.lru import LruCache
 from llmpack.runtime.chat import untrusted
-from llmpack.runtime.engine.images import MAX_IMAGE_BYTES, ImageError, sniff
-from llmpack.runtime.engine.pictures import DecoderBusy, Picture
-from llmpack.runtime.engine.pictures import decode as decode_picture
 from llmpack.runtime.media import audio
-from llmpack.runtime.media.audio import FORMATS, MAX_AUDIO_BYTES, AudioBusy, AudioError
+from llmpack.runtime.media.audio import FORMATS, MAX_AUDIO_BYTES, AudioError
+from llmpack.runtime.media.errors import MediaBusy, MediaError
+from llmpack.runtime.media.images import MAX_IMAGE_BYTES, ImageError, sniff
+from llmpack.runtime.media.pictures import Picture
+from llmpack.runtime.media.pictures import decode as decode_picture
 from llmpack.runtime.core.errors import ApiError, bad
 from llmpack.runtime.core.served_model import ServedModel
 
-MAX_IMAGES = 16          # per request; each is also limited in bytes and pixels (engine/images.py)
+MAX_IMAGES = 16          # per request; each is also limited in bytes and pixels (media/images.py)
 MAX_CLIPS = 8            # sound clips per request; each is limited in bytes and length (media/audio.py)
 NO_PROJECTOR = ("this model reads text only: it was started without a vision projector, so it cannot see images "
                 "(start llmpack with --mmproj FILE, the mmproj*.gguf published with a vision model)")
@@ -68,12 +71,6 @@ class MediaItem:
     where: str           # the client's name of the part ("messages[0].content[1]", "messages.0.content.1")
 
 
-def media_part(item: MediaItem) -> dict:
-    """The content part a room puts where the client's picture or clip was: plain JSON, as the
-    Responses store keeps a conversation's messages for the next turn."""
-    return {"type": "media", **dataclasses.asdict(item)}
-
-
 @dataclasses.dataclass
 class Media:
     marker: str
@@ -86,10 +83,6 @@ def openai_item(part: Any, where: str) -> MediaItem | None:
     if not isinstance(part, dict):
         return None
     kind = part.get("type")
-    if kind == "media":   # a room's own part (or a stored Responses turn); a client may send one too: all checked
-        named = part.get("where")
-        return MediaItem(part.get("kind"), part.get("data"), part.get("mime"), named if isinstance(named, str) and named
-                         else where)
     if kind in ("image_url", "input_image"):
         spec = part.get("image_url")
         return MediaItem("image", spec.get("url") if isinstance(spec, dict) else spec, None, where)
@@ -109,8 +102,8 @@ def take_media_parts(messages: Any, model: ServedModel, param: str = "messages")
     out = []
     for i, m in enumerate(messages):
         content = m.get("content") if isinstance(m, dict) else None
-        items = [openai_item(p, f"{param}[{i}].content[{j}]") for j, p in enumerate(content)] \
-            if isinstance(content, list) else []
+        items = [p if isinstance(p, MediaItem) else openai_item(p, f"{param}[{i}].content[{j}]")
+                 for j, p in enumerate(content)] if isinstance(content, list) else []
         if not any(items):
             out.append(m)
             continue
@@ -167,19 +160,25 @@ def base64_image_item(b64: str, where: str) -> MediaItem:
 
 
 # ---------------------------------------------------------------- checking and decoding
+_CODES = {"image": ("bad_image", "pictures_busy"), "audio": ("bad_audio", "audio_busy")}   # 400, 503
+
+
 def _read(item: MediaItem, model: ServedModel) -> Any:
     """What the engine takes for one item, after the model's ability, the size and the format."""
     where, kinds = item.where, model.engine.media_kinds
-    if item.kind not in ("image", "audio"):
-        raise bad(where, f"{where}: a media part is an image or audio, not {item.kind!r}")
-    if item.kind == "image":
-        if "image" not in kinds:
-            why = NO_PROJECTOR if not kinds else NO_EYES
-            raise bad(where, f"{where} is an image, but {why}", "model_not_vision")
-        return _image(item)
-    if "audio" not in kinds:
+    if item.kind == "image" and "image" not in kinds:
+        why = NO_PROJECTOR if not kinds else NO_EYES
+        raise bad(where, f"{where} is an image, but {why}", "model_not_vision")
+    if item.kind == "audio" and "audio" not in kinds:
         raise bad(where, f"{where} is a sound clip, but {NO_EARS}", "model_not_audio")
-    return _audio(item, model.engine.audio_sample_rate, model.files.clips)
+    bad_code, busy_code = _CODES[item.kind]
+    try:
+        return _image(item) if item.kind == "image" else _audio(item, model.engine.audio_sample_rate,
+                                                                 model.files.clips)
+    except MediaBusy as exc:
+        raise ApiError(503, f"{where}: {exc}", param=where, code=busy_code) from None
+    except MediaError as exc:
+        raise bad(where, f"{where}: {exc}", bad_code) from None
 
 
 def _image(item: MediaItem) -> Picture:
@@ -194,13 +193,7 @@ def _image(item: MediaItem) -> Picture:
     if not sep or not head.lower().startswith("data:") or not head.lower().endswith(";base64"):
         raise bad(where, f"{where}: the image must be a data URL: data:image/png;base64,... (PNG, JPEG, WebP or GIF)")
     data = _payload(payload, where, MAX_IMAGE_BYTES, "image")
-    media_type = head[5:-7].split(";")[0].strip().lower()
-    try:
-        return decode_picture(data, media_type)
-    except DecoderBusy as exc:
-        raise ApiError(503, f"{where}: {exc}", param=where, code="pictures_busy") from None
-    except ImageError as exc:
-        raise bad(where, f"{where}: {exc}", "bad_image") from None
+    return decode_picture(data, head[5:-7].split(";")[0].strip().lower())
 
 
 def _audio(item: MediaItem, rate: int, clips: LruCache[bytes, np.ndarray]) -> np.ndarray:
@@ -215,16 +208,11 @@ def _audio(item: MediaItem, rate: int, clips: LruCache[bytes, np.ndarray]) -> np
         payload = payload.partition(",")[2]
     data = _payload(payload, where, MAX_AUDIO_BYTES, "audio")
     key = hashlib.sha256(rate.to_bytes(4, "little") + data).digest()
-    try:
-        audio.check_audio(data, fmt)     # the label is checked every time, even for a clip decoded before
-        pcm = clips.get(key)
-        if pcm is None:
-            pcm = audio.decode(data, fmt, rate)
-            clips.put(key, pcm)
-    except AudioBusy as exc:
-        raise ApiError(503, f"{where}: {exc}", param=where, code="audio_busy") from None
-    except AudioError as exc:
-        raise bad(where, f"{where}: {exc}", "bad_audio") from None
+    audio.check_audio(data, fmt)         # the label is checked every time, even for a clip decoded before
+    pcm = clips.get(key)
+    if pcm is None:
+        pcm = audio.decode(data, fmt, rate)
+        clips.put(key, pcm)
     return pcm
 
 

@@ -15,6 +15,7 @@ import time
 
 from llmpack.errors import LlmpackError
 from llmpack.runtime.sandbox import pool as P
+from llmpack.runtime.sandbox.ladder import Ladder
 from llmpack.runtime.sandbox.pool import GRACE_S, WORKER_FLAG  # noqa: F401 - the tests and the stub name them here
 from llmpack.runtime.documents import extract as D
 
@@ -22,6 +23,11 @@ MEMORY_BYTES = 1 << 30      # address space of one worker (a 32 MB PDF needs a f
 MEMORY_ENV = "LLMPACK_EXTRACT_MEMORY_MB"   # another cap, in MiB
 WORKERS = 2
 MAX_ANSWER = 256 << 20      # a document's text comes back in the JSON half; no raw bytes
+_SLOW = (f"reading {{name}} took longer than {D.TIME_LIMIT_S:.0f} s, so llmpack gave up; "
+         "attach a smaller file or copy its text in")
+LADDER = Ladder(D.DocumentError, busy_error=D.DocumentError, slow=_SLOW, busy=_SLOW,   # busy: as slow, to a reader
+                memory="{name} needs more memory to read than llmpack allows ({mb}); "
+                       "attach a smaller file or copy its text in")
 
 
 def memory_limit() -> int:
@@ -58,15 +64,8 @@ class Sandbox:
 
     def extract(self, name: str, data: bytes, *, media_type: str = "", time_limit: float = D.TIME_LIMIT_S) -> D.Document:
         """documents.extract in a worker; DocumentError for the file, its time or its memory."""
-        try:
-            answer, _ = self._pool.run({"name": name, "media_type": media_type}, data, time_limit=time_limit)
-        except P.Refused as exc:
-            raise D.DocumentError(str(exc)) from None
-        except P.OutOfMemory:
-            raise D.DocumentError(f"{name} needs more memory to read than llmpack allows ({D._mb(self.memory)}); "
-                                  "attach a smaller file or copy its text in") from None
-        except (P.TooSlow, P.Busy):
-            raise _slow(name) from None
+        answer, _ = LADDER.run(self._pool, {"name": name, "media_type": media_type}, data, time_limit=time_limit,
+                               name=name, mb=D._mb(self.memory))
         # JSON made the headings' tuples lists
         return D.Document(**{**answer, "headings": [tuple(h) for h in answer.get("headings", [])]})
 
@@ -74,7 +73,3 @@ class Sandbox:
         """Kill the idle workers (a busy one is killed by its own deadline)."""
         self._pool.close()
 
-
-def _slow(name: str) -> D.DocumentError:
-    return D.DocumentError(f"reading {name} took longer than {D.TIME_LIMIT_S:.0f} s, so llmpack gave up; "
-                           "attach a smaller file or copy its text in")

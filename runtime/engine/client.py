@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, runtime_checkable
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.engine.images import ImageError
 from llmpack.runtime.engine.outputs import RequestOutput
 from llmpack.runtime.engine.request import EngineDeadError, PromptTooLongError, QueueFullError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
+from llmpack.runtime.media.images import ImageError
 from llmpack.runtime.structured.grammar import GrammarError
 
 # The errors a client of the engine handles, importable from here with the protocol.
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from llmpack.runtime.engine.outputs import EngineStats
     from llmpack.runtime.engine.media import MultimodalPrompt   # built by the engine (media_prompt), only passed back
-    from llmpack.runtime.engine.pictures import Picture
+    from llmpack.runtime.media.pictures import Picture
 
 
 class EmbeddingError(LlmpackError):

@@ -257,8 +257,8 @@ class LLMEngine:
             self.mm and self._thread and self._wakeup.wait(0.5)   # only images being encoded: the encoder wakes us
             return []
         trace.lap("schedule")
-        try:     # image rows first; a failure there (undone by decode_images) fails only this step
-            starts = self.mm.decode_images(out.chunks) if self.mm is not None else None
+        try:     # picture and sound rows first; a failure there (undone by decode_media) fails only this step
+            starts = self.mm.decode_media(out.chunks) if self.mm is not None else None
         except Exception as exc:  # noqa: BLE001
             return self._step_failed(out, exc)
         plan = plan_batch(out.chunks, starts)
@@ -270,7 +270,7 @@ class LLMEngine:
                 self.runner.decode(plan)
         except Exception as exc:  # noqa: BLE001 - a failed step fails its own sequences, not the engine
             if starts is not None:   # this step's image rows are in llama.cpp: take them out again
-                self.mm.undo_images(out.chunks, starts)
+                self.mm.undo_media(out.chunks, starts)
             return self._step_failed(out, exc)
         trace.lap("llama_decode")
         self.steps += 1

@@ -1,6 +1,6 @@
 """A prompt with pictures or sound in it, as the engine carries it: data only, no llama.cpp.
 
-The projector (vision.Projector) turns each picture or clip into a MediaSpan: `n_tokens` rows of
+The projector (projector.Projector) turns each picture or clip into a MediaSpan: `n_tokens` rows of
 the text model's sequence that it fills with embeddings instead of token ids, one KV cell each,
 and the placeholder MEDIA_TOKEN at those rows in `token_ids`. Everything downstream - block
 tables, the prefix cache, the scheduler's budget, positions - treats a span the same whatever it
@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 MEDIA_TOKEN = -1      # the placeholder id of a span's rows in a sequence's token_ids (never a real token)
-IMAGE_TOKEN = MEDIA_TOKEN   # its name when only pictures had rows
 
 
 @dataclass(eq=False)
@@ -53,18 +52,11 @@ class MediaSpan:
                                np.zeros(self.n_tokens, np.int32)])
 
 
-ImageSpan = MediaSpan   # the name before sound had rows too
-
-
 @dataclass(eq=False)
 class MultimodalPrompt:
     """A tokenized prompt with pictures or sound: token_ids holds MEDIA_TOKEN at every span's rows."""
     token_ids: list[int]
     spans: list[MediaSpan]
-
-    @property
-    def images(self) -> list[MediaSpan]:   # its name before sound had spans too
-        return self.spans
 
     def __len__(self) -> int:   # a prompt's length, as for a list of token ids
         return len(self.token_ids)

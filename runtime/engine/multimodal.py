@@ -3,7 +3,7 @@ rows, and decoding them into the same paged KV cache as text.
 
 How an image travels (vLLM's design, on llama.cpp; a clip of sound travels the same way, as one
 causal span of rows per 30-second window, decoded over as many steps as its rows need):
-- The request thread tokenizes the prompt with the projector (vision.Projector.prompt): the
+- The request thread tokenizes the prompt with the projector (projector.Projector.prompt): the
   image becomes `n_tokens` placeholder ids (MEDIA_TOKEN) in token_ids, and a media.MediaSpan.
 - The engine thread, when it first sees the request, looks the prompt up in the prefix cache
   (no side effects) and hands every image the cache does not cover to the encoder thread here,
@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from llmpack.lru import LruCache
-from llmpack.runtime.engine.images import ImageError
 from llmpack.runtime.engine.media import MEDIA_TOKEN, MediaSpan, MultimodalPrompt
 from llmpack.runtime.engine.model_runner import DecodeError
+from llmpack.runtime.engine.projector import Projector, ProjectorLoadError
 from llmpack.runtime.engine.sampling_params import InvalidParameterError
-from llmpack.runtime.engine.vision import Projector, ProjectorLoadError
 from llmpack.runtime.media.audio import AudioError
+from llmpack.runtime.media.images import ImageError
 from llmpack.runtime.hardware.bindings import lc
 
 if TYPE_CHECKING:
@@ -158,8 +158,8 @@ class Multimodal:
         return n
 
     # ---- engine thread: one step --------------------------------------------------------
-    def decode_images(self, chunks: "list[ScheduledChunk]") -> list[int]:
-        """Decode the image rows at the head of each chunk (one llama_decode each) and return,
+    def decode_media(self, chunks: "list[ScheduledChunk]") -> list[int]:
+        """Decode the picture or sound rows at the head of each chunk (one llama_decode each) and return,
         per chunk, the index of its first text token."""
         text_starts: list[int] = []
         for c in chunks:
@@ -174,7 +174,7 @@ class Multimodal:
             try:
                 self.decode_embd(rows, pos, c.seq.llama_seq, span.non_causal)
             except Exception:
-                self.undo_images(chunks[:len(text_starts)], text_starts)   # the step fails whole
+                self.undo_media(chunks[:len(text_starts)], text_starts)   # the step fails whole
                 raise
             text_starts.append(end)
         return text_starts
@@ -225,8 +225,8 @@ class Multimodal:
         if rc != 0:
             raise DecodeError(rc)
 
-    def undo_images(self, chunks: "list[ScheduledChunk]", text_starts: list[int]) -> None:
-        """Remove the image rows decode_images put in llama.cpp (the step failed after it)."""
+    def undo_media(self, chunks: "list[ScheduledChunk]", text_starts: list[int]) -> None:
+        """Remove the picture or sound rows decode_media put in llama.cpp (the step failed after it)."""
         for c, t0 in zip(chunks, text_starts):
             if t0 > c.start:
                 self.runner.seq_rm(c.seq.llama_seq, c.seq.position(c.start), c.seq.position(t0))

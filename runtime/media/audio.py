@@ -3,11 +3,11 @@
 A clip reaches us from a stranger (an API call, the chat page's microphone), and the decoders
 behind it (miniaudio's WAV, MP3 and FLAC readers inside llama.cpp's mtmd) trust their input. So
 the bytes are checked here first (a size cap, the format by its signature, which must agree with
-what the client said it sent), and the decoding itself is a job of the sandbox's worker pool
-(runtime/sandbox/pool.py: a warm child under a memory cap and a deadline, at most WORKERS clips at
-once, the pool's slots the semaphore), as pictures are (engine/pictures.py): `decode` sends the
-bytes, `decode_job` runs `decode_pcm` in the child, and the server only ever sees mono float
-samples, no more of them than the length cap allows. A clip is refused *before* its samples are
+what the client said it sent: header.py, as for pictures), and the decoding itself is a job of the
+sandbox's worker pool (runtime/sandbox/pool.py: a warm child under a memory cap and a deadline, at
+most WORKERS clips at once, the pool's slots the semaphore), on the path pictures take
+(decoder.py): `decode` sends the bytes, `decode_job` runs `decode_pcm` in the child, and the
+server only ever sees mono float samples, no more of them than the length cap allows. A clip is refused *before* its samples are
 allocated when it is longer than MAX_AUDIO_SECONDS (llmpack's llama.cpp patch
 `mtmd_helper_decode_audio` reads the length first; builder/llama_source.py). Every limit lives
 here once.
@@ -20,14 +20,15 @@ from __future__ import annotations
 import ctypes
 import io
 import struct
-import threading
 import wave
 from dataclasses import dataclass
 
 import numpy as np
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.sandbox import pool as P
+from llmpack.runtime.media.decoder import Decoder
+from llmpack.runtime.media.errors import MediaBusy, MediaError
+from llmpack.runtime.media.header import Kind, check_header
 
 MAX_AUDIO_BYTES = 25 * 1024 * 1024     # per clip, as OpenAI's audio uploads
 MAX_AUDIO_SECONDS = 300                # five minutes: mtmd makes ~750 rows of every 30 s (Qwen2-Audio)
@@ -40,11 +41,11 @@ MEDIA_TYPES = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "a
                "audio/mpeg": "mp3", "audio/mp3": "mp3", "audio/flac": "flac", "audio/x-flac": "flac"}
 
 
-class AudioError(LlmpackError):
+class AudioError(MediaError):
     """This clip cannot be used; the message says why in words a person can act on."""
 
 
-class AudioBusy(AudioError):
+class AudioBusy(AudioError, MediaBusy):
     """Every sound decoder stayed busy for TIME_LIMIT_S: the server is overloaded, not the clip bad."""
 
 
@@ -68,59 +69,33 @@ def sniff_audio(data: bytes) -> str | None:
 def check_audio(data: bytes, fmt: str | None = None) -> AudioInfo:
     """The size cap and the format: `fmt` (input_audio's "format", or a media type) must agree
     with the bytes. Raises AudioError otherwise. Nothing here decodes a sample."""
-    if not data:
-        raise AudioError("the audio is empty")
-    if len(data) > MAX_AUDIO_BYTES:
-        raise AudioError(f"the audio is {len(data) / 2**20:.1f} MiB; the limit is {MAX_AUDIO_BYTES >> 20} MiB")
-    found = sniff_audio(data)
-    if fmt is not None:
-        declared = MEDIA_TYPES.get(fmt.lower(), fmt.lower())
-        if declared not in FORMATS:
-            raise AudioError(f"audio must be WAV, MP3 or FLAC, not {fmt}")
-        if found is not None and found != declared:
-            raise AudioError(f"the data is labelled {declared.upper()} but is a {found.upper()} file")
-    if found is None:
-        raise AudioError("this is not a WAV, MP3 or FLAC file")
-    return AudioInfo(found, len(data))
+    return AudioInfo(check_header(data, AUDIO, fmt), len(data))
 
 
-_pool: P.Pool | None = None
-_pool_lock = threading.Lock()
+def _accept(info: AudioInfo, asked: dict, answer: dict, raw: bytes) -> np.ndarray:
+    """The child's samples, if there are as many as it said and no more than the length asked for allows."""
+    pcm = np.frombuffer(raw, "<f4")
+    limit = asked["max_seconds"] * asked["rate"] + asked["rate"]
+    if pcm.size != answer.get("frames") or pcm.size == 0 or pcm.size > limit:
+        raise AudioError(f"the {info.format.upper()} audio decoded to {pcm.size} samples, which its decoder did "
+                         f"not account for")
+    return pcm
 
 
-def _decoders() -> P.Pool:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = P.Pool(f"{__name__}:decode_job", workers=WORKERS, memory=MEMORY_BYTES,
-                           max_answer=MAX_AUDIO_SECONDS * MAX_RATE * 4)
-        return _pool
+AUDIO = Kind("audio", "audio", "file", "WAV, MP3 or FLAC", MAX_AUDIO_BYTES, {**{f: f for f in FORMATS}, **MEDIA_TYPES},
+             sniff_audio, AudioError)       # input_audio's "format" names a format; a media type works too
+DECODER: Decoder[AudioInfo, np.ndarray] = Decoder(
+    f"{__name__}:decode_job", AUDIO, check=check_audio, accept=_accept, busy=AudioBusy,
+    send=("a shorter clip", "a shorter clip, or WAV"), others="other sound",
+    workers=WORKERS, memory=MEMORY_BYTES, max_answer=MAX_AUDIO_SECONDS * MAX_RATE * 4, time_limit=TIME_LIMIT_S)
 
 
 def decode(data: bytes, fmt: str | None, sample_rate: int, max_seconds: float = MAX_AUDIO_SECONDS) -> np.ndarray:
     """The clip in `data` as mono float32 PCM at `sample_rate` Hz, decoded in a sandboxed child, or
     AudioError with a sentence that names the problem (AudioBusy when no decoder was free)."""
-    info = check_audio(data, fmt)        # cheap, here: most bad clips never reach a child
-    name = info.format.upper()
     if not 0 < sample_rate <= MAX_RATE:
         raise AudioError(f"this model takes sound at {sample_rate} Hz; llmpack decodes for up to {MAX_RATE} Hz")
-    try:
-        head, raw = _decoders().run({"rate": sample_rate, "max_seconds": max_seconds}, data, time_limit=TIME_LIMIT_S)
-    except P.Refused as exc:
-        raise AudioError(str(exc)) from None
-    except P.OutOfMemory:
-        raise AudioError(f"the {name} audio needs more memory to decode than llmpack allows "
-                         f"({MEMORY_BYTES >> 20} MiB); send a shorter clip") from None
-    except P.TooSlow:
-        raise AudioError(f"decoding the {name} audio took longer than {TIME_LIMIT_S:.0f} s, so llmpack gave up; "
-                         f"send a shorter clip, or WAV") from None
-    except P.Busy:
-        raise AudioBusy(f"the server is decoding other sound and none finished within {TIME_LIMIT_S:.0f} s; "
-                        f"try again in a moment") from None
-    pcm = np.frombuffer(raw, "<f4")
-    if pcm.size != head.get("frames") or pcm.size == 0 or pcm.size > max_seconds * sample_rate + sample_rate:
-        raise AudioError(f"the {name} audio decoded to {pcm.size} samples, which its decoder did not account for")
-    return pcm
+    return DECODER.decode(data, fmt, rate=sample_rate, max_seconds=max_seconds)
 
 
 def decode_job(head: dict, data: bytes) -> tuple[dict, bytes]:

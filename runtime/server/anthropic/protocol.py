@@ -13,7 +13,7 @@ import secrets
 from typing import Any
 
 from llmpack.runtime.core.errors import ApiError, bad
-from llmpack.runtime.core.media import MediaItem, media_part
+from llmpack.runtime.core.media import MediaItem
 from llmpack.runtime.core.params import SamplingValues, known_fields
 from llmpack.runtime.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.core.request import ChatRequest
@@ -55,18 +55,18 @@ def _text_of(blocks: Any, where: str) -> str:
     return "\n".join(out)
 
 
-def _source_part(block: dict, where: str) -> dict:
-    """An image or document block as the content part the core reads (media, text or file)."""
+def _source_part(block: dict, where: str) -> dict | MediaItem:
+    """An image or document block as the content part the core reads (a MediaItem, text or file)."""
     src = block.get("source")
     _need(isinstance(src, dict), f"{where}.source", "Field required")
     kind, media, data = src.get("type"), src.get("media_type"), src.get("data")
     if block["type"] == "image":
         if kind == "base64":
             _need(isinstance(data, str) and isinstance(media, str), f"{where}.source", "needs media_type and data")
-            return media_part(MediaItem("image", f"data:{media};base64,{data}", media, where))
+            return MediaItem("image", f"data:{media};base64,{data}", media, where)
         _need(kind == "url" and isinstance(src.get("url"), str), f"{where}.source.type",
               "must be 'base64' or 'url' (with a url)")
-        return media_part(MediaItem("image", src["url"], None, where))
+        return MediaItem("image", src["url"], None, where)
     title = block.get("title")
     head = f"{title}\n\n" if isinstance(title, str) and title else ""
     if kind == "text":
@@ -84,7 +84,7 @@ def _blocks(role: str, content: list, where: str) -> list[dict]:
     """One Anthropic turn -> chat-template messages: tool results become `tool` turns before the
     rest, tool_use blocks the assistant's tool_calls, earlier thinking is left out. A picture keeps
     its block name ("messages.0.content.1") in its MediaItem, for 400s."""
-    parts: list[dict] = []
+    parts: list[dict | MediaItem] = []
     calls: list[dict] = []
     results: list[dict] = []
     for j, b in enumerate(content):

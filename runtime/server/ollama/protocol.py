@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from llmpack.runtime.core.errors import ApiError, bad
-from llmpack.runtime.core.media import base64_image_item, media_part
+from llmpack.runtime.core.media import MediaItem, base64_image_item
 from llmpack.runtime.core.params import SamplingValues, flag, known_fields
 from llmpack.runtime.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.core.request import ChatRequest, CompletionRequest
@@ -105,14 +105,14 @@ def think(value: Any) -> bool | str | None:
     return value
 
 
-def _images(images: Any, where: str) -> list[dict]:
-    """Ollama's base64 strings as media parts, each labelled by its bytes (PNG, JPEG, WebP, GIF) and
+def _images(images: Any, where: str) -> list[MediaItem]:
+    """Ollama's base64 strings as the core's MediaItems, each labelled by its bytes (PNG, JPEG, WebP, GIF) and
     named as the client sent it ("messages[0].images[1]"), for 400s."""
     if images is None:
         return []
     if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
         raise bad(where, f"{where} must be a list of base64 images")
-    return [media_part(base64_image_item(b64, f"{where}[{k}]")) for k, b64 in enumerate(images)]
+    return [base64_image_item(b64, f"{where}[{k}]") for k, b64 in enumerate(images)]
 
 
 def _tool_calls(m: dict, i: int) -> list[dict]:
@@ -128,7 +128,7 @@ def _tool_calls(m: dict, i: int) -> list[dict]:
 
 
 def chat_messages(messages: Any) -> list[dict]:
-    """Ollama's messages as chat-template messages: images become media parts, tool calls the
+    """Ollama's messages as chat-template messages: images become MediaItems, tool calls the
     OpenAI shape, and a tool reply names its call (Ollama sends the tool's name, not an id)."""
     if not isinstance(messages, list):
         raise bad("messages", "messages must be a list")

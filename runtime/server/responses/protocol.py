@@ -14,7 +14,7 @@ import secrets
 from typing import Any
 
 from llmpack.runtime.core.errors import bad
-from llmpack.runtime.core.media import MediaItem, media_part
+from llmpack.runtime.core.media import MediaItem
 from llmpack.runtime.core.params import SamplingValues, flag, known_fields
 from llmpack.runtime.core.plan import Constraint, ToolRequest, make_tool
 from llmpack.runtime.core.request import ChatRequest
@@ -32,6 +32,38 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(16)}"
 
 
+def _media(part: dict, where: str) -> MediaItem:
+    """An input_image or input_audio part as the core's MediaItem."""
+    if part["type"] == "input_image":
+        return MediaItem("image", part.get("image_url"), None, where)
+    spec = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
+    return MediaItem("audio", spec.get("data"), spec.get("format"), where)
+
+
+def _stored_part(item: MediaItem) -> dict:
+    """A MediaItem as the store keeps it: the room's own part, plus where the client first sent it."""
+    if item.kind == "image":
+        return {"type": "input_image", "image_url": item.data, "where": item.where}
+    return {"type": "input_audio", "input_audio": {"data": item.data, "format": item.mime}, "where": item.where}
+
+
+def stored(messages: list[dict]) -> list[dict]:
+    """A conversation as the store keeps it (JSON): each picture or clip as an input_image or
+    input_audio part; `restored` reads it back for the next turn's previous_response_id."""
+    return [{**m, "content": [_stored_part(p) if isinstance(p, MediaItem) else p for p in m["content"]]}
+            if isinstance(m.get("content"), list) else m for m in messages]
+
+
+def restored(messages: list[dict]) -> list[dict]:
+    """A stored conversation with its pictures and clips as MediaItems again, named where they were sent."""
+    def part(p: Any) -> Any:
+        if isinstance(p, dict) and p.get("type") in ("input_image", "input_audio"):
+            return _media(p, p.get("where") or "previous_response_id")
+        return p
+    return [{**m, "content": [part(p) for p in m["content"]]} if isinstance(m.get("content"), list) else m
+            for m in messages]
+
+
 def _content(content: Any, where: str) -> Any:
     if isinstance(content, str):
         return content
@@ -45,14 +77,11 @@ def _content(content: Any, where: str) -> Any:
             if not isinstance(p.get("text"), str):
                 raise bad(f"{pw}.text", f"'{pw}.text' must be a string")
             parts.append({"type": "text", "text": p["text"]})
-        elif kind == "input_image":
-            if not isinstance(p.get("image_url"), str):
+        elif kind in ("input_image", "input_audio"):
+            if kind == "input_image" and not isinstance(p.get("image_url"), str):
                 raise bad(f"{pw}.image_url", f"'{pw}.image_url' must be a URL or a data: URL (file_id is not "
                           "supported: this server keeps no files)")
-            parts.append(media_part(MediaItem("image", p["image_url"], None, pw)))
-        elif kind == "input_audio":
-            spec = p.get("input_audio") if isinstance(p.get("input_audio"), dict) else {}
-            parts.append(media_part(MediaItem("audio", spec.get("data"), spec.get("format"), pw)))
+            parts.append(_media(p, pw))
         elif kind == "input_file":
             if not isinstance(p.get("file_data"), str):
                 raise bad(f"{pw}.file_data", f"'{pw}.file_data' is required (file_id and file_url are not "

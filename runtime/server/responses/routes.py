@@ -17,7 +17,7 @@ from llmpack.runtime.server.http.context import app_context, ready_model
 from llmpack.runtime.server.http import security
 from llmpack.runtime.server.http.streaming import model_and_body, start_generation, streamed
 from llmpack.runtime.server.responses.protocol import (assistant_turn, chat_request, file_citations, new_id,
-                                                       output_items, response_object, usage)
+                                                       output_items, response_object, restored, stored, usage)
 from llmpack.runtime.server.responses.store import ResponseStore, StoreError
 from llmpack.runtime.server.responses.stream import ResponseStream
 
@@ -35,7 +35,7 @@ def _history(model: ServedModel, body: Any) -> list[dict]:
         return []
     if not isinstance(prev, str) or not prev:
         raise bad("previous_response_id", "'previous_response_id' must be the id of a stored response")
-    return _stored(app_context().responses.get, prev, "previous_response_id")[0]
+    return restored(_stored(app_context().responses.get, prev, "previous_response_id")[0])
 
 
 def _keep(store: ResponseStore, model: ServedModel, body: dict, final: dict, conversation: list[dict],
@@ -44,7 +44,7 @@ def _keep(store: ResponseStore, model: ServedModel, body: dict, final: dict, con
     if body.get("store") is False or final["status"] == "failed":
         return
     try:
-        store.put(model.model_key, final["id"], [*conversation, reply], final)
+        store.put(model.model_key, final["id"], stored([*conversation, reply]), final)
     except StoreError as exc:   # the answer still goes out; the client learns it was not kept
         print(f"llmpack: {exc}", file=sys.stderr)
         final["store"] = False

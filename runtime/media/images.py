@@ -12,7 +12,8 @@ is walked too. A JPEG with a second start-of-frame marker (a small first frame, 
 second one), an animation frame that reaches outside its picture, more frames than MAX_FRAMES or
 a JPEG of more than MAX_JPEG_SCANS scans (each scan is another pass over every pixel) is refused
 here. Decoding itself happens in a child process under a memory cap (pictures.py), which also
-checks that a PNG's data inflates to no more than its pixels need.
+checks that a PNG's data inflates to no more than its pixels need. The first look (size, signature,
+the media type's agreement) is the one every kind of media takes (header.py).
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ import re
 import struct
 from dataclasses import dataclass
 
-from llmpack.errors import LlmpackError
+from llmpack.runtime.media.errors import MediaError
+from llmpack.runtime.media.header import Kind, check_header
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024       # per image, as OpenAI's API
 MAX_IMAGE_PIXELS = 7680 * 4320           # 8K UHD: more than any phone camera, and ~100 MB as RGB
@@ -32,7 +34,7 @@ MEDIA_TYPES = {"image/png": "png", "image/jpeg": "jpeg", "image/jpg": "jpeg", "i
                "image/gif": "gif"}
 
 
-class ImageError(LlmpackError):
+class ImageError(MediaError):
     """This image cannot be used; the message says why in words a person can act on."""
 
 
@@ -59,19 +61,7 @@ def sniff(data: bytes) -> str | None:
 def check_image(data: bytes, media_type: str | None = None) -> ImageInfo:
     """Read the header of a PNG, JPEG, WebP or GIF and check it against the limits; raises
     ImageError otherwise. `media_type` (from a data: URL) must agree with the bytes."""
-    if not data:
-        raise ImageError("the image is empty")
-    if len(data) > MAX_IMAGE_BYTES:
-        raise ImageError(f"the image is {len(data) / 2**20:.1f} MiB; the limit is {MAX_IMAGE_BYTES // 2**20} MiB")
-    fmt = sniff(data)
-    if media_type is not None:
-        declared = MEDIA_TYPES.get(media_type.lower())
-        if declared is None:
-            raise ImageError(f"images must be PNG, JPEG, WebP or GIF, not {media_type}")
-        if fmt is not None and fmt != declared:
-            raise ImageError(f"the data is labelled {media_type} but is a {fmt.upper()} image")
-    if fmt is None:
-        raise ImageError("this is not a PNG, JPEG, WebP or GIF image")
+    fmt = check_header(data, IMAGE, media_type)
     try:
         width, height = _READERS[fmt](data)
     except (struct.error, IndexError, ValueError) as exc:
@@ -254,3 +244,4 @@ def _frame_inside(what: str, k: int, x: int, y: int, w: int, h: int, width: int,
 
 
 _READERS = {"png": _png, "jpeg": _jpeg, "gif": _gif, "webp": _webp}
+IMAGE = Kind("image", "images", "image", "PNG, JPEG, WebP or GIF", MAX_IMAGE_BYTES, MEDIA_TYPES, sniff, ImageError)

@@ -1,11 +1,12 @@
 """A model's projector (the mmproj GGUF: a vision encoder, an audio encoder or both), through
 llama.cpp's mtmd library.
 
-mtmd does three things for us: it preprocesses a picture (raw RGB, decoded in a sandboxed child by
-pictures.py) or a clip into a bitmap and then into chunks (a picture resized, normalised, split into
-tiles as the projector wants; sound as a log-mel spectrogram in 30-second windows), it says how many
-embedding rows each chunk becomes in the text model's sequence, and it runs the encoder and
-projector (`encode`), leaving those rows in its output buffer. Everything after that - where the
+One projector reads pictures and sound alike. mtmd does three things for us: it preprocesses a
+picture (raw RGB, decoded in a sandboxed child by runtime/media/pictures.py) or a clip into a
+bitmap and then into chunks (a picture resized, normalised, split into tiles as the projector
+wants; sound as a log-mel spectrogram in 30-second windows), it says how many embedding rows each
+chunk becomes in the text model's sequence, and it runs the encoder and projector (`encode`),
+leaving those rows in its output buffer. Everything after that - where the
 rows go in the KV cache, when they are decoded, what is cached - is the engine's
 (runtime/engine/multimodal.py), so pictures and sound share the block tables, the prefix cache and
 the token budget with text (media.MediaSpan).
@@ -30,17 +31,17 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.engine.images import ImageError
-from llmpack.runtime.engine.media import IMAGE_TOKEN, MEDIA_TOKEN, ImageSpan, MediaSpan, MultimodalPrompt
-from llmpack.runtime.engine.pictures import Picture
-from llmpack.runtime.engine.pictures import decode as decode_picture
+from llmpack.runtime.engine.media import MEDIA_TOKEN, MediaSpan, MultimodalPrompt
 from llmpack.runtime.engine.model_runner import _route_llama_log
 from llmpack.runtime.media.audio import AudioError
+from llmpack.runtime.media.images import ImageError
+from llmpack.runtime.media.pictures import Picture
+from llmpack.runtime.media.pictures import decode as decode_picture
 
 if TYPE_CHECKING:
     from llmpack.runtime.engine.model_runner import ModelRunner
 
-__all__ = ["IMAGE_TOKEN", "ImageSpan", "MultimodalPrompt", "Projector", "ProjectorLoadError", "reads_in_place"]
+__all__ = ["Projector", "ProjectorLoadError", "reads_in_place"]
 _TEXT_CHUNK, _IMAGE_CHUNK, _AUDIO_CHUNK = 0, 1, 2   # mtmd_input_chunk_type
 _KINDS = {_IMAGE_CHUNK: "image", _AUDIO_CHUNK: "audio"}
 

@@ -4,6 +4,8 @@ The decoders behind a picture (stb_image inside llama.cpp, libpng/libjpeg/libweb
 Pillow) are large C parsers fed by strangers, and llama.cpp's stb_image decodes in-process
 with no memory limit: a 522 KB PNG whose zlib stream inflated to 514 MiB went through it. So:
 
+Every picture takes the media room's one path (decoder.py):
+
 * the header and structure are checked first, in the server (images.check_image: format,
   pixel and side limits, one JPEG frame, animation frames inside the picture), which is cheap and
   refuses most bad pictures without starting anything;
@@ -19,18 +21,18 @@ with no memory limit: a 522 KB PNG whose zlib stream inflated to 514 MiB went th
   the projector builds its bitmap from them (mtmd_bitmap_init): no stranger's byte reaches
   stb_image in the server process.
 
-Audio (issue 39) follows the same path: another job in this style, PCM instead of RGB.
+Sound (audio.py) takes the same path: PCM instead of RGB.
 """
 from __future__ import annotations
 
 import io
-import threading
 import warnings
 import zlib
 from dataclasses import dataclass
 
-from llmpack.runtime.engine.images import (MAX_IMAGE_PIXELS, PNG_CHANNELS, ImageError, check_image)
-from llmpack.runtime.sandbox import pool as P
+from llmpack.runtime.media.decoder import Decoder
+from llmpack.runtime.media.errors import MediaBusy
+from llmpack.runtime.media.images import IMAGE, MAX_IMAGE_PIXELS, PNG_CHANNELS, ImageError, ImageInfo, check_image
 
 MEMORY_BYTES = 1 << 30       # address space of one decoder child: an 8K RGBA picture and its RGB copy fit
 TIME_LIMIT_S = 15.0          # to wait for a free decoder, and again to decode (a normal photo takes < 1 s)
@@ -39,7 +41,7 @@ INFLATE_STEP = 1 << 20       # a PNG's data is inflated this much at a time, and
 _PILLOW = {"png": "PNG", "jpeg": "JPEG", "gif": "GIF", "webp": "WEBP"}
 
 
-class DecoderBusy(ImageError):
+class DecoderBusy(ImageError, MediaBusy):
     """Every picture decoder stayed busy for TIME_LIMIT_S: the server is overloaded, not the picture bad."""
 
 
@@ -52,47 +54,31 @@ class Picture:
     rgb: bytes
 
 
-_pool: P.Pool | None = None
-_pool_lock = threading.Lock()
+def _accept(info: ImageInfo, asked: dict, answer: dict, rgb: bytes) -> Picture:
+    """The child's pixels, if they are the picture its header declared."""
+    width, height = answer.get("width"), answer.get("height")
+    if (width, height) != (info.width, info.height) or len(rgb) != info.width * info.height * 3:
+        raise ImageError(f"the {info.format.upper()} image decoded to {width} x {height} pixels, not the "
+                         f"{info.width} x {info.height} its header says: it is damaged")
+    return Picture(info.format, width, height, rgb)
 
 
-def _decoders() -> P.Pool:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = P.Pool(f"{__name__}:decode_job", workers=WORKERS, memory=MEMORY_BYTES,
-                           max_answer=MAX_IMAGE_PIXELS * 3)
-        return _pool
+DECODER: Decoder[ImageInfo, Picture] = Decoder(
+    f"{__name__}:decode_job", IMAGE, check=check_image, accept=_accept, busy=DecoderBusy,
+    send=("a smaller picture", "a smaller or simpler picture"), others="other pictures",
+    workers=WORKERS, memory=MEMORY_BYTES, max_answer=MAX_IMAGE_PIXELS * 3, time_limit=TIME_LIMIT_S)
 
 
 def decode(data: bytes, media_type: str | None = None) -> Picture:
-    """The picture in `data` as RGB pixels, or ImageError with a sentence that names the problem."""
-    info = check_image(data, media_type)        # cheap, here: most bad pictures never reach a child
-    name = info.format.upper()
-    try:
-        head, rgb = _decoders().run({"media_type": media_type or ""}, data, time_limit=TIME_LIMIT_S)
-    except P.Refused as exc:
-        raise ImageError(str(exc)) from None
-    except P.OutOfMemory:
-        raise ImageError(f"the {name} image needs more memory to decode than llmpack allows "
-                         f"({MEMORY_BYTES >> 20} MiB); send a smaller picture") from None
-    except P.TooSlow:
-        raise ImageError(f"decoding the {name} image took longer than {TIME_LIMIT_S:.0f} s, so llmpack gave up; "
-                         f"send a smaller or simpler picture") from None
-    except P.Busy:
-        raise DecoderBusy(f"the server is decoding other pictures and none finished within {TIME_LIMIT_S:.0f} s; "
-                          f"try again in a moment") from None
-    width, height = head.get("width"), head.get("height")
-    if (width, height) != (info.width, info.height) or len(rgb) != info.width * info.height * 3:
-        raise ImageError(f"the {name} image decoded to {width} x {height} pixels, not the {info.width} x "
-                         f"{info.height} its header says: it is damaged")
-    return Picture(info.format, width, height, rgb)
+    """The picture in `data` as RGB pixels, or ImageError with a sentence that names the problem
+    (DecoderBusy when no decoder came free)."""
+    return DECODER.decode(data, media_type)
 
 
 # ---------------------------------------------------------------- in the child
 def decode_job(head: dict, data: bytes) -> tuple[dict, bytes]:
     """The worker's side: check, inflate-check a PNG, decode the first frame with Pillow."""
-    info = check_image(data, head.get("media_type") or None)
+    info = check_image(data, head.get("declared") or None)
     if info.format == "png":
         _png_inflates_to_its_size(data, info.width, info.height)
     from PIL import Image   # lazy: only the decoder child loads Pillow
