@@ -13,7 +13,6 @@ import random
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
