@@ -74,11 +74,12 @@ def test_a_cancelled_call_closes_the_apps_stream_at_the_next_chunk():
 
 
 def test_hostile_paths_and_content_parts_reach_the_app_as_the_single_server_gives_them():
-    """Found by the protocol fuzz of Ray's ingress (issue 46): a part whose "text" is not text made
-    the ingress's routing hint raise (a bare 500), and a path that decodes beyond Latin-1 made
+    """Found by the protocol fuzz of Ray's ingress (issue 46): a part whose "text" is not text, or
+    JSON nested too deep for Python's parser, made the ingress's routing hint raise (a bare 500), and a path that decodes beyond Latin-1 made
     Werkzeug raise in the replica (a 503 naming Ray's internals). The single server's app answers both."""
     body = json.dumps({"messages": [{"role": "user", "content": [{"type": "text", "text": 3}, {"text": "hi"}]}]})
     assert prompt_text("/v1/chat/completions", body.encode()) == "<user>hi"
+    assert prompt_text("/v1/completions", b"[" * 5000 + b"]" * 5000) == ""   # too deep for json: no hint
     from flask import Flask
 
     app = Flask(__name__)

@@ -52,7 +52,7 @@ def prompt_text(path: str, body: bytes) -> str:
         return ""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):   # 5,000 nested lists: the app answers 400
         return ""
     if not isinstance(data, dict):
         return ""
