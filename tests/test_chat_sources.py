@@ -4,6 +4,7 @@ in a Markdown export. Chats from before sources load as they were."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,45 @@ def test_the_markdown_export_lists_each_place_once_under_its_reply():
     assert md.count("manual.pdf · p. 97") == 1
     assert f"{REPLY}\n\nSources:\n\n- manual.pdf · p. 97 (not [p. 96], as the reply says): “{QUOTE}”\n" in md
     assert "Sources:" not in to_markdown(clean_chat(chat([]), chat_id="c"), "Model")
+
+
+# What a hostile CSV cell and a hostile file name bring into an export (issue 46): raw HTML with a
+# script in an attribute, a Markdown link and a Markdown picture with javascript: URLs, a line break
+# that would start a block of its own.
+CELL = '<img src=x onerror=alert(1)> [click](javascript:alert(2)) ![p](javascript:alert(3)) **bold**'
+FILE = 'prices](javascript:alert(4))<script>alert(5)</script>\n\n[go](javascript:alert(6)).csv'
+
+
+def hostile_chat() -> dict:
+    source = {**SOURCE, "file": FILE, "file_id": None, "label": f"{FILE} · line 2", "quote": CELL,
+              "context": CELL, "quote_start": 0, "quote_end": len(CELL), "model_mark": None, "mark_right": None}
+    picture = "data:image/png;base64,iVBORw0KGgo="
+    user = {"id": "q", "parent": None, "role": "user", "content": "Prices?", "attachments": [
+        {"name": FILE, "kind": "text", "text": CELL}, {"name": FILE, "kind": "image", "text": "", "data_url": picture},
+        {"name": FILE, "kind": "audio", "text": "", "note": "0:01", "audio_url": "data:audio/wav;base64,UklGRg=="}]}
+    reply = {"id": "r", "parent": "q", "role": "assistant", "content": "See the sheet.", "sources": [source]}
+    return clean_chat({"title": FILE, "messages": [user, reply]}, chat_id="c")
+
+
+def test_the_markdown_export_writes_document_text_and_file_names_as_plain_words():
+    md = to_markdown(hostile_chat(), "Model")
+    attached, _, rest = md.partition("````text\n")
+    body, _, after = rest.partition("\n````\n")
+    assert body == CELL   # the attached text itself stays whole, inside its code fence, where nothing is read
+    outside = attached + after
+    # what Markdown reads: not the HTML block's line, nor an attribute's value (HTML, entities checked below)
+    read = re.sub(r' title="[^"]*"', "", "\n".join(line for line in outside.splitlines()
+                                                   if not line.startswith("<details><summary>")))
+    # raw HTML tags, a link's or picture's "](" (but the picture's own), emphasis, a line of its own: none unescaped
+    for live in (r"<(img|script)", r"(?<!\\)\]\((?!data:image/png;base64,)", r"(?<!\\)\*\*", r"(?m)^\s*(\[|<(?!/?details|audio))"):
+        assert not re.search(live, read), (live, read)
+    assert "&lt;img src=x onerror=alert(1)&gt; \\[click\\](javascript:alert(2)) !\\[p\\](javascript:alert(3)) " \
+           "\\*\\*bold\\*\\*" in outside   # the words are all there, shown as they were written
+    assert "# prices\\](javascript:alert(4))&lt;script&gt;alert(5)&lt;/script&gt; \\[go\\](javascript:alert(6)).csv\n" \
+        in outside   # the title (a file's name when the message had no text), on one line
+    assert "<summary>Attached: prices](javascript:alert(4))&lt;script&gt;alert(5)&lt;/script&gt; " \
+           "[go](javascript:alert(6)).csv</summary>" in outside   # HTML block: entities, one line
+    assert 'title="prices](javascript:alert(4))&lt;script&gt;alert(5)&lt;/script&gt; [go](javascript:alert(6)).csv ' \
+           '(0:01)">Sound: prices\\]' in outside
+    assert "![prices\\](javascript:alert(4))&lt;script&gt;" in outside   # the picture's own URL stays its data: URL
+    assert outside.count("](data:image/png;base64,iVBORw0KGgo=)") == 1

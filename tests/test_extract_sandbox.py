@@ -75,3 +75,22 @@ def test_the_memory_cap_is_set_by_llmpack_extract_memory_mb(monkeypatch: pytest.
         monkeypatch.setenv(MEMORY_ENV, bad)
         with pytest.raises(LlmpackError, match=rf"{MEMORY_ENV}='{re.escape(bad)}': give the memory .* in MiB"):
             Sandbox(workers=1)
+
+
+def test_the_workers_answer_is_held_to_the_text_limit_again(sandbox: Sandbox, monkeypatch):
+    """The worker reads hostile files, so its answer is checked as if this process had read the
+    file (issue 46): here the limit is lowered in this process only, and the worker's answer of
+    ordinary length is over it; a malformed answer is refused the same way."""
+    text = "A" * 5000
+    assert sandbox.extract("big.txt", text.encode(), media_type="text/plain").text == text
+    monkeypatch.setattr(D, "MAX_TEXT_CHARS", 4000)
+    with pytest.raises(D.DocumentError, match="big.txt holds more than 4,000 characters of text"):
+        sandbox.extract("big.txt", text.encode(), media_type="text/plain")
+    from llmpack.runtime.documents.sandbox import _document
+    good = {"name": "a.pdf", "kind": "pdf", "text": "x", "size": 1, "pages": ["x"], "headings": []}
+    assert _document("a.pdf", good).text == "x"
+    for bad in ({**good, "text": 3}, {**good, "pages": "x"}, {**good, "headings": [[1]]}, [], {"text": "x"}):
+        with pytest.raises(D.DocumentError, match="its reader gave an answer llmpack cannot use"):
+            _document("a.pdf", bad)
+    with pytest.raises(D.DocumentError, match="has 5,001 pages"):
+        _document("a.pdf", {**good, "pages": [""] * 5001})

@@ -13,11 +13,11 @@ import random
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 
+from listener_fuzz import bodies   # the hostile values and mutations, shared with the socket-level fuzz
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import LiveServer, live_server, wait_idle
 
@@ -44,103 +44,6 @@ ROUTES = [
                            "options": {"num_predict": 2, "temperature": 0.5}}),
     ("POST", "/api/generate", {"model": "m", "prompt": "hi", "options": {"num_predict": 2}}),
 ]
-LENGTHS = ("max_tokens", "max_completion_tokens", "max_output_tokens")   # each API's name for the reply's length
-EXTRA_KEYS = ["stream", "n", "stop", "temperature", "top_p", "top_k", "min_p", "seed", "logprobs", "top_logprobs",
-              "stream_options", "tools", "tool_choice", "response_format", "json_schema", "grammar", "prompt",
-              "messages", "input", "content", "tokens", "add_special", "parse_special", "encoding_format",
-              "title", "created", "updated", "mode", "format", "system_prompt", "max_tokens", "x"]
-
-
-class Raw:
-    """A JSON text written as is: what json.dumps never writes (1e400, NaN, invalid UTF-8, deep nesting)."""
-    def __init__(self, text: bytes) -> None:
-        self.text = text
-
-
-HOSTILE: list[Any] = [
-    None, True, False, 0, -1, 1, 3, 2**31, 2**53 + 1, 2**63, 2**64, 2**70, -(2**70), 10**400, 0.5, -0.0, 1e-320,
-    1e308, -1e308, Raw(b"1e400"), Raw(b"-1e400"), Raw(b"NaN"), Raw(b"Infinity"), Raw(b"-Infinity"),
-    "", "x", "\u0000", "\ud800", "\udfff\ud800x", "é" * 100, "🎉" * 50, "a" * 100_000, "<|im_start|>", "{{ 7*7 }}",
-    Raw(b'"\xff\xfe\xc3 not utf-8"'), Raw(b'"\xed\xa0\x80"'), [], {}, [None, 1, "x"], [2**70], ["\ud800"],
-    {"a": {"b": [1]}}, {"role": "user", "content": 1}, [{"role": "system", "content": "x" * 1000}],
-    Raw(b"[" * 50 + b"]" * 50), Raw(b"[" * 5000 + b"]" * 5000), Raw(b'{"a":' * 3000 + b"1" + b"}" * 3000),
-]
-
-
-def _mutate(value: Any, rng: random.Random) -> Any:
-    """The value with one hostile value put somewhere inside it (or in its place)."""
-    if isinstance(value, dict) and value and rng.random() < 0.7:
-        key = rng.choice([*value, *rng.sample(EXTRA_KEYS, 3)])
-        copy = dict(value)
-        copy[key] = _mutate(value[key], rng) if key in value and rng.random() < 0.5 else rng.choice(HOSTILE)
-        if rng.random() < 0.1:
-            copy.pop(rng.choice(list(copy)), None)
-        return copy
-    if isinstance(value, list) and value and rng.random() < 0.7:
-        copy = list(value)
-        i = rng.randrange(len(copy))
-        copy[i] = _mutate(copy[i], rng)
-        return copy
-    return rng.choice(HOSTILE)
-
-
-def _encode(value: Any) -> bytes:
-    raws: list[bytes] = []
-
-    def swap(v: Any) -> Any:
-        if isinstance(v, Raw):
-            raws.append(v.text)
-            return f"@@raw{len(raws) - 1}@@"
-        if isinstance(v, dict):
-            return {k: swap(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [swap(x) for x in v]
-        return v
-
-    text = json.dumps(swap(value)).encode()
-    for i, raw in enumerate(raws):
-        text = text.replace(f'"@@raw{i}@@"'.encode(), raw)
-    return text
-
-
-def bodies(base: dict, n: int, rng: random.Random):
-    for i in range(n):
-        if i % 20 == 0:
-            yield bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 300)))      # junk bytes
-        elif i % 20 == 1:
-            data = _encode(base)
-            yield data[: rng.randint(0, len(data) - 1)]                              # cut short
-        elif i % 20 == 2:
-            yield _encode(rng.choice(HOSTILE))                                       # not an object
-        else:
-            body = base
-            for _ in range(rng.randint(1, 3)):
-                body = _mutate(body, rng)
-            yield _encode(_short(body, base))
-
-
-def _short(body: Any, base: dict) -> Any:
-    """A generation request that would be accepted with a long (or no) length limit gets a short
-    one, or its large limit negated (still a hostile number, now one that is refused): generating
-    to the end of the context thousands of times is slow and tests nothing more."""
-    if not isinstance(body, dict) or not ("messages" in base or "prompt" in base or "max_output_tokens" in base):
-        return body
-    body = dict(body)
-    if "options" in base:   # Ollama's: options.num_predict
-        if isinstance(body.get("options"), dict):
-            value = body["options"].get("num_predict")
-            if not isinstance(value, int) or isinstance(value, bool) or value > 4 or value < 0:
-                body["options"] = {**body["options"], "num_predict": 2}
-        return body
-    if not any(k in body for k in LENGTHS):
-        body["max_output_tokens" if "max_output_tokens" in base else "max_tokens"] = 2
-    for key in LENGTHS:
-        value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 4:
-            body[key] = -value
-    return body
-
-
 def _chat_id(rng: random.Random) -> str:
     return rng.choice(["c1", "c2", "chat_3", "x" * 64, "x" * 65, "bad%20id", "%F0%9F%8E%89", "..", "c-" + "9" * 30])
 

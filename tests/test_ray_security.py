@@ -1,6 +1,7 @@
 """A Ray started by `llmpack serve --ray` stays on this machine and behind llmpack's own token
-(issue 36): every listening socket of its processes is on 127.0.0.1, except the one kind that Ray
-2.60 cannot move, which must then refuse a caller without the token; the head's GCS refuses a
+(issues 36 and 46): every listening socket of its processes is on 127.0.0.1, Ray Serve's replica
+gRPC server included, which Ray 2.60 binds to every interface and llmpack's worker setup hook moves
+(runtime/scale/replica_loopback.py), and which refuses a caller without the token; the head's GCS refuses a
 client without the token; the token is 0600 and Ray's files sit in a 0700 folder of llmpack's
 data folder, never in ~/.ray; joining a cluster without authentication prints a warning naming
 the risk. Everything runs as real processes: `serve --ray` and Ray clusters in subprocesses."""
@@ -22,7 +23,7 @@ import pytest
 
 from needs import skip_or_fail
 
-from llmpack.runtime.scale import ray_security
+from llmpack.runtime.scale import ray_security, replica_loopback
 
 ray_security.keep_on_loopback()   # before Ray is imported: it reads the switch once
 
@@ -34,13 +35,14 @@ except ImportError:
 
 import psutil   # Ray's own copy (ray/thirdparty_files), on the path once Ray is imported
 
+import listener_fuzz
 from ggufs import CHATML_TEMPLATE, write_tiny_model
 
 WAIT_S = 240
-# What Ray 2.60 binds to every interface whatever the node address, with no setting to change it:
-# Ray Serve's inter-deployment gRPC server in each replica process (serve/_private/replica.py,
-# `_on_initialized`: "[::]:0"). It is built with Ray's token interceptor, so it must refuse this call.
-CANNOT_MOVE = {"ray::ServeReplica": "/ray.serve.ASGIService/HandleRequest"}
+# Ray Serve's inter-deployment gRPC server in each replica process, which Ray 2.60 binds to "[::]:0"
+# (serve/_private/replica.py, `_on_initialized`) and replica_loopback moves to 127.0.0.1. It is built
+# with Ray's token interceptor, so it must refuse this call.
+REPLICA_CALL = "/ray.serve.ASGIService/HandleRequest"
 
 
 def free_port() -> int:
@@ -82,8 +84,9 @@ def served(model):
     root = short_folder()
     data, home = root / "data", root / "home"
     home.mkdir()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "llmpack", "serve", "--ray", str(model), "--threads", "1",
-                             "--port", str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=clean_env(home, LLMPACK_DATA_DIR=str(data)), start_new_session=True)
     out = []
     try:
@@ -94,6 +97,7 @@ def served(model):
                 break
             assert time.monotonic() - started < WAIT_S, "".join(out)[-3000:]
         assert proc.poll() is None, "".join(out)[-3000:]
+        proc.port = port   # Ray Serve's proxy: the ingress
         yield proc, data, home
     finally:
         stop(proc)
@@ -121,18 +125,52 @@ def loopback(ip: str) -> bool:
     return (mapped or address).is_loopback
 
 
-def test_every_listener_of_a_local_head_is_on_loopback_or_needs_the_token(served) -> None:
+def test_every_listener_of_a_local_head_is_on_loopback(served) -> None:
     proc, _, _ = served
     found = listeners(proc.pid)
     names = {name for _, _, name in found}
     assert {"gcs_server", "raylet", "ray::DashboardAgent", "ray::RuntimeEnvAgent"} <= names, found
-    outside = [(ip, port, name) for ip, port, name in found if not loopback(ip)]
-    unmovable = [(ip, port, name) for ip, port, name in outside
-                 if any(name.startswith(kind) for kind in CANNOT_MOVE)]
-    assert outside == unmovable, f"listening beyond 127.0.0.1: {sorted(set(outside) - set(unmovable))}"
-    for _, port, name in unmovable:
-        method = next(m for kind, m in CANNOT_MOVE.items() if name.startswith(kind))
-        assert ray_security.answers_without_token(f"127.0.0.1:{port}", method) is False, (name, port)
+    assert [(ip, port, name) for ip, port, name in found if not loopback(ip)] == [], "listening beyond 127.0.0.1"
+    # the replica gRPC servers exist, moved by the hook (each worker's log names its port), and refuse a stranger
+    replicas = {port for _, port, name in found if name.startswith("ray::ServeReplica")}
+    moved = hooked_ports(proc.pid)
+    assert len(moved) >= 2 and moved <= replicas, (moved, found)   # the ingress's replica and the model's
+    for port in moved:
+        assert ray_security.answers_without_token(f"127.0.0.1:{port}", REPLICA_CALL) is False, port
+
+
+def hooked_ports(session: int) -> set[int]:
+    """The ports replica_loopback's hook bound on 127.0.0.1, from the MARK lines of Ray's worker logs."""
+    gcs = next(p for p in psutil.process_iter() if p.name() == "gcs_server" and os.getsid(p.pid) == session)
+    logs = Path(next(a for a in gcs.cmdline() if a.startswith("--log_dir=")).split("=", 1)[1])
+    ports = set()
+    for log in logs.glob("worker-*.err"):
+        ports |= {int(line[len(replica_loopback.MARK):]) for line in log.read_text(errors="replace").splitlines()
+                  if line.startswith(replica_loopback.MARK)}
+    return ports
+
+
+def test_the_hook_patches_the_bind_of_the_installed_ray_and_fails_when_it_moves() -> None:
+    """Ray is pinned (2.60.0): the hook finds the one `[::]:0` of Serve's replica module where it was
+    written to find it, or refuses to start, so a Ray upgrade that moves the bind fails here."""
+    import inspect
+
+    from ray.serve._private import replica
+
+    module, method = inspect.getsource(replica), inspect.getsource(replica.Replica._on_initialized)
+    replica_loopback.check(module, method)   # the installed Ray is the one the hook was written for
+    moved = [(module.replace(replica_loopback.SITE, "add_port_to_grpc_server(self._server, addr)"),
+              method.replace(replica_loopback.SITE, "add_port_to_grpc_server(self._server, addr)")),
+             (module + '\nserver.add_insecure_port("0.0.0.0:0")', method),
+             (module + '\nserver.add_insecure_port("[::]:0")', method),
+             (module, method.replace("_server,", "_grpc_server,"))]
+    for changed in moved:
+        with pytest.raises(replica_loopback.RayBindMoved, match="bind their gRPC server differently"):
+            replica_loopback.check(*changed)
+    calls = []
+    bind = replica_loopback.on_loopback(lambda server, address: calls.append(address) or 4321)
+    assert bind(None, "[::]:0") == 4321 and bind(None, "127.0.0.1:7") == 4321
+    assert calls == ["127.0.0.1:0", "127.0.0.1:7"]
 
 
 def gcs_address(session: int) -> str:
@@ -193,9 +231,26 @@ def test_joining_a_head_without_its_token_is_one_line_naming_what_to_set(served,
     assert "Traceback" not in joined.stdout + joined.stderr
 
 
+INGRESS_FUZZ = 1000   # of listener_fuzz's seeded stream; benchmarks/fuzz_listeners.py sends 10,000
+
+
+def test_the_ingress_answers_a_protocol_fuzz_and_then_serves_as_before(served, capsys) -> None:
+    """Ray's ingress runs the single server's guards and reads each body for the router (issue 46):
+    no hostile request gets a 5xx or hangs there, and the replicas answer as before afterwards."""
+    proc, _, _ = served
+    target = listener_fuzz.Target("127.0.0.1", proc.port)
+    greedy = listener_fuzz.greedy_text(target)
+    report = listener_fuzz.run(target, INGRESS_FUZZ, seed=46)
+    with capsys.disabled():
+        print(f"\nfuzz (Ray ingress): {report.summary()}")
+    assert report.problems == [], "\n".join(report.problems[:20])
+    assert listener_fuzz.greedy_text(target) == greedy
+    assert proc.poll() is None
+
+
 OPEN_CLUSTER = """
 import os, sys
-from llmpack.runtime.scale import ray_security
+from llmpack.runtime.scale import ray_security, replica_loopback
 ray_security.keep_on_loopback()
 os.environ[ray_security.TMPDIR_ENV] = os.path.dirname(sys.argv[1])   # Ray's default folder is the temp_dir, not /tmp/ray
 from ray.cluster_utils import Cluster

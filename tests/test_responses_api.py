@@ -80,6 +80,21 @@ def test_previous_response_id_continues_a_stored_conversation(server: LiveServer
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
 
 
+@pytest.mark.parametrize("field, value", [
+    ("instructions", "\ud800"), ("input", "a\udfff"), ("metadata", {"k": "\ud800"}), ("user", "\ud800"),
+    ("input", [{"role": "user", "content": [{"type": "input_text", "text": "\ud800 hi"}]}]),
+])
+def test_a_lone_surrogate_is_stored_not_a_500(server: LiveServer, field, value):
+    """Found by the protocol fuzz (issue 46): JSON may escape a lone surrogate, which is no UTF-8,
+    and SQLite refused the stored response, so the request got a 500."""
+    body = {"input": "hi", "max_output_tokens": 2, field: value}
+    resp = requests.post(server.url + "/v1/responses", data=json.dumps(body),
+                         headers={"Content-Type": "application/json"}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    again = requests.get(server.url + f"/v1/responses/{resp.json()['id']}", timeout=10)
+    assert again.status_code == 200 and again.json()["id"] == resp.json()["id"]
+
+
 def test_the_store_is_bounded_and_private(tmp_path: Path):
     store = ResponseStore(tmp_path / "store" / "r.sqlite3", limit=3)
     for i in range(5):

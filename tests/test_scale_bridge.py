@@ -71,3 +71,24 @@ def test_a_cancelled_call_closes_the_apps_stream_at_the_next_chunk():
         if len(got) == 3:
             cancelled.set()
     assert len(got) == 3 and closed.is_set()
+
+
+def test_hostile_paths_and_content_parts_reach_the_app_as_the_single_server_gives_them():
+    """Found by the protocol fuzz of Ray's ingress (issue 46): a part whose "text" is not text, or
+    JSON nested too deep for Python's parser, made the ingress's routing hint raise (a bare 500), and a path that decodes beyond Latin-1 made
+    Werkzeug raise in the replica (a 503 naming Ray's internals). The single server's app answers both."""
+    body = json.dumps({"messages": [{"role": "user", "content": [{"type": "text", "text": 3}, {"text": "hi"}]}]})
+    assert prompt_text("/v1/chat/completions", body.encode()) == "<user>hi"
+    assert prompt_text("/v1/completions", b"[" * 5000 + b"]" * 5000) == ""   # too deep for json: no hint
+    from flask import Flask
+
+    app = Flask(__name__)
+
+    @app.get("/api/chats/<chat_id>")
+    def chat(chat_id: str):
+        return {"id": chat_id}
+
+    for path, query, want in (("/api/chats/\U0001f389", "", "\U0001f389"), ("/api/chats/\ufffd\ufffd", "a=\u00e9", "\ufffd\ufffd")):
+        out = list(run_wsgi(app, HttpCall("GET", path, query, [], b"", "127.0.0.1", ("127.0.0.1", 8000)),
+                            threading.Event()))
+        assert out[0].status == 200 and json.loads(b"".join(out[1:]))["id"] == want

@@ -66,10 +66,32 @@ class Sandbox:
         """documents.extract in a worker; DocumentError for the file, its time or its memory."""
         answer, _ = LADDER.run(self._pool, {"name": name, "media_type": media_type}, data, time_limit=time_limit,
                                name=name, mb=D._mb(self.memory))
-        # JSON made the headings' tuples lists
-        return D.Document(**{**answer, "headings": [tuple(h) for h in answer.get("headings", [])]})
+        return _document(name, answer)
 
     def close(self) -> None:
         """Kill the idle workers (a busy one is killed by its own deadline)."""
         self._pool.close()
+
+
+def _document(name: str, answer: dict) -> D.Document:
+    """The worker's answer as a Document, checked again here: the worker reads hostile files, so
+    what it says is held to the same bounds (MAX_TEXT_CHARS, MAX_PAGES) as if this process had
+    read the file, and an answer of the wrong shape is refused like an unreadable file."""
+    try:
+        text, pages = answer["text"], answer.get("pages", [])
+        # JSON made the headings' tuples lists
+        doc = D.Document(name=str(answer["name"]), kind=str(answer["kind"]), text=text, size=int(answer["size"]),
+                         pages=pages, headings=[(int(a), int(b), str(c)) for a, b, c in answer.get("headings", [])])
+        shaped = isinstance(text, str) and isinstance(pages, list) and all(isinstance(p, str) for p in pages)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        shaped = False
+    if not shaped:
+        raise D.DocumentError(f"{name} could not be read (its reader gave an answer llmpack cannot use); "
+                              "save it again, or copy its text in")
+    if len(text) > D.MAX_TEXT_CHARS or sum(map(len, pages)) > D.MAX_TEXT_CHARS:
+        raise D._too_long(name, len(text))
+    if len(pages) > D.MAX_PAGES:
+        raise D.DocumentError(f"{name} has {len(pages):,} pages; llmpack reads at most {D.MAX_PAGES:,}: "
+                              "attach a part of it")
+    return doc
 

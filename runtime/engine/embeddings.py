@@ -9,12 +9,16 @@ says nothing is mean-pooled. Vectors are L2-normalised, as OpenAI's are.
 
 Requests run on HTTP threads, and ctypes lets them run llama.cpp in parallel, so the context,
 its batch and its memory are used under one lock: requests take turns; each packs up to
-MAX_SEQS inputs into the same llama_decode calls.
+MAX_SEQS inputs into the same llama_decode calls. The decoding itself runs on one thread of the
+Embedder's own: ggml's OpenMP keeps a team of n_threads - 1 threads for every thread that ever
+computes a graph, so decoding on each of waitress's 128+ threads left up to 128 teams idle behind
+(found by the protocol fuzz, issue 46: the server's thread count grew with each embeddings call).
 """
 from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -37,6 +41,7 @@ class Embedder:
         self.ctx = None
         self.pooling: str | None = None
         self._lock = threading.Lock()
+        self._decoder = ThreadPoolExecutor(1, thread_name_prefix="llmpack-embed")   # see the module's docstring
 
     def _model_pooling(self) -> int | None:
         """The pooling the GGUF declares (embedding models do; chat models don't)."""
@@ -80,6 +85,11 @@ class Embedder:
             if len(ids) > self.n_ctx:
                 raise EmbeddingError(f"input {i} is {len(ids)} tokens long; at most {self.n_ctx} can be embedded")
         out = np.zeros((len(inputs), self.n_embd), dtype=np.float64)
+        self._decoder.submit(self._decode, inputs, out).result()
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return (out / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
+    def _decode(self, inputs: list[list[int]], out: np.ndarray) -> None:
         with self._lock:
             if self.ctx is None:
                 self._open()
@@ -93,8 +103,6 @@ class Embedder:
                 used += len(ids)
             if group:
                 self._run(inputs, group, out)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return (out / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
     def _run(self, inputs: list[list[int]], group: list[int], out: np.ndarray) -> None:
         """Decode a group of inputs (one llama.cpp sequence each) and pool them into out."""
@@ -129,3 +137,4 @@ class Embedder:
                 lc.llama_batch_free(self.batch)
                 lc.llama_free(self.ctx)
                 self.ctx = None
+        self._decoder.shutdown(wait=False)

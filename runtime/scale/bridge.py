@@ -52,7 +52,7 @@ def prompt_text(path: str, body: bytes) -> str:
         return ""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):   # 5,000 nested lists: the app answers 400
         return ""
     if not isinstance(data, dict):
         return ""
@@ -61,8 +61,8 @@ def prompt_text(path: str, body: bytes) -> str:
         for m in data["messages"]:
             if isinstance(m, dict):
                 content = m.get("content")
-                if isinstance(content, list):   # content parts: their text
-                    content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                if isinstance(content, list):   # content parts: their text (a part's "text" may be anything)
+                    content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
                 parts.append(f"<{m.get('role')}>{content if isinstance(content, str) else ''}")
         return "\n".join(parts)
     prompt = data.get("prompt")
@@ -87,8 +87,10 @@ def environ_for(call: HttpCall, disconnected: Callable[[], bool]) -> dict[str, A
     """The WSGI environ waitress would build for this request. `disconnected` plays the part of
     waitress.client_disconnected: the server's watcher aborts a request whose client has gone."""
     env: dict[str, Any] = {
-        "REQUEST_METHOD": call.method.upper(), "SCRIPT_NAME": "", "PATH_INFO": call.path,
-        "QUERY_STRING": call.query, "SERVER_NAME": call.server[0], "SERVER_PORT": str(call.server[1]),
+        # WSGI strings are bytes as Latin-1 (PEP 3333), as waitress gives them: the decoded path of
+        # "/api/chats/%F0%9F%8E%89" in Werkzeug's hands was an UnicodeEncodeError, a 503 (issue 46)
+        "REQUEST_METHOD": call.method.upper(), "SCRIPT_NAME": "", "PATH_INFO": _wsgi_string(call.path),
+        "QUERY_STRING": _wsgi_string(call.query), "SERVER_NAME": call.server[0], "SERVER_PORT": str(call.server[1]),
         "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": call.client, "wsgi.version": (1, 0),
         "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(call.body), "wsgi.errors": sys.stderr,
         "wsgi.multithread": True, "wsgi.multiprocess": True, "wsgi.run_once": False,
@@ -100,6 +102,10 @@ def environ_for(call: HttpCall, disconnected: Callable[[], bool]) -> dict[str, A
         elif key != "CONTENT_LENGTH":
             env[f"HTTP_{key}"] = f"{env[f'HTTP_{key}']},{value}" if f"HTTP_{key}" in env else value
     return env
+
+
+def _wsgi_string(text: str) -> str:
+    return text.encode("utf-8", "surrogateescape").decode("latin-1")
 
 
 def run_wsgi(app: Callable, call: HttpCall, cancelled: threading.Event) -> Iterator[HttpHead | bytes]:

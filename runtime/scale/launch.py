@@ -22,7 +22,7 @@ from typing import Any, Callable
 from llmpack import signals
 from llmpack.errors import LlmpackError
 from llmpack.runtime.model.source import ModelFile
-from llmpack.runtime.scale import ray_security
+from llmpack.runtime.scale import ray_security, replica_loopback
 from llmpack.runtime.scale.bridge import APP_NAME
 from llmpack.runtime.scale.served import ServedApp
 
@@ -174,6 +174,8 @@ def _init(settings: RaySettings, say: Callable[[str], None]) -> None:
         kwargs.update(head.init_kwargs())
         _started.append(head)
     ray = import_ray()
+    if settings.address is None:   # Serve's replica gRPC server on 127.0.0.1 too (replica_loopback)
+        kwargs["runtime_env"] = replica_loopback.runtime_env()
     try:
         # "local": a Ray of its own, never one that RAY_ADDRESS names
         ray.init(address=settings.address or "local", include_dashboard=False, log_to_driver=False,

@@ -9,7 +9,7 @@ import unicodedata
 from urllib.parse import quote
 
 from llmpack.runtime.server.page.chat_shape import EXPORT_FORMAT, branch
-from llmpack.runtime.server.page.chat_sources import markdown_lines
+from llmpack.runtime.server.page.chat_sources import markdown_lines, plain
 
 
 def to_json(chat: dict, model_name: str) -> dict:
@@ -27,7 +27,8 @@ def to_json(chat: dict, model_name: str) -> dict:
 def to_markdown(chat: dict, model_name: str) -> str:
     """A readable transcript of the branch shown: title, model, then each turn under a heading."""
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(chat["updated"] / 1000))
-    out = [f"# {chat['title']}", "", f"*{model_name} · {when}*", ""]
+    # the title may be attached files' names (webui/app.js titleFrom): plain text, as every name below (issue 46)
+    out = [f"# {plain(chat['title'])}", "", f"*{model_name} · {when}*", ""]
     shown = branch(chat)
     if chat["mode"] == "complete":   # a text completion is one document
         out += [close_fences("".join(m["content"] for m in shown)), ""]
@@ -39,17 +40,25 @@ def to_markdown(chat: dict, model_name: str) -> str:
         out += [f"## {names[m['role']]}", ""]
         for f in m.get("attachments", []):   # the name, with the text folded away; a picture or clip as itself
             if f.get("data_url"):
-                out += [f"![{html.escape(f['name'])}]({f['data_url']})", ""]
+                out += [f"![{plain(f['name'])}]({f['data_url']})", ""]   # chat_shape: a data:image/ URL
                 continue
             if f.get("audio_url"):           # a player where the viewer renders HTML, the name and length elsewhere
-                label = html.escape(f["name"] + (f" ({f['note']})" if f.get("note") else ""))
-                out += [f'<audio controls src="{f["audio_url"]}" title="{label}">Sound: {label}</audio>', ""]
+                label = f["name"] + (f" ({f['note']})" if f.get("note") else "")
+                title, words = _attribute(label), plain(label)   # an attribute; then text Markdown reads
+                out += [f'<audio controls src="{f["audio_url"]}" title="{title}">Sound: {words}</audio>', ""]
                 continue
-            out += [f"<details><summary>Attached: {html.escape(f['name'])}</summary>", "", "````text",
+            # one line of an HTML block: entities only (Markdown is not read there), and no line break, which
+            # would end the block and let the rest of the name be read as Markdown
+            out += [f"<details><summary>Attached: {_attribute(f['name'])}</summary>", "", "````text",
                     f["text"].replace("````", "` ` ` `"), "````", "", "</details>", ""]
         out += [close_fences(m["content"].rstrip()), ""]
         out += markdown_lines(m.get("sources") or [])   # the server's, under the reply
     return "\n".join(out)
+
+
+def _attribute(text: str) -> str:
+    """A name inside HTML (an attribute, or a line of an HTML block): entities, on one line."""
+    return html.escape(" ".join(text.split()))
 
 
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")

@@ -11,6 +11,8 @@ the message's name before it.
 """
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
 from llmpack.runtime.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
@@ -70,6 +72,18 @@ def _whole(value: Any, where: str) -> int:
     return value
 
 
+_MARKDOWN = re.compile(r"([\\`*_\[\]~|])")
+
+
+def plain(text: str) -> str:
+    """`text` from a document or a file name as literal words on one line of a Markdown file: no
+    link, picture, emphasis or raw HTML in it is acted on (a CSV cell's `<img onerror>` or
+    `[x](javascript:...)`). Markdown's own characters are backslash-escaped and HTML's are
+    entities (&lt;), which every renderer shows as the characters; line breaks become spaces,
+    so the text cannot start a heading, a list or an HTML block of its own."""
+    return html.escape(_MARKDOWN.sub(r"\\\1", " ".join(text.split())), quote=False)
+
+
 def markdown_lines(sources: list[dict]) -> list[str]:
     """A reply's sources in a Markdown transcript: one line per place, with the sentence that
     supports the reply quoted ("- manual.pdf · p. 97: “The serial number is ...”"), and the
@@ -84,7 +98,7 @@ def markdown_lines(sources: list[dict]) -> list[str]:
         return []
     out = ["Sources:", ""]
     for (_, label), (quote, wrong) in seen.items():
-        text = " ".join(quote.split())
+        text = plain(quote)   # the document's words, and below the file's name: escaped (issue 46)
         fix = f" (not {', '.join(wrong)}, as the reply says)" if wrong else ""
-        out.append(f"- {label}{fix}: “{text}”" if text else f"- {label}{fix}")
+        out.append(f"- {plain(label)}{fix}: “{text}”" if text else f"- {plain(label)}{fix}")
     return out + [""]

@@ -19,6 +19,7 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+from llmpack.runtime.core.params import scrub
 from llmpack.stores import StoreFile
 
 MAX_RESPONSES = 1000        # per model; the oldest are dropped beyond it
@@ -67,8 +68,10 @@ class ResponseStore:
         return self._file.path
 
     def put(self, model: str, response_id: str, messages: list[dict], response: dict) -> None:
-        data = json.dumps(messages, ensure_ascii=False)
-        body = json.dumps(response, ensure_ascii=False)
+        # a lone surrogate (a valid JSON escape, not UTF-8) cannot go into SQLite: the protocol fuzz's
+        # "\ud800" in instructions, input, metadata or user was a 500 (issue 46); stored as U+FFFD
+        data = scrub(json.dumps(messages, ensure_ascii=False))
+        body = scrub(json.dumps(response, ensure_ascii=False))
         size = len(data.encode("utf-8", "surrogatepass")) + len(body.encode("utf-8", "surrogatepass"))
         if size > self.entry_bytes:
             raise StoreError(f"this conversation is {size / (1 << 20):.1f} MB, over the {self.entry_bytes >> 20} MB "
