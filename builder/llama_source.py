@@ -50,9 +50,9 @@ class SourceError(Exception):
     """The sources cannot be fetched or patched; the message says what to do."""
 
 
-def patch_files(folder: Path = PATCHES) -> list[Path]:
-    """The patches in `folder`, in the order they apply (their names)."""
-    return sorted(folder.glob("*.patch"))
+def patch_files(folder: Path | None = None) -> list[Path]:
+    """The patches in `folder` (builder/patches/), in the order they apply (their names)."""
+    return sorted((folder or PATCHES).glob("*.patch"))
 
 
 def files_key(files: list[Path]) -> list[tuple[str, str]]:
