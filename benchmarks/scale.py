@@ -191,7 +191,7 @@ def part_routing(model: str, args) -> None:
 
 def part_rpc(model: str, args) -> None:
     ports = [free_port(), free_port()]
-    code = "from llmpack.runtime.hardware.rpc import serve_worker; serve_worker(port={}, threads=1)"
+    code = "from llmpack.runtime.hardware.rpc_worker import serve_worker; serve_worker(port={}, threads=1)"
     workers = [subprocess.Popen([sys.executable, "-c", code.format(p)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL) for p in ports]
     try:

@@ -1,32 +1,26 @@
 """The llama.cpp both runtimes are built from: llama-cpp-python's sdist from PyPI (pinned by
-sha256), with llmpack's patches to its vendored tree applied as exact text.
+sha256), with llmpack's patches to its vendored tree, ``builder/patches/*.patch``.
 
-**In place.** llama.cpp's vision projector loader reads a GGUF that lies inside a bigger file,
-as the text model already can (llama_model_load_from_file_ptr): a program built with
-`--mmproj` then reads its projector in place instead of copying it to the cache first.
+One patch per concern, each a unified diff (as ``git diff`` writes it) under a header that says
+why and which upstream issue or advisory it answers, as Ollama keeps its ``llama/patches/``:
 
-* ``clip_context_params`` gains ``file_offset``, the loader opens the file at that offset with
-  ``gguf_init_from_file_ptr``. gguf then records absolute offsets, so the loader's later seeks
-  (tensor data) need no change.
-* ``mtmd_init_from_file_at(fname, offset, text_model, params)`` is ``mtmd_init_from_file`` with
-  that offset, exported from libmtmd. llama-cpp-python does not bind it; runtime/vision binds it
-  itself and falls back to a cached copy where a llama.cpp without it is installed.
+* ``0001-mtmd-projector-in-place``: ``mtmd_init_from_file_at``, a projector read inside a built program;
+* ``0002-mtmd-decode-audio``: ``mtmd_helper_decode_audio``, sound decoded without a model (a sandboxed child);
+* ``0003-mtmd-no-video``: MTMD_VIDEO off, so no ``ffmpeg`` is started from the PATH;
+* ``0004-rpc-key-handshake``: a shared key proved both ways before any RPC command (HMAC-SHA256 on
+  llama.cpp's vendored SHA-256), one deadline for the whole handshake;
+* ``0005-rpc-server-bounds``: upstream's later rpc-server fixes, redone for this build;
+* ``0006-rpc-cache-entries``: ``--cache`` entries tagged with an HMAC of their content;
+* ``0007-rpc-client-reports``: what a worker reports bounded on ggml's own connection.
 
-**Media decoded apart.** ``mtmd_helper_decode_audio(buf, len, rate, max_frames, &out, &n)`` is the
-WAV/MP3/FLAC decoding that ``mtmd_helper_bitmap_init_from_buf`` does, without a model, so a
-sandboxed child can decode untrusted sound and pass the server only PCM; it reads the length
-before allocating, and refuses more than ``max_frames``. mtmd is built without video
-(``MTMD_VIDEO``), which would start an ``ffmpeg`` found on the PATH for pictures stb cannot read.
-
-**RPC workers that cannot be crashed or used by strangers.** builder/llama_rpc_patch.py: a shared
-key proved both ways before any command (HMAC-SHA256), upstream's later rpc-server fixes redone
-for this build, and checked ``--cache`` entries. Both builds also turn the RDMA transport off
-(``GGML_RPC_RDMA=OFF``: ./dev's DL flags, builder/windows/llama_dlls.py).
-
-Each replacement must match its text exactly once, so a llama.cpp update that moved the text
-stops the build instead of silently building something else. Both builds apply the same list:
-the Linux wheel (`./dev`, before llmpack is installed, hence stdlib only) and the Windows DLLs
-(builder/windows/llama_dlls.py). The patch's text is part of both caches' keys.
+They apply in name order, each on the tree the earlier ones left. A hunk must find its lines
+exactly: where the diff says, or else at exactly one other place (``patch``'s offset, never its
+fuzz). Every patch is checked in memory before any file is written, so a llama.cpp update that
+moved the text stops the build with the patch, file and hunk named, and leaves nothing half-done.
+Both builds apply the same files: the Linux wheel (`./dev`, before llmpack is installed, hence
+stdlib only) and the Windows DLLs (builder/windows/llama_dlls.py, which adds
+``builder/patches/windows/``). The files' bytes are part of both caches' keys. Both builds also
+turn the RDMA transport off (``GGML_RPC_RDMA=OFF``: ./dev's DL flags, builder/windows/llama_dlls.py).
 
     python builder/llama_source.py --key          # what the wheel's cache key adds
     python builder/llama_source.py DIR SOURCES    # DIR/llama_cpp_python-<version>/, patched
@@ -36,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,166 +38,31 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-if __package__:
-    from .llama_rpc_patch import RPC_PATCHES
-else:   # run as a script by ./dev, before llmpack is installed
-    from llama_rpc_patch import RPC_PATCHES
-
 NAME = "llama-cpp-python"
 VERSION = "0.3.36"
 SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 VENDORED = f"llama_cpp_python-{VERSION}/vendor/llama.cpp"
 
-_OPEN_AT = """\
-        if (file_offset == 0) {
-            ctx_gguf = gguf_context_ptr(gguf_init_from_file(fname, params));
-        } else {
-            // llmpack: the projector lies inside a bigger file (a program llmpack built); gguf then
-            // records absolute offsets, which load_tensors' seeks use as they are
-            FILE * file = ggml_fopen(fname, "rb");
-            if (file != nullptr) {
-#ifdef _WIN32
-                const bool at = _fseeki64(file, (__int64) file_offset, SEEK_SET) == 0;
-#else
-                const bool at = fseeko(file, (off_t) file_offset, SEEK_SET) == 0;
-#endif
-                if (at) {
-                    ctx_gguf = gguf_context_ptr(gguf_init_from_file_ptr(file, params));
-                }
-                fclose(file);
-            }
-        }
-"""
-
-_INIT_AT = """\
-// llmpack: mtmd_init_from_file for a projector GGUF that starts `offset` bytes into `fname`
-mtmd_context * mtmd_init_from_file_at(const char * fname, uint64_t offset,
-        const struct llama_model * text_model,
-        const struct mtmd_context_params ctx_params) {
-    try {
-        return new mtmd_context(fname, text_model, ctx_params, /* no_alloc */ false, (size_t) offset);
-    } catch (const std::exception & e) {
-        LOG_ERR("%s: error: %s\\n", __func__, e.what());
-        return nullptr;
-    }
-}
-
-void mtmd_free(mtmd_context * ctx) {
-"""
-
-_DECODE_AUDIO = """\
-} // namespace audio_helpers
-
-// llmpack: mtmd_helper_bitmap_init_from_buf's audio decoding without a model, so that a sandboxed
-// child process can decode untrusted sound and hand the server only PCM. The length is read before
-// any sample buffer is allocated: longer than max_frames returns 2 with *n_frames set to it.
-int32_t mtmd_helper_decode_audio(const unsigned char * buf, size_t len, int32_t sample_rate,
-                                 uint64_t max_frames, float ** out, uint64_t * n_frames) {
-    *out = nullptr;
-    *n_frames = 0;
-    if (sample_rate <= 0 || !audio_helpers::is_audio_file((const char *) buf, len)) {
-        return 1;
-    }
-    ma_decoder_config config = ma_decoder_config_init(ma_format_f32, 1, (ma_uint32) sample_rate);
-    ma_decoder decoder;
-    if (ma_decoder_init_memory(buf, len, &config, &decoder) != MA_SUCCESS) {
-        return 1;
-    }
-    ma_uint64 frames = 0;
-    if (ma_decoder_get_length_in_pcm_frames(&decoder, &frames) != MA_SUCCESS || frames == 0) {
-        ma_decoder_uninit(&decoder);
-        return 1;
-    }
-    *n_frames = frames;
-    if (frames > max_frames) {
-        ma_decoder_uninit(&decoder);
-        return 2;
-    }
-    float * data = (float *) malloc((size_t) frames * sizeof(float));
-    if (data == nullptr) {
-        ma_decoder_uninit(&decoder);
-        return 3;
-    }
-    ma_uint64 got = 0;
-    const ma_result result = ma_decoder_read_pcm_frames(&decoder, data, frames, &got);
-    ma_decoder_uninit(&decoder);
-    if ((result != MA_SUCCESS && result != MA_AT_END) || got == 0) {
-        free(data);
-        return 1;
-    }
-    *out = data;
-    *n_frames = got;
-    return 0;
-}
-
-void mtmd_helper_audio_free(float * data) {
-    free(data);
-}
-"""
-
-_DECODE_AUDIO_DECL = """\
-// llmpack: decode WAV, MP3 or FLAC in `buf` to mono float PCM at `sample_rate` Hz, with no model.
-// Returns 0 and a buffer to free with mtmd_helper_audio_free; 1 not audio or undecodable; 2 longer
-// than `max_frames` (*n_frames holds its length; nothing allocated); 3 out of memory.
-MTMD_API int32_t mtmd_helper_decode_audio(const unsigned char * buf, size_t len, int32_t sample_rate,
-                                          uint64_t max_frames, float ** out, uint64_t * n_frames);
-MTMD_API void mtmd_helper_audio_free(float * data);
-
-// helper to count the total number of tokens from a list of chunks, useful to keep track of KV cache
-"""
-
-# (file under the vendored llama.cpp, exact old text, new text)
-PATCHES: tuple[tuple[str, str, str], ...] = (
-    ("tools/mtmd/clip.h",
-     "    void * progress_callback_user_data;\n};\n",
-     "    void * progress_callback_user_data;\n"
-     "    size_t file_offset; // llmpack: where the GGUF starts in the file (0: it is the whole file)\n};\n"),
-    ("tools/mtmd/clip.cpp",
-     "            void * progress_user_data = nullptr)\n        : fname(fname),\n",
-     "            void * progress_user_data = nullptr,\n            size_t file_offset = 0)\n        : fname(fname),\n"),
-    ("tools/mtmd/clip.cpp",
-     "        ctx_gguf = gguf_context_ptr(gguf_init_from_file(fname, params));\n",
-     _OPEN_AT),
-    ("tools/mtmd/clip.cpp",
-     "            ctx_params.progress_callback,\n            ctx_params.progress_callback_user_data);\n",
-     "            ctx_params.progress_callback,\n            ctx_params.progress_callback_user_data,\n"
-     "            ctx_params.file_offset);\n"),
-    ("tools/mtmd/mtmd.cpp",
-     "                   bool no_alloc = false) :\n",
-     "                   bool no_alloc = false,\n                   size_t file_offset = 0) :\n"),
-    ("tools/mtmd/mtmd.cpp",
-     "            /* progress_callback_user_data */ ctx_params.progress_callback_user_data,\n        };\n",
-     "            /* progress_callback_user_data */ ctx_params.progress_callback_user_data,\n"
-     "            /* file_offset       */ file_offset,\n        };\n"),
-    ("tools/mtmd/mtmd.cpp",
-     "void mtmd_free(mtmd_context * ctx) {\n",
-     _INIT_AT),
-    ("tools/mtmd/mtmd.h",
-     "MTMD_API void mtmd_free(mtmd_context * ctx);\n",
-     "// llmpack: the same for a projector GGUF that starts `offset` bytes into `fname`\n"
-     "MTMD_API mtmd_context * mtmd_init_from_file_at(const char * fname, uint64_t offset,\n"
-     "                                               const struct llama_model * text_model,\n"
-     "                                               const struct mtmd_context_params ctx_params);\n\n"
-     "MTMD_API void mtmd_free(mtmd_context * ctx);\n"),
-    ("tools/mtmd/mtmd-helper.cpp", "} // namespace audio_helpers\n", _DECODE_AUDIO),
-    ("tools/mtmd/mtmd-helper.h",
-     "// helper to count the total number of tokens from a list of chunks, useful to keep track of KV cache\n",
-     _DECODE_AUDIO_DECL),
-    # No video: with it, a picture stb cannot read (WebP, anything else) makes mtmd's helper start
-    # whatever `ffmpeg` the PATH finds, which on Windows includes the folder chat.exe was run from.
-    ("tools/mtmd/CMakeLists.txt",
-     'set(MTMD_VIDEO ON CACHE BOOL "${MTMD_VIDEO_HELP}")\n',
-     'set(MTMD_VIDEO OFF CACHE BOOL "${MTMD_VIDEO_HELP}")  # llmpack: no ffmpeg from the PATH\n'),
-) + RPC_PATCHES
+PATCHES = Path(__file__).resolve().parent / "patches"
 
 
 class SourceError(Exception):
     """The sources cannot be fetched or patched; the message says what to do."""
 
 
+def patch_files(folder: Path | None = None) -> list[Path]:
+    """The patches in `folder` (builder/patches/), in the order they apply (their names)."""
+    return sorted((folder or PATCHES).glob("*.patch"))
+
+
+def files_key(files: list[Path]) -> list[tuple[str, str]]:
+    """(name, sha256 of the bytes) of each patch: what a cache key holds of them."""
+    return [(f.name, hashlib.sha256(f.read_bytes()).hexdigest()) for f in files]
+
+
 def key() -> str:
-    """What the built libraries depend on here: the sdist's hash and the patch's text."""
-    text = json.dumps({"sdist": SHA256, "patches": PATCHES}, sort_keys=True)
+    """What the built libraries depend on here: the sdist's hash and the patch files' contents."""
+    text = json.dumps({"sdist": SHA256, "patches": files_key(patch_files())}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -236,23 +96,138 @@ def fetch_sdist(name: str, version: str, sha256: str, sources: Path) -> Path:
     return path
 
 
-def apply_patches(root: Path, patches: tuple[tuple[str, str, str], ...], owner: str) -> None:
-    """Replace exact text in files under `root`, each (file, old, new) matching exactly once."""
-    for rel, old, new in patches:
-        path = root / rel
-        text = path.read_text("utf-8")
-        if text.count(old) != 1:
-            raise SourceError(f"{path} does not hold the text llmpack patches there; update PATCHES in {owner}")
-        path.write_text(text.replace(old, new), "utf-8")
+# Plain classes, not dataclasses: run as a script, builder/ is sys.path[0] and its inspect.py
+# hides the standard library's, which dataclasses imports.
+class Hunk:
+    def __init__(self, old_start: int) -> None:
+        self.old_start = old_start     # 1-based line of the old text, as the diff's @@ line says
+        self.old: list[str] = []
+        self.new: list[str] = []
+
+
+class FilePatch:
+    def __init__(self, path: str, created: bool) -> None:
+        self.path = path               # relative to the tree, without git's a/ b/
+        self.created = created         # --- /dev/null
+        self.hunks: list[Hunk] = []
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def parse_patch(text: str, name: str) -> list[FilePatch]:
+    """The files and hunks of a unified diff; its header (everything before the first ``---``
+    line that a ``+++`` line follows) is prose and ignored. Hunks are read by their line counts."""
+    lines = text.splitlines(keepends=True)
+    files: list[FilePatch] = []
+    i = 0
+    while i < len(lines):
+        if not (lines[i].startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")):
+            if files and lines[i].startswith("@@"):
+                i = _read_hunk(lines, i, files[-1], name)
+                continue
+            i += 1
+            continue
+        old, new = lines[i][4:].strip().split("\t")[0], lines[i + 1][4:].strip().split("\t")[0]
+        if new == "/dev/null":
+            raise SourceError(f"{name}: deletes {old}; llmpack's patches only change or add files")
+        files.append(FilePatch(new[2:] if new.startswith("b/") else new, old == "/dev/null"))
+        i += 2
+    if not files or any(not f.hunks for f in files):
+        raise SourceError(f"{name} holds no unified diff (or a file without a hunk)")
+    return files
+
+
+def _read_hunk(lines: list[str], i: int, target: FilePatch, name: str) -> int:
+    m = _HUNK.match(lines[i])
+    if not m:
+        raise SourceError(f"{name}: a malformed hunk header: {lines[i].strip()}")
+    n_old = int(m.group(2)) if m.group(2) is not None else 1
+    n_new = int(m.group(4)) if m.group(4) is not None else 1
+    hunk = Hunk(int(m.group(1)))
+    i += 1
+    last: list[str] | None = None
+    while len(hunk.old) < n_old or len(hunk.new) < n_new or (i < len(lines) and lines[i].startswith("\\")):
+        if i >= len(lines):
+            raise SourceError(f"{name}: a hunk of {target.path} ends before its {n_old}/{n_new} lines")
+        line = lines[i]
+        tag, body = line[:1], line[1:]
+        if line.startswith("\\"):   # "\ No newline at end of file": the line before has none
+            for side in last or []:
+                side[-1] = side[-1].rstrip("\n")
+        elif tag == " " or line in ("\n", "\r\n"):   # an empty context line may lose its space
+            body = body if tag == " " else line
+            hunk.old.append(body)
+            hunk.new.append(body)
+            last = [hunk.old, hunk.new]
+        elif tag == "-":
+            hunk.old.append(body)
+            last = [hunk.old]
+        elif tag == "+":
+            hunk.new.append(body)
+            last = [hunk.new]
+        else:
+            raise SourceError(f"{name}: an unexpected line in a hunk of {target.path}: {line.rstrip()}")
+        i += 1
+    if len(hunk.old) != n_old or len(hunk.new) != n_new:
+        raise SourceError(f"{name}: a hunk of {target.path} does not hold the lines its header counts")
+    target.hunks.append(hunk)
+    return i
+
+
+def _apply_hunks(lines: list[str], fp: FilePatch, name: str) -> list[str]:
+    """`lines` with every hunk of `fp` applied: each where the diff says, else at its one match
+    after the hunk before; anything else (no match, two) is an error naming the hunk."""
+    out, shift, floor = list(lines), 0, 0
+    for n, hunk in enumerate(fp.hunks, 1):
+        size = len(hunk.old)
+        want = max(hunk.old_start - 1 + (0 if size else 1), 0) + shift
+        if out[want:want + size] == hunk.old and want >= floor:
+            at = want
+        else:
+            found = [j for j in range(floor, len(out) - size + 1) if out[j:j + size] == hunk.old]
+            if len(found) != 1:
+                where = "matches nowhere" if not found else f"matches {len(found)} places"
+                raise SourceError(f"{name} does not apply: hunk {n} of {fp.path} (line {hunk.old_start}) {where}; "
+                                  "the pinned llama.cpp changed, or the patch was written against another tree")
+            at = found[0]
+        out[at:at + size] = hunk.new
+        shift = at + len(hunk.new) - (hunk.old_start - 1 + (0 if size else 1)) - size
+        floor = at + len(hunk.new)
+    return out
+
+
+def apply_patch_files(root: Path, files: list[Path]) -> None:
+    """Apply `files` in order to the tree at `root`, all or nothing: every hunk is checked in
+    memory first; SourceError names the patch, file and hunk that does not apply."""
+    changed: dict[Path, list[str]] = {}
+    for patch in files:
+        for fp in parse_patch(patch.read_text("utf-8"), patch.name):
+            path = root / fp.path
+            if path in changed:
+                lines = changed[path]
+            elif fp.created:
+                if path.exists():
+                    raise SourceError(f"{patch.name} creates {fp.path}, which already exists")
+                lines = []
+            elif path.is_file():
+                lines = path.read_text("utf-8").splitlines(keepends=True)
+            else:
+                raise SourceError(f"{patch.name} changes {fp.path}, which the sources do not have")
+            changed[path] = _apply_hunks(lines, fp, patch.name)
+    for path, lines in changed.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write("".join(lines))
 
 
 def unpack_patched(dest: Path, sources: Path) -> Path:
-    """`dest/llama_cpp_python-<version>/`: the pinned sdist unpacked, with PATCHES applied."""
+    """`dest/llama_cpp_python-<version>/`: the pinned sdist unpacked, with the patches applied."""
     sdist = fetch_sdist(NAME, VERSION, SHA256, sources)
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(sdist) as tar:
         tar.extractall(dest, filter="data")
-    apply_patches(dest / VENDORED, PATCHES, __name__)
+    apply_patch_files(dest / VENDORED, patch_files())
     return dest / f"llama_cpp_python-{VERSION}"
 
 

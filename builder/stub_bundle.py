@@ -65,7 +65,7 @@ BUILD_TIME_MODULES = {"llmpack.builder.build", "llmpack.builder.splice", "llmpac
                       "llmpack.builder.stub_bundle", "llmpack.builder.wheel_libs", "llmpack.webui.vendor",
                       "llmpack.builder.vulkan_headers", "llmpack.builder.windows", "llmpack.builder.sign",
                       "llmpack.builder.stub_wheel", "llmpack.builder.llama_source",
-                      "llmpack.builder.build_progress", "llmpack.builder.llama_rpc_patch"}
+                      "llmpack.builder.build_progress"}
 # Optional extras a built file never carries: `serve --ray` needs Ray (hundreds of MB) and runs
 # from an installed llmpack (docs/SCALING.md).
 NOT_IN_BUILT_FILES = ("llmpack.runtime.scale",)

@@ -175,7 +175,7 @@ def run(argv: list[str]) -> int:
                                "`llmpack build MODEL.gguf -o NAME`") from None
         raise problem
     if args.rpc_worker:   # this program lends its devices; its own model is not used
-        from llmpack.runtime.hardware.rpc import cmd_rpc_worker   # lazy: only for --rpc-worker
+        from llmpack.runtime.hardware.rpc_worker import cmd_rpc_worker   # lazy: only for --rpc-worker
 
         if not any(a == "--port" or a.startswith("--port=") for a in argv):
             args.port = RPC_PORT

@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rpc-worker", help="lend this computer's GPU (or processor) to `llmpack --rpc` on another")
     add_worker_args(p)
-    p.set_defaults(func=_lazy("llmpack.runtime.hardware.rpc", "cmd_rpc_worker"))
+    p.set_defaults(func=_lazy("llmpack.runtime.hardware.rpc_worker", "cmd_rpc_worker"))
 
     p = sub.add_parser("build", help="pack a GGUF model into one executable")
     p.add_argument("model", help="path to a .gguf file")

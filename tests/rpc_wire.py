@@ -4,11 +4,13 @@ the payload; an answer = a u64 size and the payload. Each Wire is one keyed conn
 handshake, then HELLO), which the worker serves alone until it closes."""
 from __future__ import annotations
 
+import os
 import socket
 import struct
+import threading
 from dataclasses import dataclass
 
-from llmpack.runtime.hardware.rpc_key import prove
+from llmpack.runtime.hardware.rpc_key import MAGIC, NONCE, prove, recv_exactly, tag
 
 # rpc_cmd (ggml-rpc.cpp)
 ALLOC_BUFFER, GET_ALIGNMENT, GET_MAX_SIZE, BUFFER_GET_BASE, FREE_BUFFER, BUFFER_CLEAR = range(6)
@@ -151,3 +153,49 @@ def fnv1a(data: bytes) -> int:
     for b in data:
         h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
     return h
+
+
+@dataclass
+class Reports:
+    """What a fake worker answers about itself on one connection."""
+    count: int = 1
+    memory: tuple[int, int] = (1 << 30, 1 << 30)   # (free, total)
+    alignment: int = 32
+    max_size: int = 1 << 40
+
+
+def fake_worker(key: bytes, *connections: Reports) -> tuple[socket.socket, int]:
+    """A worker that proves the key and then reports what it is told to: `connections[i]` on its
+    i-th connection, the last one on any after (a head's probe, then ggml's own connection)."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def answer(conn: socket.socket, reports: Reports) -> None:
+        worker_nonce = os.urandom(NONCE)
+        conn.sendall(MAGIC + worker_nonce)
+        head = recv_exactly(conn, NONCE + 32)
+        conn.sendall(tag(key, b"llmpack-rpc worker", worker_nonce, head[:NONCE]))
+        answers = {HELLO: bytes([7, 0, 0, 0]) + bytes(24), DEVICE_COUNT: struct.pack("<I", reports.count),
+                   GET_DEVICE_MEMORY: struct.pack("<QQ", *reports.memory),
+                   GET_ALIGNMENT: struct.pack("<Q", reports.alignment), GET_MAX_SIZE: struct.pack("<Q", reports.max_size)}
+        while len(msg := recv_exactly(conn, 9)) == 9:
+            cmd, size = struct.unpack("<BQ", msg)
+            recv_exactly(conn, size)
+            if cmd not in answers:
+                return
+            conn.sendall(struct.pack("<Q", len(answers[cmd])) + answers[cmd])
+
+    def serve() -> None:
+        with srv:
+            for i in range(16):
+                try:
+                    conn = srv.accept()[0]
+                except OSError:   # closed by the test
+                    return
+                with conn:
+                    try:
+                        answer(conn, connections[min(i, len(connections) - 1)])
+                    except OSError:
+                        pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, srv.getsockname()[1]

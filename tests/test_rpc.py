@@ -23,7 +23,8 @@ from apps import App
 
 from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.hardware.placement import layers_per_device, startup_line
-from llmpack.runtime.hardware.rpc import RpcError, parse_endpoints, serve_worker
+from llmpack.runtime.hardware.rpc import RpcError, parse_endpoints
+from llmpack.runtime.hardware.rpc_worker import serve_worker
 from llmpack.runtime.llm import LLM
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the workers' memory")

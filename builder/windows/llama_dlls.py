@@ -31,8 +31,9 @@ CPU kernels and the GPU on the recipient's PC. What mingw needs beyond ordinary 
   ``vulkan-1.dll`` exports). ggml-vulkan's shader generator is built with the host compiler.
 
 The result is cached in ``<cache>/windows/llama-<key>/`` under a key of every input: the sdist's
-hash, llmpack's patch to it (builder/llama_source.py: the projector read in place) and the
-Windows-only one here, the flags, the shim, the compiler's version and the Vulkan headers' pins.
+hash, llmpack's patch files to it (builder/patches/*.patch, through llama_source.key()) and the
+Windows-only ones (builder/patches/windows/*.patch: no AMX variant), the flags, the shim, the
+compiler's version and the Vulkan headers' pins.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ from llmpack.builder.stub_run import tail, watched
 from llmpack.builder.vulkan_headers import PINS as VULKAN_HEADER_PINS
 from llmpack.builder.vulkan_headers import HeadersError, ensure_headers
 from llmpack.builder.windows.pins import LLAMA_CPP, WindowsBuildError, fetch_sdist
-from llmpack.builder.windows.tools import (MINGW, MINGW_CC, MINGW_CXX, WINE_DLLS, apply_patches, dll_imports,
+from llmpack.builder.windows.tools import (MINGW, MINGW_CC, MINGW_CXX, WINE_DLLS, apply_patch_files, dll_imports,
                                            install_files, mingw_version, require, unpacked)
 from llmpack.progress import Bar
 
@@ -93,21 +94,16 @@ CMAKE_ARGS = (
     f"-DCMAKE_EXE_LINKER_FLAGS={LINK_FLAGS}",
 )
 C_FLAGS = "-Wa,-muse-unaligned-vector-move"          # plus -include <shim>, added at build time
-# (file in llama.cpp, exact text, replacement): each must match once, so a llama.cpp update that
-# changes the text stops the build instead of silently building something else.
-PATCHES = (
-    ("ggml/src/CMakeLists.txt",
-     "            ggml_add_cpu_backend_variant(sapphirerapids SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VBMI "
-     "AVX512_VNNI AVX512_BF16 AMX_TILE AMX_INT8)\n",
-     "            # llmpack: no AMX variant with mingw (see builder/windows/llama_dlls.py)\n"),
-)
+# builder/patches/windows/: applied after llama_source's patches, to the Windows build only
+PATCHES = llama_source.PATCHES / "windows"
 # What a DLL may import: Windows itself, the GPU driver's Vulkan loader, and each other.
 ALLOWED_IMPORTS = re.compile(r"^(kernel32|advapi32|msvcrt|user32|shell32|ole32|bcrypt|ws2_32|api-ms-win-.*|"
                              r"vulkan-1|ggml.*|(lib)?llama)\.dll$", re.IGNORECASE)
 
 
 def dlls_key() -> str:
-    text = json.dumps({"sdist": LLAMA_CPP.sha256, "cmake": CMAKE_ARGS, "cflags": C_FLAGS, "shim": SHIM, "patches": PATCHES,
+    text = json.dumps({"sdist": LLAMA_CPP.sha256, "cmake": CMAKE_ARGS, "cflags": C_FLAGS, "shim": SHIM,
+                       "patches": llama_source.files_key(llama_source.patch_files(PATCHES)),
                        "sources": llama_source.key(),
                        "toolchain": TOOLCHAIN, "compiler": mingw_version(), "vulkan": VULKAN_HEADER_PINS},
                       sort_keys=True)
@@ -123,8 +119,7 @@ def build_dlls(root: Path, *, quiet: bool = False, log=print) -> Path:
     started = time.monotonic()
     with unpacked(fetch_sdist(LLAMA_CPP, root / "sources"), root, "llama") as work:
         src = work / f"llama_cpp_python-{LLAMA_CPP.version}" / "vendor" / "llama.cpp"
-        apply_patches(src, llama_source.PATCHES, llama_source.__name__)
-        apply_patches(src, PATCHES, __name__)
+        apply_patch_files(src, llama_source.patch_files() + llama_source.patch_files(PATCHES))
         (work / "toolchain.cmake").write_text(TOOLCHAIN)
         (work / "shim.h").write_text(SHIM)
         try:

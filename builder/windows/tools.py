@@ -63,9 +63,20 @@ def dll_imports(path: Path) -> list[str]:
 
 def apply_patches(root: Path, patches: tuple[tuple[str, str, str], ...], owner: str) -> None:
     """Replace exact text in files under `root`, each (file, old, new) matching exactly once, so a
-    new upstream version that moved the text stops the build instead of building something else."""
+    new upstream version that moved the text stops the build instead of building something else
+    (PyInstaller's bootloader; llama.cpp's patches are patch files: apply_patch_files)."""
+    for rel, old, new in patches:
+        path = root / rel
+        text = path.read_text("utf-8")
+        if text.count(old) != 1:
+            raise WindowsBuildError(f"{path} does not hold the text llmpack patches there; update PATCHES in {owner}")
+        path.write_text(text.replace(old, new), "utf-8")
+
+
+def apply_patch_files(root: Path, files: list[Path]) -> None:
+    """llama_source.apply_patch_files, failing as a Windows build step."""
     try:
-        llama_source.apply_patches(root, patches, owner)
+        llama_source.apply_patch_files(root, files)
     except llama_source.SourceError as exc:
         raise WindowsBuildError(str(exc)) from None
 

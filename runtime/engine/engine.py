@@ -45,7 +45,7 @@ from llmpack.runtime.engine.sequence import Request, Sequence
 from llmpack.runtime.engine.speculative import NgramDrafter
 from llmpack.runtime.engine.step_trace import StepTrace
 from llmpack.runtime.hardware.placement import backend_report, plan_offload
-from llmpack.runtime.hardware.rpc import RpcWorkerLost, on_worker_lost
+from llmpack.runtime.hardware.rpc_client import RpcWorkerLost, on_worker_lost
 from llmpack.runtime.model.model_info import ModelInfo
 
 __all__ = ["EngineConfig", "EngineStats", "LLMEngine", "EngineDeadError", "PromptTooLongError", "QueueFullError",

@@ -33,7 +33,7 @@ from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.llama_batch import BatchPlan, LlamaBatch
 from llmpack.runtime.hardware.backends import load_backends
 from llmpack.runtime.hardware.bindings import bindings, lc   # bindings: the package's own libllama handle
-from llmpack.runtime.hardware.rpc import any_registered
+from llmpack.runtime.hardware.rpc_client import any_registered
 
 _backend_ready = False
 # llama_flash_attn_type. Neither setting makes the CPU kernels batch-invariant (a sequence's

@@ -15,7 +15,8 @@ import numpy as np
 
 from llmpack.runtime.hardware.backends import Device, gpu_devices, gpu_probed, load_backends, pick_device
 from llmpack.runtime.hardware.gpu_fit import fit_gpu_layers, fit_on
-from llmpack.runtime.hardware.rpc import RemoteDevice, RpcError, add_servers
+from llmpack.runtime.hardware.rpc import RpcError
+from llmpack.runtime.hardware.rpc_client import RemoteDevice, add_servers
 from llmpack.runtime.model.model_info import ModelInfo, read_model_info
 
 

@@ -132,8 +132,9 @@ def add_worker_args(p: argparse.ArgumentParser, *, own_address: bool = True) -> 
                    help="memory offered, in MiB (default: the device's free memory); llama.cpp gives each worker "
                         "layers in proportion to it")
     p.add_argument("--insecure-bind", action="store_true",
-                   help="allow a --host other than 127.0.0.1: RPC has no password and no encryption, so anyone "
-                        "who reaches the port can run code here; only on a network you fully trust")
+                   help="allow a --host other than 127.0.0.1: the key keeps strangers out, but the traffic is not "
+                        "encrypted, so anyone on the way reads every prompt; only on a network you fully trust "
+                        "(else an SSH tunnel: docs/SCALING.md)")
     p.add_argument("--cache", action="store_true", help="keep the weights received on disk: the next load of the "
                    "same model sends only their hashes")
 
