@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_chat, get_chats, last_reply, new_page, set_settings
+from browser_fixtures import ARTIFACTS, ask, fits, get_chat, get_chats, last_reply, new_page, set_settings
 from doc_files import make_pdf
 from long_docs import contract_pages
 from server_fixtures import *  # noqa: F401,F403
@@ -31,17 +31,6 @@ def attach_contract(page) -> None:
     chip = page.locator(CHIP)
     chip.wait_for()
     wait_until(lambda: "read in parts" in chip.locator("[data-testid=attachment-meta]").inner_text(), 60)
-
-
-def ask(page, question: str, timeout_ms: int = 120_000) -> None:
-    page.fill("[data-testid=prompt]", question)
-    page.keyboard.press("Enter")
-    last_reply(page).wait_for()
-    page.wait_for_selector("[data-testid=stop]", state="hidden", timeout=timeout_ms)
-
-
-def fits(page, width: int) -> None:
-    assert page.evaluate("document.documentElement.scrollWidth") <= width
 
 
 @pytest.mark.parametrize("width, height", WIDTHS)

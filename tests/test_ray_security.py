@@ -10,7 +10,6 @@ import ipaddress
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -35,18 +34,13 @@ except ImportError:
 import psutil   # Ray's own copy (ray/thirdparty_files), on the path once Ray is imported
 
 from ggufs import CHATML_TEMPLATE, write_tiny_model
+from helpers.ports import free_port
 
 WAIT_S = 240
 # What Ray 2.60 binds to every interface whatever the node address, with no setting to change it:
 # Ray Serve's inter-deployment gRPC server in each replica process (serve/_private/replica.py,
 # `_on_initialized`: "[::]:0"). It is built with Ray's token interceptor, so it must refuse this call.
 CANNOT_MOVE = {"ray::ServeReplica": "/ray.serve.ASGIService/HandleRequest"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
