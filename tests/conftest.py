@@ -147,3 +147,11 @@ def windows_stub() -> Path:
         return get_stub(target=WindowsTarget(), quiet=True)
     except WindowsBuildError as exc:
         pytest.fail(f"the Windows stub could not be built: {exc}")
+
+
+@pytest.fixture(scope="session")
+def stub() -> Path:
+    """The real Linux runtime stub, built once per llmpack source state (a minute or two), then cached."""
+    from llmpack.builder.stub import get_stub
+
+    return get_stub()
