@@ -49,7 +49,9 @@ def installed_paths() -> list[str]:
 def hide_and_rerun() -> int:
     paths = installed_paths()
     env = {k: v for k, v in os.environ.items() if k != "CI"}
-    script = 'n=$1; shift; i=0; while [ $i -lt "$n" ]; do mount --bind /dev/null "$1" || exit 97; shift; i=$((i+1)); done; exec "$@"'
+    # sh -c SCRIPT sh N PATH... COMMAND...: /dev/null over the N paths, then the command
+    script = ('n=$1; shift; i=0; while [ $i -lt "$n" ]; do mount --bind /dev/null "$1" || exit 97; '
+              'shift; i=$((i+1)); done; exec "$@"')
     cmd = ["unshare", "-rm", "sh", "-c", script, "sh", str(len(paths)), *paths,
            sys.executable, str(Path(__file__).resolve()), HIDDEN_FLAG]
     print(f"[newcomer] hiding {len(paths)} files of the optional tools in a mount namespace, CI unset", flush=True)
