@@ -126,6 +126,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "without them before any set-up, failed under CI")
 
 
+@pytest.hookimpl(tryfirst=True)   # before `-m` selects: `-m needs` finds the tests marked here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     needs.mark_items(items)
 

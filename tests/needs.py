@@ -45,6 +45,7 @@ class Part:
     do), and what brings it: a Debian package, or the command that makes it."""
     names: tuple[str, ...]
     package: str
+    label: str = ""      # what the skip calls it; the command's or file's name when empty
 
     def where(self) -> Path | None:
         for name in self.names:
@@ -72,11 +73,12 @@ def _chromium_parts() -> tuple[Part, ...]:
 
 def _llama_server_parts() -> tuple[Part, ...]:
     """The benchmark peer, built from the vendored llama.cpp into the cache (benchmarks/servers.py)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
     from servers import binary_path
 
     override = os.environ.get("LLMPACK_LLAMA_SERVER")
-    return (Part((override or str(binary_path()),), "./dev bench peers --build-only (~10 min)"),)
+    return (Part((override or str(binary_path()),), "./dev bench peers --build-only (~10 min)", "llama-server"),)
 
 
 # name -> its parts, asked for when a test needs it (the Windows table and the cache are read then)
@@ -85,7 +87,8 @@ TOOLS: dict[str, Callable[[], tuple[Part, ...]]] = {
     "wine": lambda: _commands({"wine": "wine64"}),
     "chromium": _chromium_parts,
     "qemu": lambda: _commands({"qemu-x86_64": "qemu-user"}),
-    "lavapipe": lambda: (Part((str(LAVAPIPE_ICD),), "mesa-vulkan-drivers"), Part((str(VULKAN_LOADER),), "libvulkan1")),
+    "lavapipe": lambda: (Part((str(LAVAPIPE_ICD),), "mesa-vulkan-drivers", "Mesa's lavapipe"),
+                         Part((str(VULKAN_LOADER),), "libvulkan1", "the Vulkan loader")),
     "xvfb": lambda: _commands({"Xvfb": "xvfb"}),
     "osslsigncode": lambda: _commands({"osslsigncode": "osslsigncode", "openssl": "openssl"}),
     "ccache": lambda: _commands({"cmake": "cmake", "ninja": "ninja-build", "ccache": "ccache", "cc": "gcc"}),
@@ -110,8 +113,8 @@ def need(*tools: str) -> None:
     """Skip (fail under CI) unless every part of `tools` is here, naming what to install."""
     lacking = missing(*tools)
     if lacking:
-        names = ", ".join(Path(p.names[0]).name for p in lacking)
-        skip_or_fail(f"needs {names}: {advice(lacking)} (.ci/run installs them)")
+        names = ", ".join(p.label or Path(p.names[0]).name for p in lacking)
+        skip_or_fail(f"needs {names}: {advice(lacking)} (.ci/run installs them all)")
 
 
 # fixture name -> the tools it needs (filled by `fixture`; conftest.py marks the tests that use them)

@@ -257,7 +257,7 @@ def test_multibyte_characters_split_across_byte_tokens_stream_whole(tiny_model):
 
 def test_a_progress_callback_that_says_stop_abandons_the_load(tiny_model):
     """Ctrl+C during a load: the server's progress() returns False and llama.cpp gives up at its
-    next callback instead of loading the rest of the model (tests/test_server_errors.py has the
+    next callback instead of loading the rest of the model (tests/test_server_lifecycle.py has the
     server's side)."""
     from llmpack.runtime.engine.model_runner import ModelLoadError
 
