@@ -98,8 +98,8 @@ TOOLS: dict[str, Callable[[], tuple[Part, ...]]] = {
 
 
 def missing(*tools: str) -> list[Part]:
-    """The parts of `tools` this machine lacks."""
-    return [part for tool in tools for part in TOOLS[tool]() if part.where() is None]
+    """The parts of `tools` this machine lacks (each once: two tools may share one, as cmake)."""
+    return list(dict.fromkeys(part for tool in tools for part in TOOLS[tool]() if part.where() is None))
 
 
 def advice(parts: list[Part]) -> str:
