@@ -92,8 +92,12 @@ def run_hidden() -> int:
                       str(REPO / "tests")],
                      plugins=[outcomes])
     took = time.monotonic() - began
-    if rc == pytest.ExitCode.NO_TESTS_COLLECTED or not outcomes.tests:
+    if rc == pytest.ExitCode.NO_TESTS_COLLECTED:
         print("[newcomer] no test is marked `needs` (tests/needs.py): this check would prove nothing", flush=True)
+        return 1
+    if not outcomes.tests:
+        print(f"[newcomer] FAILED: pytest ran no test (exit code {int(rc)}); without the optional tools the "
+              "suite does not even collect (see above)", flush=True)
         return 1
     wrong = {nodeid: o for nodeid, o in outcomes.tests.items()
              if o[0] != "skipped" or not SAYS_WHAT_TO_INSTALL.match(o[1])}
