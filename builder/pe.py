@@ -16,7 +16,7 @@ whole file as one buffer and walks it dword by dword in Python, while a build st
 and feeds :class:`Checksum` piece by piece with numpy (docs/BENCHMARKS.md, "PE checksum"); and
 truncated or odd input must give None, never an exception (tests/test_pe_headers.py). The
 checksum is checked against the value Microsoft's linker wrote into PyInstaller's own
-bootloader (tests/test_packfile_pe.py).
+bootloader (tests/test_packfile.py).
 
 Errors are :class:`PeError` (a ValueError whose str() is one line for the user); splice.py
 turns them into PackError, so this module imports nothing of llmpack's (no import cycle with
