@@ -9,7 +9,7 @@
   DEMO.gguf`, median of 3; and what the first launch wrote to the cache.
   Target: a later launch <= 1.2 x llmpack run.
 * stop: from SIGINT (Ctrl+C) to exit, for those same later launches and `llmpack run`.
-  Target: <= 1.2 x llmpack run (tests/test_build.py only checks that it stops at all).
+  Target: <= 1.2 x llmpack run (tests/test_build_demo.py only checks that it stops at all).
 * the runtime stub's size (and how long it took to build, when this run built it).
 
 Prints figures; it is not a test. Uses the real demo model (Gemma 3 270M Q4_K_M).

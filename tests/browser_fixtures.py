@@ -1,21 +1,20 @@
 """Headless Chromium for the chat-page tests (`from browser_fixtures import *`).
 
 Chromium is looked up on PATH (Debian's `chromium`, or `chromium-browser`, `google-chrome`...).
-Without one the browser tests skip on a developer machine, but with CI=true they fail: CI must
-prove the page works, not report a green run that never opened it.
+Without one the browser tests (the `browser` fixture's users, and every test marked `browser`) skip
+on a developer machine before anything is set up, but with CI=true they fail: CI must prove the
+page works, not report a green run that never opened it (tests/needs.py).
 """
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 import requests
 from playwright import sync_api
-from needs import skip_or_fail
+import needs
 from server_fixtures import LockStep, chat_headers
 
 __all__ = ["ARTIFACTS", "CHROMIUM_ARGS", "chromium_path", "browser", "page", "chat_data", "new_page", "open_app",
@@ -23,21 +22,17 @@ __all__ = ["ARTIFACTS", "CHROMIUM_ARGS", "chromium_path", "browser", "page", "ch
            "shown_in_order", "unnamed_controls"]
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 
 
 def chromium_path() -> str:
-    """Chromium on PATH (LLMPACK_CHROMIUM names another); skip, or fail when CI=true."""
-    found = os.environ.get("LLMPACK_CHROMIUM") or next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
-    if found:
-        return found
-    skip_or_fail(f"the browser tests need Chromium on PATH (one of {', '.join(CHROMIUM_NAMES)}; "
-                 "apt-get install chromium)")
+    """Chromium on PATH (one of CHROMIUM_NAMES; LLMPACK_CHROMIUM names another); skip, or fail when CI=true."""
+    needs.need("chromium")
+    return str(needs.TOOLS["chromium"]()[0].where())
 
 
-@pytest.fixture(scope="module")
+@needs.fixture("chromium", scope="module")
 def browser() -> Iterator[Any]:
     exe = chromium_path()
     with sync_api.sync_playwright() as p:
@@ -84,6 +79,19 @@ def open_app(page, srv) -> None:
 
 def last_reply(page):
     return page.locator("[data-testid=message-assistant]").last
+
+
+def ask(page, question: str, timeout_ms: int = 120_000) -> None:
+    """Type `question` in the prompt, send it with Enter, and wait until the reply is over."""
+    page.fill("[data-testid=prompt]", question)
+    page.keyboard.press("Enter")
+    last_reply(page).wait_for()
+    page.wait_for_selector("[data-testid=stop]", state="hidden", timeout=timeout_ms)
+
+
+def fits(page, width: int) -> None:
+    """Nothing on the page is wider than the window: no sideways scrolling."""
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
 
 
 def put_chat(srv, chat_id: str, chat: dict) -> None:

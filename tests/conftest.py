@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+import needs
 from ggufs import CHATML_TEMPLATE, write_tiny_model
 
 
@@ -115,3 +116,43 @@ def chat_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "data"
     monkeypatch.setenv("LLMPACK_DATA_DIR", str(folder))
     return folder
+
+
+# --------------------------------------------------------------------------- optional tools
+# A test that needs Wine, Chromium, qemu... (tests/needs.py) is skipped, or failed under CI, before
+# any of its fixtures is set up: a newcomer's run starts no server and builds no file only to skip.
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs(*tools): needs optional tools (tests/needs.py's TOOLS): skipped "
+                                       "without them before any set-up, failed under CI")
+
+
+@pytest.hookimpl(tryfirst=True)   # before `-m` selects: `-m needs` finds the tests marked here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    needs.mark_items(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    needs.check_item(item)
+
+
+@needs.fixture("windows", scope="session")
+def windows_stub() -> Path:
+    """The cached Windows stub (`./dev test` makes it first when Wine and mingw are installed:
+    about 11 minutes the first time, then cached under a key of its inputs)."""
+    from llmpack.builder.stub import get_stub
+    from llmpack.builder.windows.pins import WindowsBuildError
+    from llmpack.builder.windows.target import WindowsTarget
+
+    try:
+        return get_stub(target=WindowsTarget(), quiet=True)
+    except WindowsBuildError as exc:
+        pytest.fail(f"the Windows stub could not be built: {exc}")
+
+
+@pytest.fixture(scope="session")
+def stub() -> Path:
+    """The real Linux runtime stub, built once per llmpack source state (a minute or two), then cached."""
+    from llmpack.builder.stub import get_stub
+
+    return get_stub()

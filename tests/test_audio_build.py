@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 from audio_ggufs import ROWS_PER_WINDOW, tone, write_tiny_audio_mmproj, write_tiny_audio_model
-from test_packfile import archive, elf_stub  # noqa: F401 - the fake stub fixtures (a real bootloader)
+from helpers.stubs import archive, elf_stub  # noqa: F401 - the fake stub fixtures (a real bootloader)
 
 from llmpack.builder import packfile
 from llmpack.builder.build import build_executable

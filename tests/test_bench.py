@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from server_fixtures import live_server
-from needs import skip_or_fail
 
 from llmpack.bench.runner import percentile
 from llmpack.cli import main
@@ -72,15 +72,12 @@ def test_percentiles_interpolate_like_numpy():
     assert percentile(list(map(float, range(101))), 99) == 99.0
 
 
+@pytest.mark.needs("llama-server")
 def test_bench_against_llama_server(tiny_chat_model: Path, capsys):
     sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
     from servers import find_llama_server, start_llama_server
 
-    binary = find_llama_server()
-    if binary is None:
-        skip_or_fail("llama-server is not built: `./dev bench peers --build-only` builds it (~10 min; "
-                     ".ci/run does this before the tests)")
-    proc, url = start_llama_server(binary, tiny_chat_model, ctx=2048, parallel=4)
+    proc, url = start_llama_server(find_llama_server(), tiny_chat_model, ctx=2048, parallel=4)
     try:
         rc, doc = bench_json(capsys, url)
         assert rc == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_chat, get_chats, last_reply, new_page, set_settings
+from browser_fixtures import ARTIFACTS, ask, fits, get_chat, get_chats, last_reply, new_page, open_app, set_settings
 from doc_files import make_pdf
 from long_docs import contract_pages
 from server_fixtures import *  # noqa: F401,F403
@@ -33,17 +33,6 @@ def attach_contract(page) -> None:
     wait_until(lambda: "read in parts" in chip.locator("[data-testid=attachment-meta]").inner_text(), 60)
 
 
-def ask(page, question: str, timeout_ms: int = 120_000) -> None:
-    page.fill("[data-testid=prompt]", question)
-    page.keyboard.press("Enter")
-    last_reply(page).wait_for()
-    page.wait_for_selector("[data-testid=stop]", state="hidden", timeout=timeout_ms)
-
-
-def fits(page, width: int) -> None:
-    assert page.evaluate("document.documentElement.scrollWidth") <= width
-
-
 @pytest.mark.parametrize("width, height", WIDTHS)
 def test_a_long_pdf_is_read_in_parts_and_the_reply_says_which(browser, scripted_model: Path, chat_data,
                                                                width: int, height: int):
@@ -51,8 +40,7 @@ def test_a_long_pdf_is_read_in_parts_and_the_reply_says_which(browser, scripted_
     page = new_page(ctx)
     try:
         with live_server(scripted_model, "--ctx", "1024") as srv:
-            page.goto(srv.server.page_url)
-            page.wait_for_selector("#app:not([hidden])")
+            open_app(page, srv)
             attach_contract(page)
             meta = page.locator(CHIP).locator("[data-testid=attachment-meta]").inner_text()
             assert meta.startswith(f"{round(len(PDF) / 1024)} KB · ") and meta.endswith(" words · read in parts"), meta
@@ -96,8 +84,7 @@ def test_the_instruct_model_answers_from_page_217_in_the_page(browser, instruct_
         page = new_page(ctx)
         set_settings(page, instruct_server.model_id, temperature=0)   # greedy, as the API test
         try:
-            page.goto(instruct_server.server.page_url)
-            page.wait_for_selector("#app:not([hidden])")
+            open_app(page, instruct_server)
             attach_contract(page)
             ask(page, NEEDLE.question + " On which page?", 600_000)
             answer = last_reply(page).locator(".content").inner_text()
@@ -121,8 +108,7 @@ def test_a_file_the_bounded_index_forgot_is_named_where_files_are_attached(brows
     try:
         with live_server(scripted_model, "--ctx", "1024") as srv:
             srv.state.files.index.max_bytes = 800_000   # this app's index (the contract's text is about 540 KB)
-            page.goto(srv.server.page_url)
-            page.wait_for_selector("#app:not([hidden])")
+            open_app(page, srv)
             attach_contract(page)
             assert page.locator("[data-testid=index-forgot]").count() == 0
             other = [p.replace("Kestrel", "Osprey") for p in PAGES]

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_chat, get_chats, last_reply, new_page, put_chat, set_settings
+from browser_fixtures import ARTIFACTS, ask, fits, get_chat, get_chats, last_reply, new_page, put_chat, set_settings
 from doc_files import make_pdf
 from long_docs import contract_pages
 from server_fixtures import *  # noqa: F401,F403
@@ -54,17 +54,6 @@ def drop_pdf(page) -> None:
     chip = page.locator("[data-testid=attachment-chip]")
     chip.wait_for()
     wait_until(lambda: "read in parts" in chip.locator("[data-testid=attachment-meta]").inner_text(), 60)
-
-
-def ask(page, question: str, timeout_ms: int = 120_000) -> None:
-    page.fill("[data-testid=prompt]", question)
-    page.keyboard.press("Enter")
-    last_reply(page).wait_for()
-    page.wait_for_selector("[data-testid=stop]", state="hidden", timeout=timeout_ms)
-
-
-def fits(page, width: int) -> None:
-    assert page.evaluate("document.documentElement.scrollWidth") <= width
 
 
 def lit_sentence(page) -> str:

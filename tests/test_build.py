@@ -3,7 +3,9 @@ the PyInstaller runtime stub (built once, cached by its key), real executables, 
 
 Built programs run from a temporary folder with a minimal environment (no venv on PATH, no
 PYTHONPATH, HOME and LLMPACK_CACHE in the temporary folder), so a pass shows they do not lean
-on the developer's Python. The byte layout and its refusal paths are tests/test_packfile.py's.
+on the developer's Python. The byte layout and its refusal paths are tests/test_packfile.py's;
+the demo model's file is tests/test_build_demo.py, --forget and a second launch
+tests/test_build_relaunch.py.
 """
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -27,55 +28,15 @@ from llmpack.builder import packfile
 from llmpack.builder import stub as stub_module
 from llmpack.builder.stub import exe_name, get_stub, stub_info, stub_key
 from llmpack.progress import human_bytes
-from apps import CHECKING, FILE_READ, UNPACKING, App, assert_clean_exit, cached_model, launch, llmpack_cli, minimal_env
+from apps import CHECKING, UNPACKING, assert_clean_exit, cached_model, launch, llmpack_cli, minimal_env
+from helpers.built import *  # noqa: F401,F403 - tiny_gguf, tiny_exe, tiny_zstd_exe: fixtures
 
 pytestmark = pytest.mark.stub
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="session")
-def stub() -> Path:
-    """The real runtime stub, built once per llmpack source state (a minute or two), then cached."""
-    return get_stub()
 
 
 def same_sources(stub: Path) -> None:
     if stub_key() != stub.parent.name:
         pytest.fail("llmpack's sources changed during this test session (the stub key moved on); run it again")
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tiny_model_factory) -> Path:
-    return tiny_model_factory(chat_template=CHATML_TEMPLATE)
-
-
-@pytest.fixture(scope="module")
-def tiny_exe(tiny_gguf, stub, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("built") / "tiny-chat"
-    proc = llmpack_cli("build", str(tiny_gguf), "-o", str(out), "--name", "Tiny Chat", "--system", "Be brief.",
-                       "--ctx", "512", "--parallel", "4", "--stub", str(stub))
-    assert f"wrote {out}" in proc.stdout and "run it" in proc.stdout
-    return out
-
-
-@pytest.fixture(scope="module")
-def tiny_zstd_exe(tiny_gguf, stub, tmp_path_factory) -> Path:
-    """A compressed build: the one kind whose model is unpacked to the cache at its first launch."""
-    out = tmp_path_factory.mktemp("built-zstd") / "tiny-zstd"
-    llmpack_cli("build", str(tiny_gguf), "-o", str(out), "--compress", "zstd", "--stub", str(stub))
-    return out
-
-
-@pytest.fixture(scope="module")
-def demo_exe(demo_model, stub, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("built-demo") / "gemma-chat"
-    proc = llmpack_cli("build", str(demo_model), "-o", str(out), "--stub", str(stub))
-    assert "base model no chat template and no instruct/chat tag: it continues text" in proc.stdout
-    return out
 
 
 # --------------------------------------------------------------------------- the stub
@@ -380,262 +341,3 @@ def test_sidecar_build_runs(tiny_gguf, stub, tmp_path):
     finally:
         rc = app.stop()
     assert_clean_exit(app, rc)
-
-
-# --------------------------------------------------------------------------- the demo model
-
-
-@pytest.mark.demo
-def test_demo_executable_chats_in_place_and_starts_again_without_checking(demo_exe, demo_model, tmp_path):
-    m = packfile.read_manifest(demo_exe)
-    assert m.recipe["name"] == "gemma" and m.defaults["name"] and m.extra["base_model"] is True
-    app = launch(demo_exe, tmp_path)
-    try:
-        app.wait_listening()
-        assert app.wait_healthy()["base_model"] is True   # the chat page shows its notice
-        reply = app.chat([{"role": "user", "content": "What is the capital of France? One word."}], max_tokens=24)
-        text = reply["choices"][0]["message"]["content"]
-        assert text.strip() and "<end_of_turn>" not in text
-    finally:
-        rc = app.stop()
-    assert_clean_exit(app, rc)
-    assert CHECKING in app.stderr and UNPACKING not in app.stderr
-    assert not cached_model(tmp_path, m.model.sha256).exists()   # read in place: no 253 MB copy
-    marker = tmp_path / "cache" / "models" / f"{m.model.sha256}.inplace.ok"
-    before = marker.stat()
-
-    app = launch(demo_exe, tmp_path)
-    try:
-        app.wait_listening()
-        app.wait_healthy()
-    finally:
-        rc = app.stop(group=True)
-    assert_clean_exit(app, rc)
-    assert CHECKING not in app.stderr
-    assert (marker.stat().st_ino, marker.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-
-
-@pytest.mark.demo
-@pytest.mark.parametrize("phase", ["checking", "loading"])
-def test_ctrl_c_while_the_model_is_checked_or_loads_stops_cleanly(demo_exe, phase, tmp_path):
-    """A Ctrl+C during the first seconds is a normal thing to do. The load runs in a thread inside
-    llama.cpp: exiting under it once aborted the program ("FATAL: exception not rethrown", exit 134).
-    The first check and the load are abandoned, not finished first, and nothing is left half done.
-    (Stopping an unpacking, of a compressed build, is the same code path: Stopping from its progress.)"""
-    for run in range(3):   # not retries: every run must pass (the abort came only now and then)
-        tmp = tmp_path / str(run)
-        app = launch(demo_exe, tmp, *(["--verbose"] if phase == "loading" else []))
-        try:
-            app.wait_listening()
-            app.wait_phase(phase)
-            if phase == "loading":
-                app.wait_line(FILE_READ)   # the file is in memory: llama.cpp loads it now
-        finally:
-            rc = app.stop(group=True)
-        assert_clean_exit(app, rc)
-        assert "could not load" not in app.stderr and "model ready" not in app.stdout, app.stdout + app.stderr
-        models = tmp / "cache" / "models"
-        left = sorted(p.name for p in models.iterdir()) if models.exists() else []
-        assert not [n for n in left if ".tmp" in n or n.endswith(".gguf")], left   # no copy, nothing half written
-        for marker in (models / n for n in left if n.endswith(".inplace.ok")):   # a check that finished first
-            assert json.loads(marker.read_text())["path"] == str(demo_exe.resolve())
-
-
-@pytest.mark.demo
-def test_llmpack_demo_builds_launches_and_forwards_ctrl_c(demo_model, stub, tmp_path):
-    """`llmpack demo` (the README's first command) with the real stub and model linked into a
-    private cache, so nothing is rebuilt and the extraction lands in the temporary folder."""
-    cache = tmp_path / "cache"
-    (cache / "stubs").mkdir(parents=True)
-    (cache / "stubs" / stub.parent.name).symlink_to(stub.parent, target_is_directory=True)
-    (cache / "demo").mkdir()
-    (cache / "demo" / demo_model.name).symlink_to(demo_model)
-    out = tmp_path / "here" / "gemma-chat"
-    env = {**os.environ, "LLMPACK_CACHE": str(cache)}
-    env.pop("PYTHONPATH", None)
-    app = App([sys.executable, "-m", "llmpack", "demo", "gemma", "-o", str(out), "--no-browser", "--port", "0"], env,
-              tmp_path)
-    try:
-        app.wait_listening(timeout=600)
-        app.wait_healthy()
-        assert app.chat(max_tokens=8)["usage"]["completion_tokens"] > 0
-    finally:
-        rc = app.stop()   # SIGINT to `llmpack demo` only: it must pass it on
-    assert_clean_exit(app, rc)
-    assert out.is_file() and packfile.read_manifest(out).model.size == demo_model.stat().st_size
-    assert "building" in app.stderr
-
-    mtime = out.stat().st_mtime_ns   # up to date: launched as is
-    app = App([sys.executable, "-m", "llmpack", "demo", "gemma", "-o", str(out), "--no-browser", "--port", "0"], env,
-              tmp_path)
-    try:
-        app.wait_listening(timeout=120)
-        app.wait_answering()
-    finally:
-        rc = app.stop(group=True)
-    assert_clean_exit(app, rc)
-    assert "up to date" in app.stderr and out.stat().st_mtime_ns == mtime
-
-
-# --------------------------------------------------------------------------- --forget and a second launch
-
-
-def page_token(app: App) -> str:
-    """The chat secret the program printed (its page link ends in ?token=...)."""
-    line = next(x for x in app.stdout.splitlines() if "chat page at " in x)
-    return line.split("?token=", 1)[1].split()[0]
-
-
-def run_on_a_terminal(cmd: list[str], env: dict, cwd: Path, answer: str | None) -> tuple[int, str]:
-    """Run `cmd` with a pseudo-terminal as its console; type `answer` once it asks."""
-    import pty
-
-    main, side = pty.openpty()
-    proc = subprocess.Popen(cmd, stdin=side, stdout=side, stderr=side, env=env, cwd=cwd, close_fds=True)
-    os.close(side)
-    seen = b""
-    deadline = time.monotonic() + 120
-    while True:
-        assert time.monotonic() < deadline, seen
-        try:
-            chunk = os.read(main, 4096)
-        except OSError:   # EIO: the program exited and closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-        if answer is not None and b"[y/N]" in seen:
-            os.write(main, answer.encode() + b"\n")
-            answer = None
-    os.close(main)
-    return proc.wait(60), seen.decode("utf-8", "replace")
-
-
-def test_forget_removes_the_model_copy_and_the_saved_chats_after_asking(tiny_zstd_exe, tiny_gguf, tmp_path):
-    sha = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
-    env = minimal_env(tmp_path, LLMPACK_DATA_DIR=str(tmp_path / "data"))
-    app = launch(tiny_zstd_exe, tmp_path, env=env)
-    try:
-        app.wait_listening()
-        app.wait_healthy()
-        headers = {"X-Llmpack-Token": page_token(app), "X-Llmpack-Chat": "1"}
-        chat = {"title": "Keep me?", "messages": [{"role": "user", "content": "hello " * 1000}]}
-        assert requests.put(app.url + "/api/chats/c1", json=chat, headers=headers, timeout=30).status_code == 200
-        assert requests.put(app.url + "/api/settings", json={"temperature": 0.5}, headers=headers,
-                            timeout=30).status_code == 200
-        running = subprocess.run([str(tiny_zstd_exe), "--forget", "--yes"], capture_output=True, text=True,
-                                 timeout=120, env=env, cwd=tmp_path)   # refused while it serves
-        assert running.returncode == 2 and "is running at " + app.url in running.stderr, running.stderr
-    finally:
-        rc = app.stop()
-    assert_clean_exit(app, rc)
-    from llmpack.runtime.server.page.chats import ChatStore
-
-    store = ChatStore(tmp_path / "data" / "chats.sqlite3")
-    store.put("someone-else", {"id": "x", "title": "other model", "mode": "chat", "created": 1, "updated": 1,
-                               "messages": []})
-    models = tmp_path / "cache" / "models"
-    assert (models / f"{sha}.gguf").is_file() and store.usage(sha[:10])[:1] == (1,)
-
-    # no console to ask on: refused, nothing removed
-    proc = subprocess.run([str(tiny_zstd_exe), "--forget"], capture_output=True, text=True, timeout=120, env=env,
-                          cwd=tmp_path, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 2 and "add --yes" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
-    assert (models / f"{sha}.gguf").is_file()
-
-    # asked on a terminal: "n" keeps everything, "y" removes it
-    total = sum(p.stat().st_size for p in models.iterdir()) + store.usage(sha[:10])[1]
-    size_mb = f"({human_bytes(total)})? [y/N]"
-    rc, out = run_on_a_terminal([str(tiny_zstd_exe), "--forget"], env, tmp_path, "n")
-    assert rc == 1 and f"Remove the unpacked model {models / (sha + '.gguf')} and 1 saved chat and the page " \
-                       f"settings of this model in {store.path} {size_mb}" in out, out
-    assert (models / f"{sha}.gguf").is_file() and store.usage(sha[:10]) != (0, 0, False)
-    rc, out = run_on_a_terminal([str(tiny_zstd_exe), "--forget"], env, tmp_path, "y")
-    assert rc == 0 and "Removed the unpacked model" in out, out
-    assert sorted(p.name for p in models.iterdir()) == []
-    assert store.usage(sha[:10]) == (0, 0, False) and store.usage("someone-else")[0] == 1   # others' chats stay
-
-    proc = subprocess.run([str(tiny_zstd_exe), "--forget", "--yes"], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stdout.startswith("Nothing to remove"), proc.stdout + proc.stderr
-
-
-def test_forget_also_removes_the_copy_an_older_llmpack_unpacked(tiny_exe, tiny_gguf, tmp_path):
-    """Before issue 20 every first launch left <sha256>.gguf in the cache, even of an uncompressed
-    build: --forget finds and removes that copy too."""
-    sha = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
-    env = minimal_env(tmp_path, LLMPACK_DATA_DIR=str(tmp_path / "data"))
-    models = tmp_path / "cache" / "models"
-    subprocess.run([str(tiny_exe), "--extract-to", str(models)], check=True, capture_output=True, env=env,
-                   cwd=tmp_path, timeout=120)   # the copy, where and as the old first launch wrote it
-    assert (models / f"{sha}.gguf").is_file()
-    proc = subprocess.run([str(tiny_exe), "--forget", "--yes"], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=120)
-    assert proc.returncode == 0 and f"Removed the unpacked model {models / (sha + '.gguf')}" in proc.stdout, \
-        proc.stdout + proc.stderr
-    assert list(models.iterdir()) == []
-
-
-BROWSER_SCRIPT = """#!/bin/sh
-# a stand-in browser: records what it was asked to open
-printf '%s\\n' "$1" >> "$0.opened"
-"""
-
-
-def test_a_second_launch_opens_the_running_one_instead_of_starting_again(tiny_exe, tiny_gguf, tmp_path):
-    sha = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
-    browser = tmp_path / "browser.sh"
-    browser.write_text(BROWSER_SCRIPT)
-    browser.chmod(0o755)
-    env = minimal_env(tmp_path, BROWSER=str(browser))
-    lock = tmp_path / "xdg-run" / "llmpack" / f"instance-{sha[:10]}.json"
-    first = launch(tiny_exe, tmp_path, env=env)
-    try:
-        first.wait_listening()
-        first.wait_answering()
-        info = json.loads(lock.read_text())
-        ppid = int(Path(f"/proc/{info['pid']}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        assert ppid == first.proc.pid   # the server process, child of the onefile bootloader
-        assert info["port"] == int(first.url.rsplit(":", 1)[1]) and info["key"] == sha[:10]
-        assert info["url"] == first.url and oct(lock.stat().st_mode & 0o777) == "0o600"
-        assert page_token(first) not in lock.read_text()   # the lock file holds no secret
-
-        second = subprocess.run([str(tiny_exe), "--port", "0"], capture_output=True, text=True, timeout=120,
-                                env=env, cwd=tmp_path)
-        assert second.returncode == 0, second.stderr
-        assert second.stdout.strip() == (f"llmpack is already running this chat at {first.url}: opened it in "
-                                         "your browser (--new-instance starts another copy).")
-        opened = Path(str(browser) + ".opened")
-        deadline = time.monotonic() + 30
-        while not opened.exists():
-            assert time.monotonic() < deadline, "the browser was never started"
-            time.sleep(0.05)
-        url = opened.read_text().split()[0]
-        assert url == Path(info["redirect"]).as_uri()   # the running one's own redirect file...
-        assert f"{first.url}/?token={page_token(first)}" in Path(info["redirect"]).read_text()   # ...to its page
-
-        forced = launch(tiny_exe, tmp_path / "forced", "--new-instance", env=env)
-        try:
-            assert forced.wait_listening() != first.url   # --new-instance: a second copy after all
-        finally:
-            assert_clean_exit(forced, forced.stop())
-        assert json.loads(lock.read_text())["url"] == first.url   # the extra copy left the lock alone
-    finally:
-        os.kill(info["pid"], signal.SIGKILL)   # a crash: its lock file stays behind, stale
-        first.wait_exit(30)
-    assert lock.exists()
-
-    # a stale lock (its process is gone) is replaced; so is one whose process lives but whose
-    # /health does not answer for this model (this test's own pid, a port nobody listens on)
-    for stale_pid in (info["pid"], os.getpid()):
-        if stale_pid == os.getpid():
-            lock.write_text(json.dumps({**info, "pid": os.getpid(), "url": "http://127.0.0.1:9", "port": 9}))
-        app = launch(tiny_exe, tmp_path / f"after-{stale_pid}", env=env)
-        try:
-            app.wait_listening()
-            app.wait_answering()
-            assert json.loads(lock.read_text())["url"] == app.url
-        finally:
-            rc = app.stop()
-        assert_clean_exit(app, rc)
-        assert not lock.exists()   # removed when it stopped

@@ -9,7 +9,7 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
-from test_packfile import archive, elf_stub  # noqa: F401 - the fake stub fixtures (a real bootloader)
+from helpers.stubs import archive, elf_stub  # noqa: F401 - the fake stub fixtures (a real bootloader)
 from vision_ggufs import write_tiny_mmproj
 
 from llmpack.builder import packfile

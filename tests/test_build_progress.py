@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from needs import skip_or_fail
 
 from llmpack.builder import build_progress as B
 
@@ -71,12 +70,6 @@ endforeach()
 """
 
 
-def tools() -> None:
-    for tool in ("cmake", "ninja", "ccache", "cc"):
-        if shutil.which(tool) is None:
-            skip_or_fail(f"{tool} is not installed (.ci/run installs it)")
-
-
 def toy_project(root: Path) -> Path:
     src = root / "src"
     for folder, n in (("base", 6), ("cpu", 10)):
@@ -105,8 +98,8 @@ def build(src: Path, tmp: Path, cache: Path, log: Path, *, tty: bool) -> str:
     return out.getvalue()
 
 
+@pytest.mark.needs("ccache")
 def test_a_cmake_build_shows_which_part_compiles_and_how_far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    tools()
     monkeypatch.setattr(B, "PLAIN_EVERY_S", 0.05)
     monkeypatch.setattr(B, "REFRESH_S", 0.05)
     src = toy_project(tmp_path)
@@ -125,8 +118,8 @@ def test_a_cmake_build_shows_which_part_compiles_and_how_far(tmp_path: Path, mon
     assert "\n" not in shown
 
 
+@pytest.mark.needs("ccache")
 def test_a_rebuild_in_another_temporary_folder_hits_ccache(tmp_path: Path):
-    tools()
     src = toy_project(tmp_path)
     cache = tmp_path / "ccache"
     build(src, tmp_path / "wheel.tmp.101", cache, tmp_path / "a.log", tty=False)

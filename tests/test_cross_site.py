@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 import requests
@@ -130,6 +132,32 @@ class _Attacker(BaseHTTPRequestHandler):
         pass
 
 
+@contextmanager
+def another_site(title: str = "attacker") -> Iterator[str]:
+    """A page served by a second local server on another port: the same site as the llmpack
+    server, another origin. Yields its origin (http://localhost:PORT)."""
+    handler = type("Handler", (_Attacker,), {"page": f"<!doctype html><title>{title}</title>".encode()})
+    site = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    try:
+        yield f"http://localhost:{site.server_address[1]}"
+    finally:
+        site.shutdown()
+
+
+@contextmanager
+def page_on_another_site(browser) -> Iterator[Any]:
+    """A Chromium page opened on another_site(): the attacker's page."""
+    with another_site() as origin:
+        ctx = browser.new_context()
+        try:
+            page = ctx.new_page()
+            page.goto(origin + "/")
+            yield page
+        finally:
+            ctx.close()
+
+
 def test_a_no_cors_post_from_another_origin_in_chromium_is_refused(chat_server: LiveServer, browser,
                                                                    monkeypatch: pytest.MonkeyPatch):
     """The attacker's page is served by a second local server on another port: same site as the
@@ -143,13 +171,7 @@ def test_a_no_cors_post_from_another_origin_in_chromium_is_refused(chat_server: 
     monkeypatch.setattr(attachments, "extract", lambda *a, **kw: (reads.append(a[0]), real(*a, **kw))[1])
     send = ("fetch(%r, {method: 'POST', mode: %r, headers: %s, body: 'Some notes.'})"
             ".then(r => r.type + ' ' + r.status, e => 'error ' + e)")
-    handler = type("Handler", (_Attacker,), {"page": b"<!doctype html><title>attacker</title>"})
-    attacker = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=attacker.serve_forever, daemon=True).start()
-    ctx = browser.new_context()
-    try:
-        page = ctx.new_page()
-        page.goto(f"http://localhost:{attacker.server_address[1]}/")
+    with page_on_another_site(browser) as page:
         target = chat_server.url + "/v1/extract?filename=stolen.txt"
         assert page.evaluate(send % (target, "no-cors", "{'Content-Type': 'text/plain'}")) == "opaque 0"
         page.wait_for_timeout(1000)
@@ -158,9 +180,6 @@ def test_a_no_cors_post_from_another_origin_in_chromium_is_refused(chat_server: 
         own = send % (chat_server.url + "/v1/extract", "same-origin",
                       "{'Content-Type': 'text/plain', 'X-Filename': 'notes.txt'}")
         assert page.evaluate(own) == "basic 200" and reads == ["notes.txt"]
-    finally:
-        ctx.close()
-        attacker.shutdown()
 
 
 def test_a_page_of_an_allowed_origin_may_call_the_server_in_chromium_and_another_may_not(tiny_chat_model: Path,
@@ -173,31 +192,24 @@ def test_a_page_of_an_allowed_origin_may_call_the_server_in_chromium_and_another
     reads = []
     real = attachments.extract
     monkeypatch.setattr(attachments, "extract", lambda *a, **kw: (reads.append(a[0]), real(*a, **kw))[1])
-    sites = []
-    for _ in range(2):
-        site = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Attacker,), {"page": b"<!doctype html><title>site</title>"}))
-        threading.Thread(target=site.serve_forever, daemon=True).start()
-        sites.append(site)
-    allowed, other = (f"http://localhost:{s.server_address[1]}" for s in sites)
     send = ("fetch(%r, {method: 'POST', mode: %r, headers: {'Content-Type': 'text/plain', 'X-Filename': 'notes.txt'}, "
             "body: 'Some notes.'}).then(async r => r.type + ' ' + r.status + ' ' + (r.type == 'opaque' ? '' : "
             "(await r.json()).text), e => 'error ' + e.name)")
-    ctx = browser.new_context()
-    try:
-        with live_server(tiny_chat_model, "--cors", allowed) as srv:
-            page = ctx.new_page()
-            page.goto(other + "/")
-            assert page.evaluate(send % (srv.url + "/v1/extract", "cors")) == "error TypeError"
-            assert page.evaluate(send % (srv.url + "/v1/extract", "no-cors")) == "opaque 0 "
-            page.wait_for_timeout(500)
-            assert reads == [], "a page of an origin --cors does not name made the server read a file"
-            page.goto(allowed + "/")
-            assert page.evaluate(send % (srv.url + "/v1/extract", "cors")) == "cors 200 Some notes."
-            assert reads == ["notes.txt"]
-    finally:
-        ctx.close()
-        for site in sites:
-            site.shutdown()
+    with another_site("site") as allowed, another_site("site") as other:
+        ctx = browser.new_context()
+        try:
+            with live_server(tiny_chat_model, "--cors", allowed) as srv:
+                page = ctx.new_page()
+                page.goto(other + "/")
+                assert page.evaluate(send % (srv.url + "/v1/extract", "cors")) == "error TypeError"
+                assert page.evaluate(send % (srv.url + "/v1/extract", "no-cors")) == "opaque 0 "
+                page.wait_for_timeout(500)
+                assert reads == [], "a page of an origin --cors does not name made the server read a file"
+                page.goto(allowed + "/")
+                assert page.evaluate(send % (srv.url + "/v1/extract", "cors")) == "cors 200 Some notes."
+                assert reads == ["notes.txt"]
+        finally:
+            ctx.close()
 
 
 def test_a_typeless_no_cors_post_from_another_origin_in_chromium_is_not_read(chat_server: LiveServer, browser):
@@ -212,19 +224,10 @@ def test_a_typeless_no_cors_post_from_another_origin_in_chromium_is_not_read(cha
 
     send = ("fetch(%r, {method: 'POST', mode: 'no-cors', body: new Blob([%r])})"
             ".then(r => r.type + ' ' + r.status, e => 'error ' + e)")
-    handler = type("Handler", (_Attacker,), {"page": b"<!doctype html><title>attacker</title>"})
-    attacker = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=attacker.serve_forever, daemon=True).start()
-    ctx = browser.new_context()
-    try:
-        page = ctx.new_page()
-        page.goto(f"http://localhost:{attacker.server_address[1]}/")
+    with page_on_another_site(browser) as page:
         before = finished()
         for path, body in (("/v1/chat/completions", {**BODY, "max_tokens": 2}),
                            ("/api/chat", {"model": "m", "messages": BODY["messages"], "stream": False})):
             assert page.evaluate(send % (chat_server.url + path, json.dumps(body))) == "opaque 0"
         page.wait_for_timeout(1000)
         assert finished() == before, "a page on another origin made the model answer a typeless body"
-    finally:
-        ctx.close()
-        attacker.shutdown()

@@ -2,7 +2,6 @@
 as binutils reports them, and ElfError (one line) rather than a struct.error traceback."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,18 +13,16 @@ from llmpack.builder import elf
 BOOTLOADER = Path(PyInstaller.__file__).parent / "bootloader" / "Linux-64bit-intel" / "run"
 
 
+@pytest.mark.needs("readelf")   # binutils' readelf is the independent check here
 def test_section_names_match_readelf():
-    if shutil.which("readelf") is None:
-        pytest.skip("binutils' readelf is the independent check here")
     out = subprocess.run(["readelf", "-S", "-W", str(BOOTLOADER)], capture_output=True, text=True, check=True).stdout
     listed = {line.replace("[ ", "[").split()[1] for line in out.splitlines()
               if line.strip().startswith("[") and "]" in line and "Nr]" not in line and line.split("]")[1].split()}
     assert listed - {"NULL"} <= set(elf.section_names(BOOTLOADER)) and ".dynamic" in listed
 
 
+@pytest.mark.needs("readelf")   # binutils' readelf is the independent check here
 def test_needed_matches_readelf():
-    if shutil.which("readelf") is None:
-        pytest.skip("binutils' readelf is the independent check here")
     out = subprocess.run(["readelf", "-d", str(BOOTLOADER)], capture_output=True, text=True, check=True).stdout
     expected = [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
     assert expected and elf.needed(BOOTLOADER) == expected

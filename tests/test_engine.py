@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from engine_invariants import check_consistency
+from helpers.sampling import greedy
 
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine, PromptTooLongError
 from llmpack.runtime.llm import collect
@@ -22,10 +23,6 @@ PROMPTS = [
 ]
 
 
-def greedy(max_tokens: int = 24, **kw) -> SamplingParams:
-    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kw)
-
-
 def assert_same_or_near_tie(alone, together, top: int = 5, max_gap: float = 1.0) -> None:
     """Greedy outputs must match token for token, except where llama.cpp's batched
     arithmetic flips a near-tie: llama.cpp's CPU kernels are not batch-invariant, with flash
@@ -39,7 +36,7 @@ def assert_same_or_near_tie(alone, together, top: int = 5, max_gap: float = 1.0)
     once, because the chosen tokens are then unrelated to the other run's candidates."""
     assert len(alone) == len(together), f"{len(alone)} outputs alone, {len(together)} together"
     for a, t in zip(alone, together):
-        # greedy() ignores EOS, so both sides run to max_tokens whatever they chose
+        # greedy(24) ignores EOS, so both sides run to max_tokens whatever they chose
         assert len(a.token_ids) == len(t.token_ids), f"{len(a.token_ids)} tokens alone, {len(t.token_ids)} together"
         for i, (x, y) in enumerate(zip(a.token_ids, t.token_ids)):
             if x == y:
@@ -94,7 +91,7 @@ def consistent(request):
 
 @pytest.mark.demo
 def test_eight_concurrent_greedy_requests_match_each_run_alone(engine):
-    params = greedy(logprobs=5)
+    params = greedy(24, logprobs=5)
     alone = [collect(engine.add_request(p, params)).outputs[0] for p in PROMPTS]
     steps_before = engine.steps
     streams = [engine.add_request(p, params) for p in PROMPTS]
@@ -260,7 +257,7 @@ def test_multibyte_characters_split_across_byte_tokens_stream_whole(tiny_model):
 
 def test_a_progress_callback_that_says_stop_abandons_the_load(tiny_model):
     """Ctrl+C during a load: the server's progress() returns False and llama.cpp gives up at its
-    next callback instead of loading the rest of the model (tests/test_server_errors.py has the
+    next callback instead of loading the rest of the model (tests/test_server_lifecycle.py has the
     server's side)."""
     from llmpack.runtime.engine.model_runner import ModelLoadError
 

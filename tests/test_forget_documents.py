@@ -1,6 +1,6 @@
 """`--forget` (builder/forget.py) also removes the index of the long documents this program's
 chats searched (runtime/documents/index.py), and only theirs. The whole --forget flow of
-a built program (asking on a terminal, refusing while it runs) is tests/test_build.py's."""
+a built program (asking on a terminal, refusing while it runs) is tests/test_build_relaunch.py's."""
 from __future__ import annotations
 
 import io

@@ -21,7 +21,7 @@ def test_session_fixtures_are_defined_in_conftest_only():
     """A session-scoped fixture that a helper module (server_fixtures.py, browser_fixtures.py...)
     defines is a separate fixture in every test module that imports it, set up once per module:
     a "shared" demo server then starts once per module. conftest.py's are shared for real."""
-    helpers = [p for p in (REPO / "tests").glob("*.py") if p.name != "conftest.py" and not p.name.startswith("test_")]
-    found = [f"tests/{p.name}:{n}" for p in sorted(helpers)
+    helpers = [p for p in (REPO / "tests").rglob("*.py") if p.name != "conftest.py" and not p.name.startswith("test_")]
+    found = [f"{p.relative_to(REPO)}:{n}" for p in sorted(helpers)
              for n, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"scope=[\"']session[\"']", line)]
     assert found == [], f"move these session-scoped fixtures to tests/conftest.py: {found}"

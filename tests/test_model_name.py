@@ -14,7 +14,7 @@ from gguf import GGUFValueType
 from browser_fixtures import *  # noqa: F401,F403
 from ggufs import CHATML_TEMPLATE, write_tiny_model
 from server_fixtures import *  # noqa: F401,F403
-from test_packfile import archive, elf_stub  # noqa: F401 - the fake stub fixtures (a real bootloader)
+from helpers.stubs import archive, elf_stub  # noqa: F401 - the fake stub fixtures (a real bootloader)
 
 from llmpack.builder import extract, packfile
 from llmpack.builder.build import build_executable

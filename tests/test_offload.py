@@ -11,14 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from needs import skip_or_fail
+import pytest
+from needs import LAVAPIPE_ICD, skip_or_fail
 
 from llmpack.runtime.hardware import backends
 from llmpack.runtime.engine.model_runner import offloaded_layers
 
 REPO = Path(__file__).resolve().parents[1]
-LAVAPIPE_ICD = Path("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
-VULKAN_LOADER = Path("/usr/lib/x86_64-linux-gnu/libvulkan.so.1")
 LAVAPIPE = {"GGML_VK_VISIBLE_DEVICES": "0", "VK_ICD_FILENAMES": str(LAVAPIPE_ICD)}
 # llama.cpp's debug line for each layer, e.g. "load_tensors: layer   2 assigned to device Vulkan0, is_swa = 0"
 PLACED = re.compile(r"layer\s+(\d+) assigned to device (\S+?),")
@@ -32,9 +31,8 @@ def test_offloaded_layers_follows_llama_cpps_rule():
     assert offloaded_layers(2, 18, 19, 1) == 0        # one MTP layer above the trunk takes the second slot
 
 
+@pytest.mark.needs("lavapipe")
 def test_reported_layers_match_llama_cpps_own_placement_on_a_vulkan_device(tiny_model: Path):
-    if not (LAVAPIPE_ICD.exists() and VULKAN_LOADER.exists()):
-        skip_or_fail("Mesa's lavapipe is not installed (apt-get install mesa-vulkan-drivers libvulkan1)")
     if not backends.load_backends().dynamic:
         skip_or_fail("llama.cpp was built without GGML_BACKEND_DL (LLMPACK_LLAMA_FLAVOUR=avx2?); run ./dev setup")
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "offload_child.py"), str(tiny_model)],

@@ -18,15 +18,13 @@ from pathlib import Path
 
 import pytest
 import requests
-from needs import skip_or_fail
+from needs import LAVAPIPE_ICD, VULKAN_LOADER, skip_or_fail
 
 from llmpack.runtime.hardware import backends
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = REPO / "tests" / "portable_child.py"
 PROMPT = "the people of the world"
-LAVAPIPE_ICD = Path("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
-VULKAN_LOADER = Path("/usr/lib/x86_64-linux-gnu/libvulkan.so.1")
 LAVAPIPE = {"GGML_VK_VISIBLE_DEVICES": "0", "VK_ICD_FILENAMES": str(LAVAPIPE_ICD)}
 
 
@@ -69,9 +67,9 @@ def test_natively_exactly_one_cpu_variant_is_loaded_and_it_scores_on_this_cpu(na
     assert len(native["token_ids"]) == 12
 
 
+@pytest.mark.needs("qemu")
 @pytest.mark.parametrize("qemu_cpu, variant", [("Nehalem", "sse42"), ("Haswell", "haswell")])
 def test_an_emulated_older_cpu_gets_its_variant_and_the_same_greedy_tokens(tiny_model, native, qemu_cpu, variant):
-    need(shutil.which("qemu-x86_64") is not None, "qemu-x86_64 is not installed (apt-get install qemu-user)")
     emulated = run_child(tiny_model, qemu_cpu=qemu_cpu)
     assert emulated["cpu_variant"] == variant
     assert emulated["mapped"] == [f"libggml-cpu-{variant}.so"]
@@ -98,8 +96,8 @@ def test_the_amx_variant_is_only_taken_when_a_child_really_ran_amx(native):
     assert (native["cpu_variant"] in backends.AMX_VARIANTS) <= works
 
 
+@pytest.mark.needs("qemu")
 def test_the_amx_probe_survives_a_cpu_that_faults_on_amx():
-    need(shutil.which("qemu-x86_64") is not None, "qemu-x86_64 is not installed (apt-get install qemu-user)")
     proc = subprocess.run(["qemu-x86_64", "-cpu", "Haswell", sys.executable, "-c",
                            "from llmpack.runtime.hardware.amx_probe import amx_works; print(amx_works())"],
                           capture_output=True, text=True, timeout=600)
@@ -158,9 +156,8 @@ def agree(gpu: dict, cpu: dict) -> None:
             return
 
 
+@pytest.mark.needs("lavapipe")
 def test_lavapipe_takes_every_layer_and_agrees_with_the_cpu(tiny_model):
-    need(LAVAPIPE_ICD.exists() and VULKAN_LOADER.exists(),
-         "Mesa's lavapipe is not installed (apt-get install mesa-vulkan-drivers libvulkan1)")
     run = [sys.executable, "-m", "llmpack", "run", str(tiny_model)]
     gpu = serve([*run, "--gpu-layers", "all", "--verbose"], LAVAPIPE)
     try:
@@ -219,8 +216,8 @@ def _mapped_ggml(pid: int) -> set[str]:
 
 
 @pytest.mark.stub
+@pytest.mark.needs("lavapipe")
 def test_a_built_file_loads_the_backends_from_its_own_bundle_folder(tiny_model, tmp_path):
-    need(LAVAPIPE_ICD.exists() and VULKAN_LOADER.exists(), "Mesa's lavapipe is not installed")
     app = tmp_path / "tiny-chat"
     subprocess.run([sys.executable, "-m", "llmpack", "build", str(tiny_model), "-o", str(app)], check=True,
                    capture_output=True, timeout=1800)

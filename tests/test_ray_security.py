@@ -11,7 +11,6 @@ import ipaddress
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -37,18 +36,13 @@ import psutil   # Ray's own copy (ray/thirdparty_files), on the path once Ray is
 
 import listener_fuzz
 from ggufs import CHATML_TEMPLATE, write_tiny_model
+from helpers.ports import free_port
 
 WAIT_S = 240
 # Ray Serve's inter-deployment gRPC server in each replica process, which Ray 2.60 binds to "[::]:0"
 # (serve/_private/replica.py, `_on_initialized`) and replica_loopback moves to 127.0.0.1. It is built
 # with Ray's token interceptor, so it must refuse this call.
 REPLICA_CALL = "/ray.serve.ASGIService/HandleRequest"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:

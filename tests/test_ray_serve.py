@@ -29,6 +29,7 @@ except ImportError:
 
 from apps import App
 from ggufs import CHATML_TEMPLATE, write_tiny_model
+from helpers.ports import free_port
 
 from llmpack.ray_server import SERVED
 from llmpack.runtime.model.source import ModelFile
@@ -40,12 +41,6 @@ CTX = 4096
 LONG = 3000               # tokens of a reply that would run for many seconds
 SYSTEM = "You are the ship's navigator. " + " ".join(f"Rule {i}: keep bearing {i * 7 % 360} degrees." for i in range(40))
 WAIT_S = 60
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from typing import Sequence
 import pytest
 import requests
 from apps import App
+from helpers.ports import free_port  # also for test_rpc_fuzz and test_rpc_hardening, which import it from here
 
 from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.hardware.placement import layers_per_device, startup_line
@@ -32,12 +33,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 N_LAYER, LAYER_BYTES = 8, 4 * (2 * 256 * 256 + 2 * 128 * 256 + 3 * 256 * 1024)   # f32 weights of one layer
 CAPS_MIB = (1536, 512)          # worker A offers three times what B does: A takes ~3/4 of the layers
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_worker(port: int, mem: int, cmd: list[str] | None = None, *, extra: Sequence[str] = (),

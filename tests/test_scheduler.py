@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from engine_invariants import check_consistency, run_checked
+from helpers.sampling import greedy
 
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.engine.sampling_params import SamplingParams
@@ -22,10 +23,6 @@ def small(tiny_model):
     eng = make_engine(tiny_model, n_ctx=256, max_num_seqs=4, speculative="off")
     yield eng
     eng.shutdown()
-
-
-def greedy(max_tokens: int, **kw) -> SamplingParams:
-    return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, **kw)
 
 
 def prompt(i: int, n: int = 40) -> list[int]:

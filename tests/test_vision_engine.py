@@ -7,20 +7,17 @@ from pathlib import Path
 
 import pytest
 from engine_invariants import check_consistency
+from helpers.sampling import greedy
 from picture_files import gif, jpeg, png, webp
 from test_engine import assert_same_or_near_tie
 from vision_ggufs import write_tiny_mmproj
 
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine, PromptTooLongError
 from llmpack.runtime.media.images import ImageError
-from llmpack.runtime.engine.sampling_params import InvalidParameterError, SamplingParams
+from llmpack.runtime.engine.sampling_params import InvalidParameterError
 from llmpack.runtime.llm import collect
 
 IMAGE_ROWS = 16          # the tiny projector: 32 x 32 pixels in 8 x 8 patches
-
-
-def greedy(max_tokens: int = 12, **kw) -> SamplingParams:
-    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kw)
 
 
 @pytest.fixture(scope="module")

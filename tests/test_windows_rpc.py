@@ -19,8 +19,8 @@ import pytest
 import requests
 
 from apps import App, llmpack_cli
-from test_rpc import LAYER_BYTES, N_LAYER, free_port, model, rss  # noqa: F401 - model: the module's fixture
-from test_windows import windows_stub  # noqa: F401 - the session's Windows stub (built once, DLLs cached)
+from helpers.ports import free_port
+from test_rpc import LAYER_BYTES, N_LAYER, model, rss  # noqa: F401 - model: the module's fixture
 
 from llmpack.builder.windows.tools import Wine
 

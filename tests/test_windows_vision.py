@@ -18,7 +18,8 @@ import pytest
 import requests
 from apps import llmpack_cli
 from picture_files import png, webp
-from test_windows import ctrl_c, model_files, pc, start, windows_stub  # noqa: F401 - pc, windows_stub: fixtures
+from helpers.windows import *  # noqa: F401,F403 - pc: a fixture
+from helpers.windows import ctrl_c, model_files, start
 from vision_ggufs import write_tiny_mmproj
 
 from llmpack.builder import packfile
@@ -33,7 +34,7 @@ ASK = "what is in the picture ?"
 
 
 @pytest.fixture(scope="module")
-def vision_exe(tiny_chat_model, windows_stub, tmp_path_factory) -> Path:  # noqa: F811
+def vision_exe(tiny_chat_model, windows_stub, tmp_path_factory) -> Path:
     """The one built file of this module, made by the plain CLI: `.exe` picks the Windows stub."""
     mmproj = write_tiny_mmproj(tmp_path_factory.mktemp("projector") / "mmproj-tiny-f16.gguf", n_embd_text=64)
     out = tmp_path_factory.mktemp("built-win-vision") / "vision.exe"
@@ -55,7 +56,7 @@ def chat(url: str, *images: str, turns: tuple = ()) -> dict:
     return r.json()
 
 
-def test_the_windows_stub_holds_mtmd_which_imports_only_windows_and_llama(windows_stub, tmp_path):  # noqa: F811
+def test_the_windows_stub_holds_mtmd_which_imports_only_windows_and_llama(windows_stub, tmp_path):
     """llama_cpp.mtmd_cpp loads llama_cpp\\lib\\libmtmd.dll (or mtmd.dll); with the static runtime
     flags it needs no libstdc++/winpthread DLL a PC lacks."""
     from PyInstaller.archive.readers import CArchiveReader
@@ -69,7 +70,7 @@ def test_the_windows_stub_holds_mtmd_which_imports_only_windows_and_llama(window
     assert all(ALLOWED_IMPORTS.match(i) for i in imports), imports   # no libstdc++-6.dll, libwinpthread-1.dll
 
 
-def test_vision_exe_reads_pictures_under_wine(vision_exe, pc):  # noqa: F811
+def test_vision_exe_reads_pictures_under_wine(vision_exe, pc):
     manifest = packfile.read_manifest(vision_exe)
     mmproj_sha = manifest.extra["mmproj"]["sha256"]
     app = start(pc, vision_exe)
@@ -96,7 +97,7 @@ def test_vision_exe_reads_pictures_under_wine(vision_exe, pc):  # noqa: F811
     assert kept == [f"{mmproj_sha}.inplace.ok"], kept
 
 
-def test_info_names_the_projector_under_wine(vision_exe, pc):  # noqa: F811
+def test_info_names_the_projector_under_wine(vision_exe, pc):
     info = subprocess.run(["wine", str(vision_exe), "--info"], capture_output=True, text=True, env=pc.env(),
                           stdin=subprocess.DEVNULL, timeout=300)
     assert info.returncode == 0, info.stderr
