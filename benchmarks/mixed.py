@@ -209,13 +209,13 @@ def run_model(key: str, binary: Path, plan: Plan, args: argparse.Namespace) -> d
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 documents of ~1,000 words, 8 s apart")
     ap.add_argument("--model", default="both", choices=("qwen", "gemma", "both"),
                     help="demo model(s): the demo Qwen2.5-Coder 0.5B, Gemma 3 270M, or both (default)")
-    ap.add_argument("--quick", action="store_true", help="2 documents of ~1,000 words, 8 s apart")
-    ap.add_argument("--json", default=None, help="also write every figure to this file")
+    ap.add_argument("--server-args", default="", help="extra flags for `llmpack run` (e.g. --target-gap-ms 300)")
     ap.add_argument("--trace", default=None, metavar="FILE",
                     help="run llmpack with --trace-steps FILE.<model> and print its step-trace summary")
-    ap.add_argument("--server-args", default="", help="extra flags for `llmpack run` (e.g. --target-gap-ms 300)")
+    ap.add_argument("--json", default=None, help="also write every figure to this file")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("LLMPACK_CPU_VARIANT", "haswell")   # the peer's AVX2 kernels: equal kernels
