@@ -153,3 +153,37 @@ def test_the_target_can_be_turned_off(tiny_model):
         assert doc.request.seqs[0].num_computed_tokens == 512    # prefill_chunk alone, as before issue 48
     finally:
         eng.shutdown()
+
+
+def test_a_picture_that_must_be_decoded_whole_goes_whole_even_past_the_time(tmp_path):
+    """An M-RoPE picture (48 rows, all at one position) is never split: beside a decoding stream,
+    with room for only 32 prompt tokens a step, it takes a step of its own, whole."""
+    from picture_files import png
+    from vision_ggufs import write_tiny_qwen2vl_mmproj, write_tiny_qwen2vl_model
+
+    model = write_tiny_qwen2vl_model(tmp_path / "tiny-qwen2vl.gguf")
+    mmproj = write_tiny_qwen2vl_mmproj(tmp_path / "mmproj.gguf")
+    eng = LLMEngine(EngineConfig(str(model), n_ctx=1024, max_num_seqs=4, n_threads=2, gpu_layers=0,
+                                 mmproj_path=str(mmproj), speculative="off", target_gap_ms=TARGET_MS),
+                    background=False)
+    try:
+        eng.scheduler.cost = StepCost(tok_s=100.0, decode_s=0.15, learn=False)
+        assert eng.scheduler.cost.prompt_tokens(TARGET_MS / 1e3) == MIN_PROMPT_TOKENS
+        chat = eng.add_request(prompt(0, 20), greedy(60))
+        eng.step()
+        pic_prompt = eng.mm.projector.prompt(["look at this ", png(64, 48, seed=3), " what is it ?"], eng.bos_prefix)
+        span = pic_prompt.spans[0]
+        assert span.whole and span.n_tokens > MIN_PROMPT_TOKENS
+        pic = eng.add_request(pic_prompt, greedy(2))
+        reads = []
+        for _ in range(200):
+            if pic.request.seqs and pic.request.seqs[0].num_output_tokens:
+                break
+            done = step(eng, chat, pic)
+            assert done.get(chat.request_id) == 1
+            reads.append(done.get(pic.request_id, 0))
+        assert span.n_tokens in reads                       # the picture's rows, in one step
+        assert sum(reads) == len(pic_prompt.token_ids)
+        assert all(n <= MIN_PROMPT_TOKENS or n == span.n_tokens for n in reads), reads
+    finally:
+        eng.shutdown()
