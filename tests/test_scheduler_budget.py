@@ -1,6 +1,6 @@
 """Nobody waits behind someone else's prompt (issue 48): while anyone decodes, a step holds only
 the prompt tokens the measured speed reads in about the target time, and prompts are read first
-come, first served. The speed is injected (StepCost with learn=False), so every budget here is
+come, first served. The speed is injected (StepSizer with learn=False), so every budget here is
 a number, not a timing: nothing in this file depends on how fast the machine is."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from engine_invariants import check_consistency, run_checked
 
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.engine.sampling_params import SamplingParams
-from llmpack.runtime.engine.step_cost import MIN_PROMPT_TOKENS, StepCost
+from llmpack.runtime.engine.step_sizer import MIN_PROMPT_TOKENS, StepSizer
 
 TARGET_MS = 200
 INJECTED = dict(tok_s=1000.0, decode_s=0.05)    # -> (0.2 - 0.05) s x 1000 tok/s = 150 prompt tokens a step
@@ -29,7 +29,7 @@ def prompt(i: int, n: int) -> list[int]:
 def engine(tiny_model):
     eng = LLMEngine(EngineConfig(str(tiny_model), n_ctx=8192, max_num_seqs=8, gpu_layers=0, speculative="off",
                                  target_gap_ms=TARGET_MS), background=False)
-    eng.scheduler.cost = StepCost(**INJECTED, learn=False)
+    eng.scheduler.sizer = StepSizer(**INJECTED, learn=False)
     yield eng
     eng.shutdown()
 
@@ -48,16 +48,16 @@ def step(eng: LLMEngine, *streams) -> dict[str, int]:
 
 # ---- the budget rule, on its own ---------------------------------------------------------------
 def test_the_prompt_budget_is_what_the_measured_speed_reads_in_the_time_left_by_decoding():
-    cost = StepCost(tok_s=1000.0, decode_s=0.05, learn=False)
+    cost = StepSizer(tok_s=1000.0, decode_s=0.05, learn=False)
     assert cost.prompt_tokens(0.2) == 150
     assert cost.prompt_tokens(0.5) == 450
     # decoding alone fills the target: prompts still get a quarter of it, never nothing
-    assert StepCost(tok_s=1000.0, decode_s=0.3, learn=False).prompt_tokens(0.2) == 50
-    assert StepCost(tok_s=10.0, decode_s=0.05, learn=False).prompt_tokens(0.2) == MIN_PROMPT_TOKENS
+    assert StepSizer(tok_s=1000.0, decode_s=0.3, learn=False).prompt_tokens(0.2) == 50
+    assert StepSizer(tok_s=10.0, decode_s=0.05, learn=False).prompt_tokens(0.2) == MIN_PROMPT_TOKENS
 
 
 def test_the_speed_is_learned_from_the_steps_and_the_seed_is_slow():
-    cost = StepCost()
+    cost = StepSizer()
     assert cost.tok_s <= 100 and cost.decode_s is None
     for _ in range(20):
         cost.observe(decode_rows=0, extra_tokens=2048, seconds=4.0)     # a prompt read with no one decoding
@@ -74,7 +74,7 @@ def test_steps_settle_at_the_target_even_when_the_decode_part_is_misjudged():
     """A closed loop against a model machine (step = 80 ms + tokens / 400 tok/s): whatever the
     decode estimate, the speed learned beside it makes the step take the target time."""
     for wrong_decode_s in (0.0, 0.04, 0.15):
-        cost = StepCost(decode_s=wrong_decode_s)
+        cost = StepSizer(decode_s=wrong_decode_s)
         cost.observe(0, 2048, 2048 / 400)
         for _ in range(60):
             n = cost.prompt_tokens(0.2)
@@ -145,7 +145,7 @@ def test_the_target_can_be_turned_off(tiny_model):
     eng = LLMEngine(EngineConfig(str(tiny_model), n_ctx=4096, max_num_seqs=4, gpu_layers=0, speculative="off",
                                  target_gap_ms=0), background=False)
     try:
-        eng.scheduler.cost = StepCost(**INJECTED, learn=False)
+        eng.scheduler.sizer = StepSizer(**INJECTED, learn=False)
         eng.add_request(prompt(0, 20), greedy(10))
         eng.step()
         doc = eng.add_request(prompt(1, 1000), greedy(1))
@@ -167,8 +167,8 @@ def test_a_picture_that_must_be_decoded_whole_goes_whole_even_past_the_time(tmp_
                                  mmproj_path=str(mmproj), speculative="off", target_gap_ms=TARGET_MS),
                     background=False)
     try:
-        eng.scheduler.cost = StepCost(tok_s=100.0, decode_s=0.15, learn=False)
-        assert eng.scheduler.cost.prompt_tokens(TARGET_MS / 1e3) == MIN_PROMPT_TOKENS
+        eng.scheduler.sizer = StepSizer(tok_s=100.0, decode_s=0.15, learn=False)
+        assert eng.scheduler.sizer.prompt_tokens(TARGET_MS / 1e3) == MIN_PROMPT_TOKENS
         chat = eng.add_request(prompt(0, 20), greedy(60))
         eng.step()
         pic_prompt = eng.mm.projector.prompt(["look at this ", png(64, 48, seed=3), " what is it ?"], eng.bos_prefix)

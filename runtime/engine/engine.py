@@ -44,7 +44,7 @@ from llmpack.runtime.engine.sampling_params import InvalidParameterError, Sampli
 from llmpack.runtime.engine.scheduler import Scheduler, SchedulerOutput
 from llmpack.runtime.engine.sequence import Request, Sequence
 from llmpack.runtime.engine.speculative import NgramDrafter
-from llmpack.runtime.engine.step_cost import StepCost
+from llmpack.runtime.engine.step_sizer import StepSizer
 from llmpack.runtime.engine.step_trace import StepTrace
 from llmpack.runtime.hardware.placement import backend_report, plan_offload
 from llmpack.runtime.hardware.rpc import RpcWorkerLost, on_worker_lost
@@ -79,7 +79,7 @@ class LLMEngine:
         self.mm = load_multimodal(config, self.runner, self._wakeup.set)   # the projector's side, or None
         self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.n_batch, self.runner.n_ubatch,
                                    self.runner.is_eog, self.max_model_len, self.mm,
-                                   target_s=config.target_gap_ms / 1e3, cost=StepCost())
+                                   target_s=config.target_gap_ms / 1e3, sizer=StepSizer())
         self.drafter = NgramDrafter(config.speculative, max(0, self.runner.n_outputs_max - config.max_num_seqs))
         if config.speculative != "off":
             self.scheduler.drafter = self.drafter
@@ -211,7 +211,7 @@ class LLMEngine:
             spec_draft_tokens_total=drafter.drafted_total, spec_accepted_tokens_total=drafter.accepted_total,
             failed_steps_total=self.failed_steps_total, step_seconds=self.step_seconds.snapshot(),
             token_gap_seconds=self.token_gap_seconds.snapshot(), target_gap_s=sched.target_s or 0.0,
-            prompt_tok_s=sched.cost.tok_s)
+            prompt_tok_s=sched.sizer.tok_s)
 
     def is_alive(self) -> bool:
         return self._thread is None or self._thread.is_alive()
@@ -296,10 +296,10 @@ class LLMEngine:
         return outputs
 
     def _observe_timing(self, out: SchedulerOutput, seconds: float) -> None:
-        """What the step cost teaches the scheduler (step_cost.py), and the histograms /metrics shows."""
+        """What the step cost teaches the scheduler (step_sizer.py), and the histograms /metrics shows."""
         decode_rows = sum(not c.is_prefill for c in out.chunks)
         extra = sum(c.num_tokens for c in out.chunks if c.is_prefill) + sum(len(c.draft) for c in out.chunks)
-        self.scheduler.cost.observe(decode_rows, extra, seconds)
+        self.scheduler.sizer.observe(decode_rows, extra, seconds)
         self.step_seconds.observe(seconds)
         now = time.perf_counter()
         for c in out.chunks:

@@ -10,7 +10,7 @@ A step holds, in this order (vLLM's chunked prefill, Sarathi-Serve's stall-free 
    first is answered after one document's worth of reading, not five.
 The step's budget is llama.cpp's n_batch (2048, as llama-server). While anyone is decoding it
 is also sized by time: every decoding sequence waits for the whole step, so its prompt tokens,
-picture rows and drafts are limited to what the measured speed (step_cost.StepCost) reads in
+picture rows and drafts are limited to what the measured speed (step_sizer.StepSizer) reads in
 about `target_s` (--target-gap-ms, 200 ms) next to the decode rows. A picture that must be
 decoded whole is never split: it goes alone, even past the time. With no one decoding,
 prompts get the whole budget.
@@ -31,7 +31,7 @@ from typing import Callable, Protocol
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.sequence import ScheduledChunk, Sequence, SequenceStatus
 from llmpack.runtime.engine.speculative import NgramDrafter
-from llmpack.runtime.engine.step_cost import MIN_PROMPT_TOKENS, StepCost
+from llmpack.runtime.engine.step_sizer import MIN_PROMPT_TOKENS, StepSizer
 
 
 class ChunkLimits(Protocol):
@@ -56,9 +56,9 @@ class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, step_budget: int,
                  prefill_chunk: int | None = None, is_eog: Callable[[int], bool] = lambda t: False,
                  max_model_len: int | None = None, mm: ChunkLimits | None = None,
-                 target_s: float | None = None, cost: StepCost | None = None) -> None:
+                 target_s: float | None = None, sizer: StepSizer | None = None) -> None:
         """`target_s`: the step time to aim at while anyone decodes (None or 0: n_batch alone
-        sizes steps); `cost`: what steps cost here, learned by the engine as it runs."""
+        sizes steps); `sizer`: what steps cost here, learned by the engine as it runs."""
         self.bm = block_manager
         self.mm = mm          # with pictures or sound: where a chunk may end (multimodal.py)
         self.max_num_seqs = max_num_seqs
@@ -71,7 +71,7 @@ class Scheduler:
         self.num_preemptions = 0
         self.drafter: NgramDrafter | None = None     # speculative decoding's, when on
         self.target_s = target_s or None
-        self.cost = cost or StepCost()
+        self.sizer = sizer or StepSizer()
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -105,7 +105,7 @@ class Scheduler:
             self.drafter.start_step(len(self.running))
         budget = self._schedule_decodes(out, self.step_budget)
         if out.chunks and self.target_s:   # someone is decoding: the step is sized by time
-            extra = self.cost.prompt_tokens(self.target_s) - sum(len(c.draft) for c in out.chunks)
+            extra = self.sizer.prompt_tokens(self.target_s) - sum(len(c.draft) for c in out.chunks)
             out.prompt_budget = min(budget, max(extra, MIN_PROMPT_TOKENS))
         else:
             out.prompt_budget = budget
@@ -116,7 +116,7 @@ class Scheduler:
     def _schedule_decodes(self, out: SchedulerOutput, budget: int) -> int:
         """1. every decoding sequence, oldest first: its one token, plus any speculative draft (drafts
         count as extra tokens in the time budget, as prompts do). Returns the budget left."""
-        extra = self.cost.prompt_tokens(self.target_s) if self.target_s else budget
+        extra = self.sizer.prompt_tokens(self.target_s) if self.target_s else budget
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]

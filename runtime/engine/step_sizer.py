@@ -29,7 +29,11 @@ MIN_PROMPT_TOKENS = 32      # prompts always advance at least this much, however
 MIN_SHARE = 0.25            # ... and get at least this share of the target when decoding alone fills it
 
 
-class StepCost:
+class StepSizer:
+    """Sizes a step's prompt tokens to a target time, from what this machine's steps measured (module
+    docstring). Not speculative.StepCost, which times decode-only steps by row count to choose
+    draft lengths."""
+
     def __init__(self, tok_s: float = SEED_TOK_S, decode_s: float | None = None, learn: bool = True) -> None:
         """`learn=False` keeps the given speed and decode time (tests inject them: the budget is
         then a pure function of the target and the step's decode rows)."""
