@@ -128,7 +128,10 @@ def test_five_long_prompts_are_read_first_come_first_served(engine):
         assert all(n == 0 for n in read_by[b][:a_done]), (a, read_by[a], read_by[b])
 
 
-def test_a_short_question_behind_a_long_document_is_answered_in_the_next_step(engine):
+@pytest.mark.parametrize("sizer, room", [(INJECTED, ROOM), (dict(tok_s=100.0, decode_s=0.15), MIN_PROMPT_TOKENS)])
+def test_a_short_question_behind_a_long_document_is_answered_in_the_next_step(engine, sizer, room):
+    """Even where a step has room for only a few dozen prompt tokens (a slow machine)."""
+    engine.scheduler.sizer = StepSizer(**sizer, learn=False)
     chat = engine.add_request(prompt(0, 20), greedy(40))
     engine.step()
     doc = engine.add_request(prompt(1, 1000), greedy(2))
@@ -136,7 +139,7 @@ def test_a_short_question_behind_a_long_document_is_answered_in_the_next_step(en
     question = engine.add_request(prompt(2, 30), greedy(2))
     done = step(engine, chat, doc, question)
     assert done[question.request_id] == 30 and question.request.seqs[0].num_output_tokens == 1
-    assert done[doc.request_id] == ROOM - 30              # the document reads what the question left
+    assert done[doc.request_id] == room - 30              # the document reads what the question left
     assert done[chat.request_id] == 1
     run_checked(engine)
 

@@ -146,8 +146,9 @@ class Scheduler:
         """2. prompts (and recomputes), first come first served, within `room` tokens: the oldest
         that can advance reads as much as the room and `prefill_chunk` allow, and nothing after
         it starts until it is read, except a prompt that finishes in this very step (a short
-        question behind a long document), within the part of the room the oldest leaves or at
-        most half of it. `budget` (n_batch, less the decode rows) still bounds a picture, which
+        question behind a long document): those go first, and the oldest reads what they leave
+        (a slow machine's room may be a few dozen tokens: a question must not wait for the whole
+        document there either). `budget` (n_batch, less the decode rows) still bounds a picture, which
         is never split: it may overrun the time, never llama.cpp's batch."""
         scheduled = {id(c.seq) for c in out.chunks}
         while room > 0:
@@ -165,18 +166,15 @@ class Scheduler:
                 return
             need = head.num_tokens - self._start(head)
             if n < need:                     # the oldest stays partial: prompts that finish now go first
-                short_room = max(room - n, room // 2)
-                for seq in queue[queue.index(head) + 1:]:
+                for seq in queue[queue.index(head) + 1:]:   # (the oldest waits a step per short one, at most)
                     rest = seq.num_tokens - self._start(seq)
-                    if rest <= min(short_room, self.prefill_chunk) and \
-                            self._limit(seq, self._start(seq), rest, 0) == rest:
+                    if rest <= min(room, self.prefill_chunk) and self._limit(seq, self._start(seq), rest, 0) == rest:
                         got = self._place(out, seq, rest)
                         if got is None:
                             break
                         scheduled.add(id(seq))
-                        short_room, room, budget = short_room - got, room - got, budget - got
-                if not self._is_picture(head):
-                    n = min(n, room)
+                        room, budget = room - got, budget - got
+                n = min(n, room) if not self._is_picture(head) else n if n <= budget else 0
             got = self._place(out, head, n) if n > 0 else None
             if got is None:
                 return
