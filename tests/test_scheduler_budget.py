@@ -190,3 +190,19 @@ def test_a_picture_that_must_be_decoded_whole_goes_whole_even_past_the_time(tmp_
         assert all(n <= MIN_PROMPT_TOKENS or n == span.n_tokens for n in reads), reads
     finally:
         eng.shutdown()
+
+
+def test_the_target_is_a_serve_flag_that_reaches_the_engine(tiny_chat_model, capsys):
+    import requests
+    from server_fixtures import live_server
+
+    from llmpack.cli import build_parser, serve_config
+
+    assert serve_config(build_parser().parse_args(["run", "m.gguf"])).target_gap_ms == TARGET_MS   # the default
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "m.gguf", "--target-gap-ms", "-5"])
+    assert "--target-gap-ms must be at least 0, not -5" in capsys.readouterr().err
+    with live_server(tiny_chat_model, "--target-gap-ms", "350") as srv:
+        assert srv.engine.scheduler.target_s == 0.35
+        metrics = requests.get(srv.url + "/metrics", timeout=10).text
+        assert 'llmpack:step_target_seconds{model_name=' in metrics and "} 0.35" in metrics
