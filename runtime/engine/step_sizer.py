@@ -26,7 +26,11 @@ SEED_WEIGHT_S = 0.1         # how many seconds of evidence the seed is worth
 ALPHA = 0.2                 # weight of each new step in the moving averages
 MIN_SAMPLE = 16             # a step with fewer extra tokens says more about decoding than about prompts
 MIN_PROMPT_TOKENS = 32      # prompts always advance at least this much, however slow decoding is
-MIN_SHARE = 0.25            # ... and get at least this share of the target when decoding alone fills it
+# ... and at least as much time as the decode part: where decoding alone nearly fills the target (a
+# slow or busy machine, many streams) a step then takes at most twice the decode part - the streams
+# at worst halve their speed while a document is read - and the document is read at half the speed
+# it would be alone, not a tenth (a 2-core machine at load 6 measured 60-150 ms of decode part
+# against 90 prompt tokens/s: 200 ms left room for 5-13 tokens a step)
 
 
 class StepSizer:
@@ -54,7 +58,8 @@ class StepSizer:
     def prompt_tokens(self, target_s: float) -> int:
         """How many extra tokens (prompt, picture rows, drafts) a step with decode rows may hold to
         take about `target_s` seconds."""
-        room = max(target_s - self.decode_estimate(target_s), MIN_SHARE * target_s)
+        decode_s = self.decode_estimate(target_s)
+        room = max(target_s - decode_s, decode_s)
         return max(MIN_PROMPT_TOKENS, int(room * self.tok_s))
 
     def observe(self, decode_rows: int, extra_tokens: int, seconds: float) -> None:
