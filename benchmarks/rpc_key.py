@@ -37,7 +37,7 @@ def _no_key() -> None:
 def worker(port: int, keyed: bool) -> None:
     if not keyed:
         _no_key()
-    from llmpack.runtime.hardware.rpc import serve_worker
+    from llmpack.runtime.hardware.rpc_worker import serve_worker
 
     serve_worker(port=port, threads=1, say=lambda line: print(line, flush=True))
 

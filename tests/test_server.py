@@ -302,6 +302,9 @@ def test_16_concurrent_sdk_streams_and_metrics(chat_server: LiveServer):
     assert grew("llmpack:time_to_first_token_seconds_count") == 16
     assert grew("llmpack:e2e_request_latency_seconds_count") == 16
     assert grew("llmpack:inter_token_latency_seconds_count") > 0
+    # the engine's own: the gap between each sequence's tokens, and how long steps take (issue 48)
+    assert grew("llmpack:inter_token_gap_seconds_count") >= 16 and grew("llmpack:step_seconds_count") > 0
+    assert after["llmpack:step_target_seconds"] == 0.2 and after["llmpack:prompt_tokens_per_second"] > 0
     assert after["llmpack:time_to_first_token_seconds_sum"] > 0
     for name in ("llmpack:num_requests_running", "llmpack:num_requests_waiting", "llmpack:kv_cache_usage_perc",
                  "llmpack:num_preemptions_total", "llmpack:prefix_cache_hits_total"):

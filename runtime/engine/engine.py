@@ -32,6 +32,7 @@ from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.detokenizer import Detokenizer
 from llmpack.runtime.engine.embeddings import Embedder
+from llmpack.runtime.engine.latency import GAP_BUCKETS, STEP_BUCKETS, Histogram
 from llmpack.runtime.engine.model_runner import DecodeError, ModelRunner
 from llmpack.runtime.engine.multimodal import MultimodalPrompt, check_media_fit, load_multimodal, media_prompt
 from llmpack.runtime.engine.output_processor import OutputProcessor
@@ -43,6 +44,7 @@ from llmpack.runtime.engine.sampling_params import InvalidParameterError, Sampli
 from llmpack.runtime.engine.scheduler import Scheduler, SchedulerOutput
 from llmpack.runtime.engine.sequence import Request, Sequence
 from llmpack.runtime.engine.speculative import NgramDrafter
+from llmpack.runtime.engine.step_sizer import StepSizer
 from llmpack.runtime.engine.step_trace import StepTrace
 from llmpack.runtime.hardware.placement import backend_report, plan_offload
 from llmpack.runtime.hardware.rpc_client import RpcWorkerLost, on_worker_lost
@@ -76,7 +78,8 @@ class LLMEngine:
         self._wakeup = threading.Event()
         self.mm = load_multimodal(config, self.runner, self._wakeup.set)   # the projector's side, or None
         self.scheduler = Scheduler(self.bm, config.max_num_seqs, self.runner.n_batch, self.runner.n_ubatch,
-                                   self.runner.is_eog, self.max_model_len, self.mm)
+                                   self.runner.is_eog, self.max_model_len, self.mm,
+                                   target_s=config.target_gap_ms / 1e3, sizer=StepSizer())
         self.drafter = NgramDrafter(config.speculative, max(0, self.runner.n_outputs_max - config.max_num_seqs))
         if config.speculative != "off":
             self.scheduler.drafter = self.drafter
@@ -97,6 +100,8 @@ class LLMEngine:
         self.failed_steps_total = 0
         self.steps = 0
         self.tokens_computed_total = 0         # prompt and generated tokens run through llama_decode
+        self.step_seconds = Histogram(STEP_BUCKETS)        # each step, scheduling to outputs
+        self.token_gap_seconds = Histogram(GAP_BUCKETS)    # between a sequence's consecutive tokens
         # a dead RPC worker leaves llama_decode blocked for good: end every request saying which
         self._forget_rpc = (on_worker_lost(lambda why: self._die(why, RpcWorkerLost(why))) if plan.remote
                             else lambda: None)
@@ -204,7 +209,9 @@ class LLMEngine:
             prompt_tokens_total=self.prompt_tokens_total, generation_tokens_total=self.output.generation_tokens_total,
             requests_finished_total=self.requests_finished_total, speculative=self.config.speculative,
             spec_draft_tokens_total=drafter.drafted_total, spec_accepted_tokens_total=drafter.accepted_total,
-            failed_steps_total=self.failed_steps_total)
+            failed_steps_total=self.failed_steps_total, step_seconds=self.step_seconds.snapshot(),
+            token_gap_seconds=self.token_gap_seconds.snapshot(), target_gap_s=sched.target_s or 0.0,
+            prompt_tok_s=sched.sizer.tok_s)
 
     def is_alive(self) -> bool:
         return self._thread is None or self._thread.is_alive()
@@ -281,10 +288,26 @@ class LLMEngine:
             return self._step_failed(out, exc)
         trace.lap("emit")
         trace.move(self.output.sample_s, "emit", "sample")
+        step_ms = sum(trace.ms.values())
         if not any(c.is_prefill for c in out.chunks):   # a decode-only step: what drafting is judged on
-            self.drafter.observe_step(plan.n_outputs, any(c.draft for c in out.chunks), sum(trace.ms.values()))
+            self.drafter.observe_step(plan.n_outputs, any(c.draft for c in out.chunks), step_ms)
+        self._observe_timing(out, step_ms / 1e3)
         trace.write(self.steps, out, self)
         return outputs
+
+    def _observe_timing(self, out: SchedulerOutput, seconds: float) -> None:
+        """What the step cost teaches the scheduler (step_sizer.py), and the histograms /metrics shows."""
+        decode_rows = sum(not c.is_prefill for c in out.chunks)
+        extra = sum(c.num_tokens for c in out.chunks if c.is_prefill) + sum(len(c.draft) for c in out.chunks)
+        self.scheduler.sizer.observe(decode_rows, extra, seconds)
+        self.step_seconds.observe(seconds)
+        now = time.perf_counter()
+        for c in out.chunks:
+            if c.samples:
+                seq = c.seq
+                if seq.last_token_time is not None:
+                    self.token_gap_seconds.observe(now - seq.last_token_time)
+                seq.last_token_time = now
 
     def _step_failed(self, out: SchedulerOutput, exc: Exception) -> list[RequestOutput]:
         """End the step's requests with an error, or - for a transient refusal, once per

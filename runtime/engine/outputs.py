@@ -9,6 +9,10 @@ with `prompt_progress=True` may also receive outputs whose `outputs` is empty: p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llmpack.runtime.engine.latency import HistogramSnapshot
 
 
 @dataclass(slots=True)
@@ -65,3 +69,7 @@ class EngineStats:
     spec_draft_tokens_total: int = 0
     spec_accepted_tokens_total: int = 0
     failed_steps_total: int = 0
+    step_seconds: "HistogramSnapshot | None" = None        # how long steps take
+    token_gap_seconds: "HistogramSnapshot | None" = None   # between a sequence's consecutive tokens
+    target_gap_s: float = 0.0                              # the step time aimed at while anyone decodes (0: off)
+    prompt_tok_s: float = 0.0                              # the prompt speed the scheduler measured

@@ -1,13 +1,20 @@
 """Continuous batching: which tokens of which sequences go into the next llama_decode, and when
 a sequence is admitted, preempted or finished.
 
-Every step has a token budget: llama.cpp's n_batch (2048 by default, as llama-server), so that
-a burst of new prompts is admitted in one step instead of waiting for several. Running sequences
-come first, one decode token each (plus any speculative draft), or the next chunk of a prompt
-still being prefilled; the rest of the budget admits waiting sequences, as long as their blocks
-fit. One sequence's prompt advances at most `prefill_chunk` tokens per step (llama.cpp's
-n_ubatch; vLLM's long_prefill_token_threshold), so a long paste never stalls the other
-streams for a whole 2048-token step. When blocks run out, the most recently admitted sequence
+A step holds, in this order (vLLM's chunked prefill, Sarathi-Serve's stall-free batching):
+1. every decoding sequence's next token, plus any speculative draft;
+2. prompt tokens, first come first served: the oldest prompt reads as much as the step allows
+   (at most `prefill_chunk`, llama.cpp's n_ubatch, so a long paste reports its progress), and
+   the next one starts only once it is read - unless a prompt would be read whole in this very
+   step (a short question behind a long document). So with five long documents queued, the
+   first is answered after one document's worth of reading, not five.
+The step's budget is llama.cpp's n_batch (2048, as llama-server). While anyone is decoding it
+is also sized by time: every decoding sequence waits for the whole step, so its prompt tokens,
+picture rows and drafts are limited to what the measured speed (step_sizer.StepSizer) reads in
+about `target_s` (--target-gap-ms, 200 ms) next to the decode rows. A picture that must be
+decoded whole is never split: it goes alone, even past the time. With no one decoding,
+prompts get the whole budget.
+When blocks run out, the most recently admitted sequence
 is preempted: its blocks are released (they mostly stay in the prefix cache) and it goes back
 to the front of the queue to be recomputed, so nobody fails for lack of KV memory.
 
@@ -16,6 +23,7 @@ or a full context. Stop *strings* are found by the output processor, which then 
 """
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -23,6 +31,7 @@ from typing import Callable, Protocol
 from llmpack.runtime.engine.block_manager import BlockManager
 from llmpack.runtime.engine.sequence import ScheduledChunk, Sequence, SequenceStatus
 from llmpack.runtime.engine.speculative import NgramDrafter
+from llmpack.runtime.engine.step_sizer import MIN_PROMPT_TOKENS, StepSizer
 
 
 class ChunkLimits(Protocol):
@@ -36,6 +45,7 @@ class ChunkLimits(Protocol):
 class SchedulerOutput:
     chunks: list[ScheduledChunk]
     num_preempted: int = 0
+    prompt_budget: int = 0     # the prompt tokens this step could hold (sized by time while anyone decodes)
 
     @property
     def num_tokens(self) -> int:
@@ -45,7 +55,10 @@ class SchedulerOutput:
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, step_budget: int,
                  prefill_chunk: int | None = None, is_eog: Callable[[int], bool] = lambda t: False,
-                 max_model_len: int | None = None, mm: ChunkLimits | None = None) -> None:
+                 max_model_len: int | None = None, mm: ChunkLimits | None = None,
+                 target_s: float | None = None, sizer: StepSizer | None = None) -> None:
+        """`target_s`: the step time to aim at while anyone decodes (None or 0: n_batch alone
+        sizes steps); `sizer`: what steps cost here, learned by the engine as it runs."""
         self.bm = block_manager
         self.mm = mm          # with pictures or sound: where a chunk may end (multimodal.py)
         self.max_num_seqs = max_num_seqs
@@ -57,6 +70,8 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self.drafter: NgramDrafter | None = None     # speculative decoding's, when on
+        self.target_s = target_s or None
+        self.sizer = sizer or StepSizer()
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -84,22 +99,33 @@ class Scheduler:
 
     # ---- one step ---------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
-        budget = self.step_budget
         out = SchedulerOutput([])
         preempted_before = self.num_preemptions
         if self.drafter is not None:
             self.drafter.start_step(len(self.running))
-        # 1. running sequences, oldest first: decode tokens and continued prefills
+        budget = self._schedule_decodes(out, self.step_budget)
+        if out.chunks and self.target_s:   # someone is decoding: the step is sized by time
+            extra = self.sizer.prompt_tokens(self.target_s) - sum(len(c.draft) for c in out.chunks)
+            out.prompt_budget = min(budget, max(extra, MIN_PROMPT_TOKENS))
+        else:
+            out.prompt_budget = budget
+        self._schedule_prompts(out, out.prompt_budget, budget)
+        out.num_preempted = self.num_preemptions - preempted_before
+        return out
+
+    def _schedule_decodes(self, out: SchedulerOutput, budget: int) -> int:
+        """1. every decoding sequence, oldest first: its one token, plus any speculative draft (drafts
+        count as extra tokens in the time budget, as prompts do). Returns the budget left."""
+        extra = self.sizer.prompt_tokens(self.target_s) if self.target_s else budget
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget, self.prefill_chunk)
-            if self.mm is not None and not (n := self.mm.limit(seq, seq.num_computed_tokens, n)):
-                i += 1        # its next image is still being encoded, or needs a step of its own
+            if seq.num_tokens - seq.num_computed_tokens != 1 or \
+                    (self.mm is not None and not self.mm.limit(seq, seq.num_computed_tokens, 1)):
+                i += 1        # still reading its prompt (step 2), or its next image is being encoded
                 continue
-            decoding = seq.num_tokens - seq.num_computed_tokens == 1
-            draft = self._draft(seq, budget - n) if decoding else []
-            while not self.bm.allocate(seq, [], n + len(draft)):
+            draft = self._draft(seq, min(budget - 1, extra))
+            while not self.bm.allocate(seq, [], 1 + len(draft)):
                 if draft:
                     draft = []
                     continue
@@ -108,33 +134,129 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n, draft))
-                budget -= n + len(draft)
+                out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, 1, draft))
+                budget -= 1 + len(draft)
+                extra -= len(draft)
                 i += 1
                 continue
             # seq itself was preempted; the list shrank, index i now points past the end
-        # 2. admit waiting sequences while there is budget, room and memory
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
-            if not self.bm.assign_llama_seq(seq):
-                break
-            hits = self.bm.match_prefix(seq)
-            n = min(seq.num_tokens - len(hits) * self.bm.block_size, budget, self.prefill_chunk)
-            if self.mm is not None:
-                n = self.mm.limit(seq, len(hits) * self.bm.block_size, n)
-            if not self.bm.allocate(seq, hits, n):
-                self.bm.release_llama_seq(seq)
-                break
-            if seq.num_preemptions == 0:   # a recompute is not a new prompt: count each prompt once
-                self.bm.note_lookup(seq, len(hits))
-            self.waiting.popleft()
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            if n:
-                out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n))
-                budget -= n
-        out.num_preempted = self.num_preemptions - preempted_before
-        return out
+        return budget
+
+    def _schedule_prompts(self, out: SchedulerOutput, room: int, budget: int) -> None:
+        """2. prompts (and recomputes), first come first served, within `room` tokens: the oldest
+        that can advance reads as much as the room and `prefill_chunk` allow, and nothing after
+        it starts until it is read, except a prompt that finishes in this very step (a short
+        question behind a long document): those go first, and the oldest reads what they leave
+        (a slow machine's room may be a few dozen tokens: a question must not wait for the whole
+        document there either). `budget` (n_batch, less the decode rows) still bounds a picture, which
+        is never split: it may overrun the time, never llama.cpp's batch."""
+        scheduled = {id(c.seq) for c in out.chunks}
+        while room > 0:
+            queue = self._prompt_queue(scheduled)
+            head, n = None, 0
+            for seq in queue:
+                n = self._limit(seq, self._start(seq), min(room, self.prefill_chunk), budget)
+                if n:
+                    head = seq
+                    break
+                scheduled.add(id(seq))
+                if seq.status is SequenceStatus.WAITING and self._place(out, seq, 0) is None:
+                    return                   # (its picture is being encoded: admitted, it holds its cached blocks)
+            if head is None:
+                return
+            need = head.num_tokens - self._start(head)
+            if n < need:                     # the oldest stays partial: prompts that finish now go first
+                for seq in queue[queue.index(head) + 1:]:   # (the oldest waits a step per short one, at most)
+                    rest = seq.num_tokens - self._start(seq)
+                    if rest <= min(room, self.prefill_chunk) and self._limit(seq, self._start(seq), rest, 0) == rest:
+                        got = self._place(out, seq, rest)
+                        if got is None:
+                            break
+                        scheduled.add(id(seq))
+                        room, budget = room - got, budget - got
+                n = min(n, room) if not self._is_picture(head) else n if n <= budget else 0
+            got = self._place(out, head, n) if n > 0 else None
+            if got is None:
+                return
+            scheduled.add(id(head))
+            room, budget = room - got, budget - got
+            if got < need:
+                return                       # the oldest is partial: nothing after it this step
+
+    def _prompt_queue(self, skip: set[int]) -> list[Sequence]:
+        """Sequences with prompt left to read, oldest first, those in `skip` left out: the admitted
+        ones, then as many of the queue (where a preempted sequence waits at the front) as there
+        are free slots - the rest cannot start this step, and are not looked up."""
+        admitted = [s for s in self.running if s.num_tokens - s.num_computed_tokens > 1 and id(s) not in skip]
+        free = self.max_num_seqs - len(self.running)
+        return admitted + list(itertools.islice(self.waiting, max(free, 0)))
+
+    def _start(self, seq: Sequence) -> int:
+        """Where seq's next chunk starts: its computed tokens, or for a waiting sequence what the
+        prefix cache already holds (no side effects)."""
+        if seq.status is SequenceStatus.RUNNING:
+            return seq.num_computed_tokens
+        return len(self.bm.match_prefix(seq)) * self.bm.block_size
+
+    def _limit(self, seq: Sequence, start: int, n: int, budget: int) -> int:
+        """How many of seq's tokens from `start` go into this step, at most n: pictures and sound
+        decide where a chunk may end (ChunkLimits). A picture that must be decoded whole and is
+        bigger than n still goes, alone, when `budget` holds it: it is never split."""
+        n = min(n, seq.num_tokens - start)
+        if self.mm is None or n <= 0:
+            return max(n, 0)
+        got = self.mm.limit(seq, start, n)
+        if got or not budget:
+            return got
+        span = seq.request.mm.span_at(start) if seq.request.mm is not None else None
+        rows = span.end - start if span is not None and span.embd is not None and span.whole else 0
+        if 0 < rows <= min(budget, self.prefill_chunk) and self.mm.limit(seq, start, rows) == rows:
+            return rows
+        return 0
+
+    def _is_picture(self, seq: Sequence) -> bool:
+        mm = getattr(seq.request, "mm", None)
+        span = mm.span_at(self._start(seq)) if mm is not None else None
+        return span is not None and span.whole
+
+    def _place(self, out: SchedulerOutput, seq: Sequence, n: int) -> int | None:
+        """Put n of seq's prompt tokens into this step, admitting it first if it waits (a sequence id,
+        its cached blocks, memory for the rest). Returns the tokens placed (fewer when an id's
+        reclaim took some of the cache it counted on), or None when there is no room for it now."""
+        if seq.status is SequenceStatus.RUNNING:
+            if not self._make_room(seq, n, out):
+                return None
+            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n))
+            return n
+        expected = self._start(seq)
+        if len(self.running) >= self.max_num_seqs or not self.bm.assign_llama_seq(seq):
+            return None
+        hits = self.bm.match_prefix(seq)
+        start = len(hits) * self.bm.block_size
+        if n and start != expected:
+            n = self._limit(seq, start, n, 0)
+        if not self.bm.allocate(seq, hits, n):
+            self.bm.release_llama_seq(seq)
+            return None
+        if seq.num_preemptions == 0:   # a recompute is not a new prompt: count each prompt once
+            self.bm.note_lookup(seq, len(hits))
+        self.waiting.remove(seq)
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        if n:
+            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n))
+        return n
+
+    def _make_room(self, seq: Sequence, n: int, out: SchedulerOutput) -> bool:
+        """Blocks for n more of seq's tokens, preempting the newest sequences this step has not
+        scheduled when memory is short (never one already in the step)."""
+        while not self.bm.allocate(seq, [], n):
+            taken = {id(c.seq) for c in out.chunks}
+            victims = [s for s in self.running if s is not seq and id(s) not in taken]
+            if not victims:
+                return False
+            self.preempt(victims[-1])
+        return True
 
     def _draft(self, seq: Sequence, room: int) -> list[int]:
         if self.drafter is None or room <= 0:

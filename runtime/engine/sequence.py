@@ -52,6 +52,7 @@ class Sequence:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     first_token_time: float | None = None
+    last_token_time: float | None = None        # perf_counter when its last token was sampled (token gaps)
     cache_salt: str | None = None               # seeds the prefix-cache hash chain (the request's)
     num_failed_steps: int = 0                   # decode steps that failed with this sequence in them
     spec: object = None                         # speculative.SpecState once it has drafted

@@ -4,8 +4,10 @@ the file instead of guessed at. `python -m llmpack.runtime.engine.trace_summary 
 
 A line: {"step", "t" (seconds since the engine started), "decode": {request id: rows},
 "prefill": {request id: tokens}, "draft": {request id: [drafted, accepted]}, "ms": {"schedule",
-"build", "llama_decode", "sample", "emit"}, "kv": {"used", "free", "cached"} (blocks),
-"preempted", "running", "waiting", "failed" (request ids whose step failed, when one did)}.
+"build", "llama_decode", "sample", "emit"}, "step_ms" (their sum: what every decoding stream
+waited), "budget" (the prompt tokens the step could hold: sized by time while anyone decodes,
+see scheduler.py), "kv": {"used", "free", "cached"} (blocks), "preempted", "running", "waiting",
+"failed" (request ids whose step failed, when one did)}.
 """
 from __future__ import annotations
 
@@ -60,7 +62,8 @@ class StepTrace:
                 draft[rid] = [len(c.draft), c.num_accepted]
         bm = engine.bm
         line = {"step": step, "t": round(time.perf_counter() - self.t0, 4), "decode": decode, "prefill": prefill,
-                "ms": {k: round(v, 3) for k, v in self.ms.items()},
+                "ms": {k: round(v, 3) for k, v in self.ms.items()}, "step_ms": round(sum(self.ms.values()), 3),
+                "budget": out.prompt_budget,
                 "kv": {"used": bm.num_used_blocks, "free": bm.num_free_blocks, "cached": bm.num_cached_blocks},
                 "preempted": out.num_preempted, "running": engine.scheduler.num_running,
                 "waiting": engine.scheduler.num_waiting}

@@ -30,6 +30,7 @@ class TraceSummary:
     preemptions: int = 0
     failed_steps: int = 0
     peak_kv_used: int = 0
+    decode_step_ms: list[float] = field(default_factory=list)   # steps holding decode rows: what streams waited
 
     @property
     def gap_ms(self) -> float:
@@ -41,6 +42,11 @@ class TraceSummary:
                f"{self.decode_rows} decode rows ({self.decode_rows / max(self.steps, 1):.1f} per step), "
                f"{self.prefill_tokens} prefill tokens, {self.mixed_steps} steps mixing both; "
                f"{self.preemptions} preemptions, {self.failed_steps} failed steps, peak {self.peak_kv_used} KV blocks used"]
+        if self.decode_step_ms:
+            ms = sorted(self.decode_step_ms)
+            pick = lambda q: ms[min(len(ms) - 1, int(q * len(ms)))]   # noqa: E731
+            out.append(f"steps with streams decoding: {len(ms)}, p50 {pick(0.5):.0f} ms, p99 {pick(0.99):.0f} ms, "
+                       f"max {ms[-1]:.0f} ms")
         if self.drafted:
             out.append(f"speculative: {self.accepted} of {self.drafted} draft tokens accepted "
                        f"({100 * self.accepted / self.drafted:.0f}%)")
@@ -76,6 +82,8 @@ def summarize(lines, from_step: int = 0) -> TraceSummary:
         s.decode_rows += rows
         s.prefill_tokens += prefill
         s.mixed_steps += bool(rows and prefill)
+        if rows:
+            s.decode_step_ms.append(step_ms)
         for drafted, accepted in rec.get("draft", {}).values():
             s.drafted += drafted
             s.accepted += accepted

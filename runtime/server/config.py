@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from llmpack.runtime.engine.config import FLASH_ATTN, GPU_LAYERS, MAX_NUM_SEQS, MAX_WAITING, SPECULATIVE
+from llmpack.runtime.engine.config import FLASH_ATTN, GPU_LAYERS, MAX_NUM_SEQS, MAX_WAITING, SPECULATIVE, TARGET_GAP_MS
 
 if TYPE_CHECKING:
     from llmpack.runtime.server.http.options import Cors
@@ -81,6 +81,7 @@ class ServeConfig:
     rpc: tuple[str, ...] = ()                 # --rpc HOST:PORT,...: RPC workers that take layers (docs/SCALING.md)
     speculative: str = SPECULATIVE            # --speculative: auto | ngram | off
     trace_steps: str | None = None            # --trace-steps FILE: one JSON line per engine step
+    target_gap_ms: int = TARGET_GAP_MS        # --target-gap-ms: a step's time while anyone decodes (0: off)
     # the server
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT                  # the next free one is taken if busy; 0 = any

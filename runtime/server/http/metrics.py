@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from llmpack.runtime.server.http.state import ServerState
@@ -34,6 +34,19 @@ _COUNTERS = [
     ("llmpack:num_preemptions", "Requests preempted to free KV cache.", "num_preemptions"),
     ("llmpack:prompt_tokens", "Prompt tokens processed.", "prompt_tokens_total"),
     ("llmpack:generation_tokens", "Tokens generated.", "generation_tokens_total"),
+]
+# (metric, help, EngineStats attribute): the engine's own histograms (runtime/engine/latency.py)
+_HISTOGRAMS = [
+    ("llmpack:inter_token_gap_seconds", "Time between a sequence's consecutive tokens inside the engine, "
+     "whoever else's prompt was being read meanwhile: what a streaming user feels, less HTTP.", "token_gap_seconds"),
+    ("llmpack:step_seconds", "Time of one engine step, scheduling to outputs; every decoding sequence waits for it.",
+     "step_seconds"),
+]
+_SCHEDULER_GAUGES = [
+    ("llmpack:step_target_seconds", "The step time aimed at while anyone decodes (--target-gap-ms; 0: off).",
+     "target_gap_s"),
+    ("llmpack:prompt_tokens_per_second", "The prompt speed the scheduler measured on this computer; it sizes "
+     "a step's prompt tokens to the target.", "prompt_tok_s"),
 ]
 
 
@@ -65,6 +78,16 @@ class _EngineCollector:
             c = CounterMetricFamily(metric, doc, labels=LABEL)
             c.add_metric(name, float(getattr(s, attr, 0) or 0))
             yield c
+        for metric, doc, attr in _SCHEDULER_GAUGES:
+            g = GaugeMetricFamily(metric, doc, labels=LABEL)
+            g.add_metric(name, float(getattr(s, attr, 0) or 0))
+            yield g
+        for metric, doc, attr in _HISTOGRAMS:
+            snap = getattr(s, attr, None)
+            if snap is not None:
+                h = HistogramMetricFamily(metric, doc, labels=LABEL)
+                h.add_metric(name, [(le, float(n)) for le, n in snap.cumulative()], sum_value=snap.total)
+                yield h
 
 
 class Metrics:

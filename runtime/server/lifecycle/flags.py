@@ -94,6 +94,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="llama.cpp flash attention (default auto: on wherever the backend supports it)")
     p.add_argument("--speculative", choices=list(engine_defaults.SPECULATIVE_MODES), default=engine_defaults.SPECULATIVE,
                    help="n-gram speculative decoding: auto (default: where it measures faster), ngram (always), off")
+    p.add_argument("--target-gap-ms", type=whole_number(0, "--target-gap-ms"), default=engine_defaults.TARGET_GAP_MS,
+                   metavar="MS", help="while anyone's reply streams, keep each step near this many milliseconds by "
+                   f"reading others' prompts in pieces (default {engine_defaults.TARGET_GAP_MS}; 0: off)")
     p.add_argument("--trace-steps", type=flag_type(_writable_file, "file"), default=None, metavar="FILE",
                    help="append one JSON line per engine step to FILE (what it held, where its time went); "
                         "sum it up with `python -m llmpack.runtime.engine.trace_summary FILE`")
@@ -149,6 +152,7 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
     return ServeConfig(recipe=args.recipe, recipe_data=recipe_data, display_name=display_name, system=args.system,
                        base_model=base_model, ctx=args.ctx, device=args.device, flash_attn=args.flash_attn,
                        max_waiting=args.max_waiting, speculative=args.speculative, trace_steps=args.trace_steps,
+                       target_gap_ms=args.target_gap_ms,
                        host=args.host, port=args.port, open_browser=not args.no_browser,
                        api_key=api_key(args), cors=args.cors, verbose=args.verbose,
                        reasoning_format=args.reasoning_format,

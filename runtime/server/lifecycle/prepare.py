@@ -135,6 +135,7 @@ def build_model(model: Path | ModelFile, config: ServeConfig, *, progress: Progr
     cfg = EngineConfig(str(path), n_ctx=n_ctx, max_num_seqs=config.parallel, gpu_layers=config.gpu_layers,
                        max_waiting=config.max_waiting, flash_attn=config.flash_attn, device=config.device,
                        speculative=config.speculative, trace_steps=config.trace_steps,
+                       target_gap_ms=config.target_gap_ms,
                        model_offset=src.offset, model_length=src.length, n_threads=config.threads, rpc=config.rpc,
                        **_projector(src, config))
     stage(0, METADATA_DONE)(1.0)

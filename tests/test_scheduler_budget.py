@@ -1,0 +1,210 @@
+"""Nobody waits behind someone else's prompt (issue 48): while anyone decodes, a step holds only
+the prompt tokens the measured speed reads in about the target time, and prompts are read first
+come, first served. The speed is injected (StepSizer with learn=False), so every budget here is
+a number, not a timing: nothing in this file depends on how fast the machine is."""
+from __future__ import annotations
+
+import pytest
+from engine_invariants import check_consistency, run_checked
+
+from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
+from llmpack.runtime.engine.sampling_params import SamplingParams
+from llmpack.runtime.engine.step_sizer import MIN_PROMPT_TOKENS, StepSizer
+
+TARGET_MS = 200
+INJECTED = dict(tok_s=1000.0, decode_s=0.05)    # -> (0.2 - 0.05) s x 1000 tok/s = 150 prompt tokens a step
+ROOM = 150
+
+
+def greedy(max_tokens: int) -> SamplingParams:
+    return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+
+
+def prompt(i: int, n: int) -> list[int]:
+    """n token ids, distinct for each i from the first one on: no prefix-cache sharing."""
+    return [300 + (i * 53 + j * 7) % 200 for j in range(n)]
+
+
+@pytest.fixture()
+def engine(tiny_model):
+    eng = LLMEngine(EngineConfig(str(tiny_model), n_ctx=8192, max_num_seqs=8, gpu_layers=0, speculative="off",
+                                 target_gap_ms=TARGET_MS), background=False)
+    eng.scheduler.sizer = StepSizer(**INJECTED, learn=False)
+    yield eng
+    eng.shutdown()
+
+
+def step(eng: LLMEngine, *streams) -> dict[str, int]:
+    """One step; request id -> the tokens it computed in it (1 for a decoded token), for the
+    requests given that computed any."""
+    def computed(stream) -> int:
+        return sum(s.num_computed_tokens for s in stream.request.seqs)
+
+    before = [computed(s) for s in streams]
+    eng.step()
+    check_consistency(eng)
+    return {s.request_id: computed(s) - b for s, b in zip(streams, before) if computed(s) > b}
+
+
+# ---- the budget rule, on its own ---------------------------------------------------------------
+def test_the_prompt_budget_is_what_the_measured_speed_reads_in_the_time_left_by_decoding():
+    cost = StepSizer(tok_s=1000.0, decode_s=0.05, learn=False)
+    assert cost.prompt_tokens(0.2) == 150
+    assert cost.prompt_tokens(0.5) == 450
+    # decoding alone (nearly) fills the target: prompts still get as much time as decoding, so the
+    # streams at worst halve their speed and a document is read at half its speed, not a trickle
+    assert StepSizer(tok_s=1000.0, decode_s=0.3, learn=False).prompt_tokens(0.2) == 300
+    assert StepSizer(tok_s=1000.0, decode_s=0.15, learn=False).prompt_tokens(0.2) == 150
+    assert StepSizer(tok_s=10.0, decode_s=0.05, learn=False).prompt_tokens(0.2) == MIN_PROMPT_TOKENS
+
+
+def test_the_speed_is_learned_from_the_steps_and_the_seed_is_slow():
+    cost = StepSizer()
+    assert cost.tok_s <= 100 and cost.decode_s is None
+    for _ in range(20):
+        cost.observe(decode_rows=0, extra_tokens=2048, seconds=4.0)     # a prompt read with no one decoding
+    assert cost.tok_s == pytest.approx(512, rel=0.02)
+    for _ in range(20):
+        cost.observe(decode_rows=4, extra_tokens=0, seconds=0.07)       # four streams decoding
+    assert cost.decode_s == pytest.approx(0.07, rel=0.02)
+    for _ in range(40):                                                 # the machine got busier: half the speed
+        cost.observe(decode_rows=4, extra_tokens=100, seconds=0.07 + 100 / 256)
+    assert cost.tok_s == pytest.approx(256, rel=0.05)
+
+
+def test_steps_settle_at_the_target_even_when_the_decode_part_is_misjudged():
+    """A closed loop against a model machine (step = 80 ms + tokens / 400 tok/s): whatever the
+    decode estimate, the speed learned beside it makes the step take the target time."""
+    for wrong_decode_s in (0.0, 0.04, 0.09):
+        cost = StepSizer(decode_s=wrong_decode_s)
+        cost.observe(0, 2048, 2048 / 400)
+        for _ in range(60):
+            n = cost.prompt_tokens(0.2)
+            seconds = 0.08 + n / 400
+            cost.decode_s = wrong_decode_s      # held wrong on purpose
+            cost.observe(4, n, seconds)
+        assert 0.08 + cost.prompt_tokens(0.2) / 400 == pytest.approx(0.2, rel=0.05), wrong_decode_s
+
+
+# ---- through the engine's real step() ------------------------------------------------------------
+def test_while_someone_decodes_a_long_prompt_is_read_in_pieces_that_fit_the_target(engine):
+    chat = engine.add_request(prompt(0, 20), greedy(40))
+    engine.step()                                         # its prompt; it decodes from now on
+    doc = engine.add_request(prompt(1, 1000), greedy(2))
+    reads = []
+    while not doc.request.seqs or doc.request.seqs[0].num_output_tokens == 0:
+        done = step(engine, chat, doc)
+        assert done[chat.request_id] == 1                 # the chat got a token in every step
+        reads.append(done.get(doc.request_id, 0))
+    assert reads == [ROOM] * 6 + [1000 - 6 * ROOM]
+    assert engine.scheduler.running and engine.stats().token_gap_seconds.count > 0
+
+
+def test_with_no_one_decoding_a_prompt_gets_the_whole_step(engine):
+    doc = engine.add_request(prompt(1, 1300), greedy(1), prompt_progress=True)
+    done = [out.num_processed_prompt_tokens for _ in range(3) for out in engine.step()]
+    assert done == [512, 1024, 1300] and doc.request.seqs[0].is_finished   # prefill_chunk: n_ubatch
+
+
+def test_five_long_prompts_are_read_first_come_first_served(engine):
+    """The first of five queued documents is answered after one document's worth of reading."""
+    docs = [engine.add_request(prompt(i, 1200), greedy(3)) for i in range(5)]
+    ids = [d.request_id for d in docs]
+    computed_before_first_word = 0
+    first_words: list[str] = []
+    read_by: dict[str, list[int]] = {i: [] for i in ids}
+    while not all(d.request.seqs and d.request.seqs[0].is_finished for d in docs):
+        done = step(engine, *docs)
+        for rid in ids:
+            read_by[rid].append(done.get(rid, 0))
+        if not first_words:
+            computed_before_first_word += sum(done.values())
+        first_words += [d.request_id for d in docs if d.request.seqs and d.request.seqs[0].num_output_tokens
+                        and d.request_id not in first_words]
+    assert first_words == ids                            # answered in the order they came
+    # one document (1,200 tokens) plus at most the rest of the step the first one finished in
+    assert 1200 <= computed_before_first_word <= 1200 + 512
+    # no document starts before the one before it is read, except within the step that one ends in
+    for a, b in zip(ids, ids[1:]):
+        a_done = max(k for k, n in enumerate(read_by[a]) if n > 1)   # a's last prompt step
+        assert all(n == 0 for n in read_by[b][:a_done]), (a, read_by[a], read_by[b])
+
+
+@pytest.mark.parametrize("sizer, room", [(INJECTED, ROOM), (dict(tok_s=100.0, decode_s=0.1), MIN_PROMPT_TOKENS)])
+def test_a_short_question_behind_a_long_document_is_answered_in_the_next_step(engine, sizer, room):
+    """Even where a step has room for only a few dozen prompt tokens (a slow machine)."""
+    engine.scheduler.sizer = StepSizer(**sizer, learn=False)
+    chat = engine.add_request(prompt(0, 20), greedy(40))
+    engine.step()
+    doc = engine.add_request(prompt(1, 1000), greedy(2))
+    engine.step()                                         # the document begins
+    question = engine.add_request(prompt(2, 30), greedy(2))
+    done = step(engine, chat, doc, question)
+    assert done[question.request_id] == 30 and question.request.seqs[0].num_output_tokens == 1
+    assert done[doc.request_id] == room - 30              # the document reads what the question left
+    assert done[chat.request_id] == 1
+    run_checked(engine)
+
+
+def test_the_target_can_be_turned_off(tiny_model):
+    eng = LLMEngine(EngineConfig(str(tiny_model), n_ctx=4096, max_num_seqs=4, gpu_layers=0, speculative="off",
+                                 target_gap_ms=0), background=False)
+    try:
+        eng.scheduler.sizer = StepSizer(**INJECTED, learn=False)
+        eng.add_request(prompt(0, 20), greedy(10))
+        eng.step()
+        doc = eng.add_request(prompt(1, 1000), greedy(1))
+        eng.step()
+        assert doc.request.seqs[0].num_computed_tokens == 512    # prefill_chunk alone, as before issue 48
+    finally:
+        eng.shutdown()
+
+
+def test_a_picture_that_must_be_decoded_whole_goes_whole_even_past_the_time(tmp_path):
+    """An M-RoPE picture (48 rows, all at one position) is never split: beside a decoding stream,
+    with room for only 32 prompt tokens a step, it takes a step of its own, whole."""
+    from picture_files import png
+    from vision_ggufs import write_tiny_qwen2vl_mmproj, write_tiny_qwen2vl_model
+
+    model = write_tiny_qwen2vl_model(tmp_path / "tiny-qwen2vl.gguf")
+    mmproj = write_tiny_qwen2vl_mmproj(tmp_path / "mmproj.gguf")
+    eng = LLMEngine(EngineConfig(str(model), n_ctx=1024, max_num_seqs=4, n_threads=2, gpu_layers=0,
+                                 mmproj_path=str(mmproj), speculative="off", target_gap_ms=TARGET_MS),
+                    background=False)
+    try:
+        eng.scheduler.sizer = StepSizer(tok_s=100.0, decode_s=0.1, learn=False)
+        assert eng.scheduler.sizer.prompt_tokens(TARGET_MS / 1e3) == MIN_PROMPT_TOKENS
+        chat = eng.add_request(prompt(0, 20), greedy(60))
+        eng.step()
+        pic_prompt = eng.mm.projector.prompt(["look at this ", png(64, 48, seed=3), " what is it ?"], eng.bos_prefix)
+        span = pic_prompt.spans[0]
+        assert span.whole and span.n_tokens > MIN_PROMPT_TOKENS
+        pic = eng.add_request(pic_prompt, greedy(2))
+        reads = []
+        for _ in range(200):
+            if pic.request.seqs and pic.request.seqs[0].num_output_tokens:
+                break
+            done = step(eng, chat, pic)
+            assert done.get(chat.request_id) == 1
+            reads.append(done.get(pic.request_id, 0))
+        assert span.n_tokens in reads                       # the picture's rows, in one step
+        assert sum(reads) == len(pic_prompt.token_ids)
+        assert all(n <= MIN_PROMPT_TOKENS or n == span.n_tokens for n in reads), reads
+    finally:
+        eng.shutdown()
+
+
+def test_the_target_is_a_serve_flag_that_reaches_the_engine(tiny_chat_model, capsys):
+    import requests
+    from server_fixtures import live_server
+
+    from llmpack.cli import build_parser, serve_config
+
+    assert serve_config(build_parser().parse_args(["run", "m.gguf"])).target_gap_ms == TARGET_MS   # the default
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "m.gguf", "--target-gap-ms", "-5"])
+    assert "--target-gap-ms must be at least 0, not -5" in capsys.readouterr().err
+    with live_server(tiny_chat_model, "--target-gap-ms", "350") as srv:
+        assert srv.engine.scheduler.target_s == 0.35
+        metrics = requests.get(srv.url + "/metrics", timeout=10).text
+        assert 'llmpack:step_target_seconds{model_name=' in metrics and "} 0.35" in metrics
