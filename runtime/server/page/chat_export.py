@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from llmpack.runtime.server.page.chat_shape import EXPORT_FORMAT, branch
 from llmpack.runtime.server.page.chat_sources import markdown_lines
+from llmpack.runtime.server.page.chat_tools import markdown_lines as tool_lines
 
 
 def to_json(chat: dict, model_name: str) -> dict:
@@ -47,6 +48,7 @@ def to_markdown(chat: dict, model_name: str) -> str:
                 continue
             out += [f"<details><summary>Attached: {html.escape(f['name'])}</summary>", "", "````text",
                     f["text"].replace("````", "` ` ` `"), "````", "", "</details>", ""]
+        out += tool_lines(m.get("rounds") or [])         # the tool calls before the answer, folded
         out += [close_fences(m["content"].rstrip()), ""]
         out += markdown_lines(m.get("sources") or [])   # the server's, under the reply
     return "\n".join(out)
