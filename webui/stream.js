@@ -56,6 +56,10 @@ async function buildRequest(chat, gen) {
     if (m.content || m.role !== "assistant") body.messages.push({ role: m.role, content: requestContent(m) });
   }
   body.messages.push(...roundMessages(gen.msg));   // this reply's rounds so far
+  if (gen.finalAnswer) {
+    body.messages.push({ role: "user", content: FINAL_NOTE });   // sent, never saved: the answer, from the results
+    return ["/v1/chat/completions", body];
+  }
   gen.tools = requestTools(chat);
   if (gen.tools.specs.length && toolsFit(gen.tools.specs)) body.tools = gen.tools.specs;
   return ["/v1/chat/completions", body];
@@ -104,7 +108,7 @@ export async function generate(chat, opts) {
     chat, msg, node: null, controller: new AbortController(), readFrom: null, force: !!opts.force, asked: false,
     t0: performance.now(), tFirst: 0, tLast: 0, deltas: 0, usage: null, finish: null, stopped: false,
     error: null, raf: 0, pending: 0, lastSave: Date.now(), lastRender: 0, renderCost: 0,
-    calls: [], tools: null, toolLimit: false,   // the tool calls asked for in this round; the tools offered (tools.js)
+    calls: [], tools: null, toolLimit: false, finalAnswer: false,   // the tool calls asked for in this round; the tools offered (tools.js)
   };
   state.gen = gen;
   if (state.current === chat) {
@@ -133,10 +137,14 @@ export async function generate(chat, opts) {
       msg.read = readText(readFromResponse(resp));   // which parts of a long file it reads, shown at once
       if (msg.read && gen.node) fillMessage(gen.node, msg);
       await readStream(gen, resp.body.getReader());
-      if (!gen.calls.length) break;
-      if (round + 1 >= MAX_ROUNDS) {
-        gen.toolLimit = true;
-        break;
+      if (!gen.calls.length || gen.finalAnswer) break;
+      if (round + 1 >= MAX_ROUNDS || repeatsOnly(gen)) {
+        // a model that keeps asking (small ones ask for the same sum again and again) is asked once
+        // more, without tools, for its answer from the results it has
+        gen.toolLimit = round + 1 >= MAX_ROUNDS;
+        gen.finalAnswer = true;
+        msg.content = "";
+        continue;
       }
       await runCalls(gen);
     }
@@ -149,6 +157,25 @@ export async function generate(chat, opts) {
     }
   }
   finishGeneration(gen, opts);
+}
+
+/** The note that asks for the answer once the calls are over (never saved with the chat). */
+const FINAL_NOTE = "Answer my question now from the tool results above, in words, without calling any tool.";
+
+function sameCall(c) {
+  let args = c.arguments;
+  try {
+    args = JSON.stringify(JSON.parse(args));
+  } catch (e) {
+    // compared as written
+  }
+  return c.name + "\u0000" + args.replace(/[\s()]/g, "");
+}
+
+/** Every call the model asks for now was made before in this reply (the same tool, the same arguments). */
+function repeatsOnly(gen) {
+  const made = new Set((gen.msg.rounds || []).flatMap((r) => r.calls.map(sameCall)));
+  return made.size > 0 && gen.calls.filter(Boolean).every((c) => made.has(sameCall(c)));
 }
 
 /** The calls the model just asked for, run one after another and kept as a round of the reply. */
@@ -353,8 +380,8 @@ function finishGeneration(gen, opts) {
     if (gen.node.isConnected && isNearBottom()) scrollToBottom();
     if (gen.error) addNotice("The reply was cut off. " + gen.error.text, "error", gen.error.detail);
     else if (gen.toolLimit) {
-      addNotice("Stopped after " + MAX_ROUNDS + " rounds of tool calls: the model kept asking for tools. Ask again in "
-        + "other words, or turn tools off in Settings.", "info");
+      addNotice("The model kept asking for tools, so after " + MAX_ROUNDS + " rounds it was asked to answer with the "
+        + "results it had. Ask again in other words, or turn tools off in Settings.", "info");
     }
   }
   onComposerChange();

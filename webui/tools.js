@@ -16,7 +16,7 @@ import { callMcp, confirmCall, mcpTools } from "./mcp.js";
 import { state } from "./state.js";
 import { loadJSON, saveJSON } from "./util.js";
 
-export const MAX_ROUNDS = 8;
+export const MAX_ROUNDS = 5;
 export const MAX_RESULT = 16000;
 const JS_TIME_MS = 5000;
 const TOOLS_KEY = "llmpack.tools.v1";
@@ -46,7 +46,7 @@ export const BUILTINS = [
     name: "calculator", label: "Calculator", hint: "Exact arithmetic: fractions, powers, factorials, square roots.",
     description: "Evaluate an arithmetic expression exactly. Use it for any calculation instead of working it out. "
       + "Supports + - * / % ^ ! ( ) and sqrt(), decimals and whole numbers of any size.",
-    parameters: object({ expression: { type: "string", description: "The expression, e.g. (37 * 43) / 7" } }, ["expression"]),
+    parameters: object({ expression: { type: "string", description: "The arithmetic expression" } }, ["expression"]),
     run: async (args) => JSON.stringify(calculate(String(args.expression ?? ""))),
   },
   {

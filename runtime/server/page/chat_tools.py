@@ -18,7 +18,7 @@ from typing import Any
 
 from llmpack.runtime.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
 
-MAX_ROUNDS = 16              # webui/tools.js MAX_ROUNDS is 8
+MAX_ROUNDS = 16              # webui/tools.js MAX_ROUNDS is 5
 MAX_CALLS = 32               # calls in one round
 MAX_NAME = 200
 MAX_ARGUMENTS = 64_000
