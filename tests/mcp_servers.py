@@ -9,7 +9,8 @@ TRANSPORT: http (Streamable HTTP at /mcp), sse (/sse) or stdio.
 from __future__ import annotations
 
 import sys
-import time
+
+import anyio
 
 from mcp.server.fastmcp import FastMCP
 
@@ -42,10 +43,10 @@ def hostile(server: FastMCP) -> None:
         return "x" * (50 << 20)
 
     @server.tool()
-    def hang() -> str:
-        """Never answers."""
-        while True:
-            time.sleep(3600)
+    async def hang() -> str:
+        """Never answers (while the server goes on answering other calls)."""
+        await anyio.sleep_forever()
+        return ""
 
     @server.tool()
     def links() -> str:

@@ -31,7 +31,7 @@ import httpx
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import get_default_environment, stdio_client
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
 
 from llmpack.runtime.server.page.mcp_config import McpServerSpec
 
@@ -251,21 +251,26 @@ class McpHub:
             return httpx.AsyncClient(headers=headers, timeout=timeout, auth=auth, transport=_CappedTransport(link))
         return factory
 
-    def _transport(self, link: _Link, kind: str):
+    async def _transport(self, stack: AsyncExitStack, link: _Link, kind: str):
+        spec = link.spec
+        if kind == "http":
+            client = await stack.enter_async_context(httpx.AsyncClient(
+                headers=dict(spec.headers), follow_redirects=True, transport=_CappedTransport(link),
+                timeout=httpx.Timeout(CONNECT_TIMEOUT, read=self.call_timeout + 5)))
+            return await stack.enter_async_context(streamable_http_client(spec.url or "", http_client=client))
+        return await stack.enter_async_context(self._older(link, kind))
+
+    def _older(self, link: _Link, kind: str):
         spec = link.spec
         if kind == "stdio":
             env = {**get_default_environment(), **dict(spec.env)}
             return stdio_client(StdioServerParameters(command=spec.command or "", args=list(spec.args), env=env),
                                 errlog=sys.stderr)
-        headers = dict(spec.headers)
-        if kind == "sse":
-            return sse_client(spec.url or "", headers=headers, timeout=CONNECT_TIMEOUT,
-                              sse_read_timeout=24 * 3600, httpx_client_factory=self._http(link))
-        return streamablehttp_client(spec.url or "", headers=headers, timeout=CONNECT_TIMEOUT,
-                                     sse_read_timeout=self.call_timeout, httpx_client_factory=self._http(link))
+        return sse_client(spec.url or "", headers=dict(spec.headers), timeout=CONNECT_TIMEOUT,
+                          sse_read_timeout=24 * 3600, httpx_client_factory=self._http(link))
 
     async def _open(self, stack: AsyncExitStack, link: _Link, kind: str) -> ClientSession:
-        streams = await stack.enter_async_context(self._transport(link, kind))
+        streams = await self._transport(stack, link, kind)
         session = await stack.enter_async_context(
             ClientSession(streams[0], streams[1], read_timeout_seconds=timedelta(seconds=CONNECT_TIMEOUT)))
         await session.initialize()
