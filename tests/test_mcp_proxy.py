@@ -58,7 +58,7 @@ def test_the_proxy_reaches_only_configured_servers_behind_both_keys(tiny_chat_mo
         assert call(srv, "notes", "shout", {"text": "hi"}).status_code == 401
         refused = requests.post(srv.url + "/api/mcp/call", json={"server": "notes", "tool": "shout"}, timeout=30,
                                 headers={**key, "X-Llmpack-Chat": "1", "X-Llmpack-Token": "guess"})
-        assert refused.status_code == 401
+        assert refused.status_code == 403 and "this launch's secret" in refused.json()["error"]["message"]
         cross = call(srv, "notes", "shout", {"text": "hi"},
                      headers={**key, "Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"})
         assert cross.status_code == 403

@@ -29,12 +29,23 @@ from llmpack.runtime.server.page.chat_routes import guard
 from llmpack.runtime.server.page.mcp_config import McpConfigError, load_config, page_servers
 
 bp = Blueprint("tools", __name__, url_prefix="/api")
-bp.before_request(guard)
 _HUB_KEY = "llmpack.mcp"
 _hub_lock = threading.Lock()
 MAX_SEARCH_FILES = 32
 MAX_HITS = 6
 MAX_QUERY = 1000
+
+
+@bp.before_request
+def _both_keys():
+    """The chat secret's checks, after the API key's (http/security.py): a request that has the key but
+    not the page's secret is forbidden (403), so a 401 here always means the API key."""
+    try:
+        guard()
+    except ApiError as exc:
+        if exc.status != 401:
+            raise
+        raise ApiError(403, exc.message, type="permission_error", code=exc.code) from None
 
 
 def _hub():
