@@ -50,7 +50,11 @@ def _both_keys():
 
 def _hub():
     """The app's hub, made on first use from --mcp-config (checked again: the file may have changed)."""
-    from llmpack.runtime.server.page.mcp_hub import McpHub   # lazy: the MCP SDK loads only when the page uses tools
+    try:
+        from llmpack.runtime.server.page.mcp_hub import McpHub   # lazy: the MCP SDK loads only when the page uses tools
+    except ImportError as exc:   # a build made without the SDK: the built-in tools still work
+        raise ApiError(501, f"This copy of llmpack has no MCP support ({exc.name or exc} is missing): the built-in "
+                       "tools work; for MCP servers, use an llmpack installed with pip.", code="mcp_unavailable") from None
     with _hub_lock:
         hub = current_app.extensions.get(_HUB_KEY)
         if hub is None:
@@ -80,8 +84,9 @@ def mcp_servers():
 
 @bp.post("/mcp/call")
 def mcp_call():
-    from llmpack.runtime.server.page.mcp_hub import McpCallError   # lazy: as _hub
     body = json_body()
+    hub = _hub()
+    from llmpack.runtime.server.page.mcp_hub import McpCallError   # lazy: as _hub
     server, tool, arguments = body.get("server"), body.get("tool"), body.get("arguments", {})
     if not isinstance(server, str) or not isinstance(tool, str):
         raise ApiError(400, "'server' and 'tool' must name a configured MCP server and one of its tools",
@@ -89,7 +94,7 @@ def mcp_call():
     if not isinstance(arguments, dict):
         raise ApiError(400, "'arguments' must be a JSON object", param="arguments", code="invalid_mcp_call")
     try:
-        return jsonify({"text": _hub().call(server, tool, arguments), "is_error": False})
+        return jsonify({"text": hub.call(server, tool, arguments), "is_error": False})
     except McpCallError as exc:
         if exc.status == 200:   # the tool ran and said it failed: that is its result
             return jsonify({"text": exc.message, "is_error": True})
