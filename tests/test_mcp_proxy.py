@@ -124,3 +124,27 @@ def test_a_bad_mcp_config_is_one_clear_line(tmp_path: Path, config: str, words: 
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_search_files_finds_passages_of_the_chats_files_in_the_document_index(tiny_chat_model: Path, chat_data: Path):
+    from llmpack.runtime.core.attachments import INDEX
+    from llmpack.runtime.documents.extract import Document
+
+    text = "\n\n".join(f"Section {i}. " + ("Filler words about nothing much. " * 40) for i in range(30))
+    text += "\n\nThe boiler code is 7391 and the boiler is in the cellar."
+    indexed = INDEX.add(Document(name="manual.txt", kind="text", text=text, size=len(text)), "test-owner")
+    with live_server(tiny_chat_model) as srv:
+        found = requests.post(srv.url + "/api/tools/search", headers=chat_headers(srv), timeout=60,
+                              json={"query": "boiler code", "files": [{"file_id": indexed.id, "name": "manual.txt"}]})
+        assert found.status_code == 200, found.text
+        hits = found.json()["hits"]
+        assert hits and hits[0]["name"] == "manual.txt" and "7391" in hits[0]["text"]
+        # only the files named: another document's id finds nothing of this one
+        other = requests.post(srv.url + "/api/tools/search", headers=chat_headers(srv), timeout=60,
+                              json={"query": "boiler code", "files": [{"file_id": "doc-" + "0" * 32, "name": "x"}]})
+        assert other.json()["hits"] == []
+        bad = requests.post(srv.url + "/api/tools/search", headers=chat_headers(srv), timeout=60,
+                            json={"query": "", "files": []})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "query"
+        assert requests.post(srv.url + "/api/tools/search", timeout=60,
+                             json={"query": "boiler", "files": []}).status_code == 403   # no chat secret
