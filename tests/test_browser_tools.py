@@ -204,6 +204,27 @@ def test_a_result_is_drawn_as_text_and_kept_through_export_and_import(page, chat
     assert get_chat(chat_server, back["id"])["messages"][1]["rounds"] == exported["messages"][1]["rounds"]
 
 
+def test_the_calls_stay_with_their_reply_through_regenerate(page, chat_server):
+    call = {"id": "c1", "name": "calculator", "tool": "calculator", "server": None, "arguments": '{"expression": "2^10"}',
+            "result": '{"expression":"2^10","result":"1024","exact":true}', "status": "ok", "seconds": 0.1}
+    put_chat(chat_server, "kept", {"title": "Kept", "base_version": 0, "messages": [
+        {"id": "u", "parent": None, "role": "user", "content": "What is 2^10?"},
+        {"id": "a", "parent": "u", "role": "assistant", "content": "It is 1024.", "rounds": [{"content": "", "calls": [call]}]}]})
+    set_settings(page, chat_server.model_id, max_tokens=8)
+    open_app(page, chat_server)
+    page.click("[data-chat-id=kept] .chat-open")
+    page.locator("[data-testid=tool-call][data-tool=calculator]").wait_for()
+    page.click("[data-testid=regenerate]")   # a new version of the reply; the old one keeps its call
+    page.wait_for_selector("[data-testid=stop]", state="hidden")
+    assert page.locator("[data-testid=message-assistant] [data-testid=version-count]").inner_text() == "2/2"
+    page.click("[data-testid=message-assistant] [data-testid=version-prev]")
+    assert page.locator("[data-testid=tool-call][data-tool=calculator]").get_attribute("data-status") == "ok"
+    saved = get_chat(chat_server, "kept")["messages"]
+    assert [m.get("rounds", [{}])[0].get("calls", [{}])[0].get("result") for m in saved if m["id"] == "a"] == \
+        [call["result"]]
+    assert page.problems == []
+
+
 @pytest.mark.parametrize("change, field", [
     ({"rounds": [{"content": "", "calls": []}]}, "messages[1].rounds[0].calls"),
     ({"rounds": [{"calls": [{"id": "c", "name": "x", "tool": "x", "server": None, "arguments": "{}", "result": "",
