@@ -25,9 +25,9 @@ BUILTINS = ("calculator", "date_time", "run_javascript", "search_files")
 REFUSED = "The user refused to run this tool."
 
 
-def tool_store(page, *, off=(), servers=()) -> None:
+def tool_store(page, *, off=(), on=(), servers=()) -> None:
     """The page's tool settings (webui/tools.js), in place before its script runs."""
-    data = json.dumps({"off": {n: True for n in off}, "always": {}, "servers": list(servers)})
+    data = json.dumps({"off": {**{n: True for n in off}, **{n: False for n in on}}, "always": {}, "servers": list(servers)})
     page.add_init_script(f"window.localStorage.setItem('llmpack.tools.v1', {json.dumps(data)});")
 
 
@@ -54,6 +54,7 @@ def test_the_demo_model_calls_the_calculator_and_answers_with_its_result(browser
     page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/v1/chat/completions")
             else None)
     open_app(page, instruct_server)
+    assert page.evaluate("fetch('/health').then((r) => r.json())")["tools"] is True   # Qwen's template knows tools
     ask(page, "What is 37 * 43? Use the calculator.")
     wait_reply(page)
     assert "calculator" in [t["function"]["name"] for t in sent[0]["tools"]]   # offered in the model's request
@@ -286,7 +287,7 @@ def test_stop_ends_a_running_tool_and_the_chat_keeps_working(browser, tmp_path: 
     with live_server(model) as srv:
         ctx = browser.new_context(viewport={"width": 1280, "height": 860})
         page = new_page(ctx)
-        tool_store(page, off=("calculator", "date_time"))
+        tool_store(page, off=("calculator", "date_time"), on=("run_javascript",))   # the scripted model's template knows no tools
         open_app(page, srv)
         ask(page, "Loop forever, please.")
         running = page.locator("[data-testid=tool-call][data-tool=run_javascript][data-status=running]")

@@ -108,6 +108,7 @@ async function onReady(h) {
   state.nCtx = num(h.n_ctx) || 0;
   state.vision = h.vision === true;   // started with a vision projector: pictures can be attached
   state.hears = h.hears === true;     // started with an audio projector: the microphone and sound files
+  state.toolsNative = h.tools === true;   // its chat template knows tools (tools.js)
   showMicrophone();
   state.baseModel = h.base_model === true;
   state.newMode = state.baseModel ? "complete" : "chat";

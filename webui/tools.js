@@ -22,7 +22,8 @@ const JS_TIME_MS = 5000;
 const TOOLS_KEY = "llmpack.tools.v1";
 export const REFUSED = "The user refused to run this tool. Do not call it again for this request; answer without it.";
 
-/** What this browser keeps about tools: built-ins turned off, MCP tools always allowed, servers added. */
+/** What this browser keeps about tools: built-ins turned off (true) or on (false) in Settings, MCP tools
+ * always allowed, servers added. */
 export const toolStore = { off: {}, always: {}, servers: [] };
 {
   const s = loadJSON(TOOLS_KEY, null);
@@ -84,12 +85,18 @@ export const BUILTINS = [
   },
 ];
 
+/** Whether a built-in tool is on: as set in Settings, else on for a model whose chat template knows
+ * tools (/health `tools`) and off for others (tools written into their prompt confuse small models). */
+export function builtinOn(name) {
+  return typeof toolStore.off[name] === "boolean" ? !toolStore.off[name] : state.toolsNative;
+}
+
 /** The tools a request in `chat` offers the model: {specs: OpenAI `tools`, byName: name -> entry}. */
 export function requestTools(chat) {
   const byName = new Map();
   const specs = [];
   for (const t of BUILTINS) {
-    if (toolStore.off[t.name] || (t.available && !t.available(chat))) continue;
+    if (!builtinOn(t.name) || (t.available && !t.available(chat))) continue;
     byName.set(t.name, { builtin: t, label: t.label });
     specs.push({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } });
   }

@@ -3,7 +3,7 @@
 // "always allowed", each of which can be taken back.
 import { mcpServers, serverItem, setMcpHook, syncMcp } from "./mcp.js";
 import { state, ui } from "./state.js";
-import { BUILTINS, saveToolStore, toolStore } from "./tools.js";
+import { BUILTINS, builtinOn, saveToolStore, toolStore } from "./tools.js";
 import { el, toast } from "./util.js";
 
 const MAX_SERVERS = 16;
@@ -15,11 +15,10 @@ function builtinList() {
     const row = el("label", "radio tool-toggle");
     const cb = el("input");
     cb.type = "checkbox";
-    cb.checked = !toolStore.off[t.name];
+    cb.checked = builtinOn(t.name);
     cb.setAttribute("data-testid", "tool-on-" + t.name);
     cb.addEventListener("change", () => {
-      if (cb.checked) delete toolStore.off[t.name];
-      else toolStore.off[t.name] = true;
+      toolStore.off[t.name] = !cb.checked;
       saveToolStore();
     });
     const text = el("span", "", t.label + " ");
@@ -132,6 +131,8 @@ export function wireToolSettings() {
 
 /** Once the page knows whether it may use /api/*: connect the servers (nothing waits for it). */
 export function startTools() {
+  builtinList();   // their defaults depend on the model (/health tools)
+  ui.toolsNative.hidden = state.toolsNative;
   ui.mcpSection.hidden = state.locked;
   if (!state.locked) sync();
 }
