@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 import threading
@@ -34,6 +35,9 @@ from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from llmpack.runtime.server.page.mcp_config import McpServerSpec
+
+# Closing a session says goodbye to its server (an HTTP DELETE); one that is gone by then is no news.
+logging.getLogger("mcp.client.streamable_http").setLevel(logging.ERROR)
 
 MAX_RESPONSE_BYTES = 4 << 20
 MAX_RESULT_CHARS = 16_000        # webui/tools.js MAX_RESULT
