@@ -27,6 +27,7 @@ import { apiKey, closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncS
 import { NARROW, state, ui } from "./state.js";
 import { saveChat, setLeaving } from "./save.js";
 import { generate, setComposerHook, stopGeneration } from "./stream.js";
+import { startTools, wireToolSettings } from "./toolsettings.js";
 import { loadJSON, saveJSON, titleFrom } from "./util.js";
 
 const HEALTH_POLL_MS = 300;
@@ -107,6 +108,7 @@ async function onReady(h) {
   state.nCtx = num(h.n_ctx) || 0;
   state.vision = h.vision === true;   // started with a vision projector: pictures can be attached
   state.hears = h.hears === true;     // started with an audio projector: the microphone and sound files
+  state.toolsNative = h.tools === true;   // its chat template knows tools (tools.js)
   showMicrophone();
   state.baseModel = h.base_model === true;
   state.newMode = state.baseModel ? "complete" : "chat";
@@ -127,6 +129,7 @@ async function onReady(h) {
   await loadChatList();
   await reopenLast();
   await syncSettings();
+  startTools();    // the MCP servers: connected in the background
   loadPresets();   // Settings' preset list; nothing waits for it
   if (!NARROW.matches) ui.prompt.focus();
 }
@@ -231,6 +234,7 @@ function init() {
   setComposerHook(updateComposer);
   wireSettings();
   wirePresets();
+  wireToolSettings();
   wireSync(removeDeleted);
   wireSearch(openChat);
   wireAttachments(updateComposer);

@@ -48,7 +48,10 @@ async function fileTokens(a) {
 
 async function messageTokens(m) {
   const files = await Promise.all((m.attachments || []).map(fileTokens));
-  return PER_MESSAGE + (await countText(m.content)) + files.reduce((a, b) => a + b, 0);
+  // a reply's tool calls go back with it (tools.js roundMessages): their arguments and results count too
+  const calls = (m.rounds || []).map((r) => r.content + r.calls.map((c) => c.name + c.arguments + c.result).join("")).join("");
+  const rounds = calls ? PER_MESSAGE * 2 * m.rounds.length + (await countText(calls)) : 0;
+  return PER_MESSAGE + (await countText(m.content)) + rounds + files.reduce((a, b) => a + b, 0);
 }
 
 /** Tokens kept free for the reply: the longest reply set in Settings, else a few hundred; at most half. */

@@ -4,6 +4,7 @@ import { sentChips } from "./attach.js";
 import { showRead } from "./readparts.js";
 import { showSources } from "./sources.js";
 import { foldAll, foldIfLong } from "./fold.js";
+import { showTools } from "./toolblocks.js";
 import { renderMarkdown } from "./markdown.js";
 import { INTERRUPTED } from "./save.js";
 import { state, ui } from "./state.js";
@@ -212,7 +213,9 @@ export function fillMessage(node, m) {
   if (m.role === "assistant") {
     content.classList.add("markdown");
     showThinking(node, content, m);
-    content.replaceChildren(m.content ? renderMarkdown(m.content) : waiting && !m.thinking ? typingDots() : "");
+    showTools(node, content, m);
+    const busy = waiting && !m.thinking && !(m.rounds && m.rounds.some((r) => r.calls.some((c) => ["queued", "waiting", "running"].includes(c.status))));
+    content.replaceChildren(m.content ? renderMarkdown(m.content) : busy ? typingDots() : "");
     showRead(node, m);
     showSources(node, m);
   } else {

@@ -42,6 +42,7 @@ function body(chat) {
       if (m.attachments && m.attachments.length) item.attachments = m.attachments;
       if (m.thinking) item.thinking = m.thinking;   // a reasoning model's thinking, shown folded
       if (m.sources) item.sources = m.sources;   // the places of the files that support a reply (sources.js)
+      if (m.rounds && m.rounds.length) item.rounds = m.rounds;   // its tool calls and their results (tools.js)
       return item;
     }),
   };

@@ -14,6 +14,7 @@ import { saveChat, saveNowAndThen } from "./save.js";
 import { cleanSources } from "./sources.js";
 import { apiKey, effective, openSettings, SAMPLING_KEYS } from "./settings.js";
 import { state, ui } from "./state.js";
+import { MAX_ROUNDS, requestTools, roundMessages, runCall } from "./tools.js";
 import { addMessage, removeMessage } from "./tree.js";
 import { el, toast } from "./util.js";
 import { countOf, speedText } from "./words.js";
@@ -33,7 +34,8 @@ async function buildRequest(chat, gen) {
   for (const k of SAMPLING_KEYS) {
     if (typeof e[k] === "number" && isFinite(e[k])) body[k] = e[k];
   }
-  const done = chat.messages.filter((m) => m.content || (m.attachments && m.attachments.length));
+  const done = chat.messages.filter((m) => m !== gen.msg && (m.content || (m.attachments && m.attachments.length)
+    || (m.rounds && m.rounds.length)));
   if (chat.mode === "complete") {
     body.prompt = done.map((m) => m.content).join("");
     if (body.max_tokens === undefined) body.max_tokens = state.defaults.completion_max_tokens;   // the server's
@@ -49,8 +51,24 @@ async function buildRequest(chat, gen) {
   if (plan.first && state.current === chat) markCut(plan.first);
   body.messages = [];
   if (system && system.trim()) body.messages.push({ role: "system", content: system });
-  for (const m of plan.send) body.messages.push({ role: m.role, content: requestContent(m) });
+  for (const m of plan.send) {
+    body.messages.push(...roundMessages(m));   // a reply's calls and their results (tools.js), then its answer
+    if (m.content || m.role !== "assistant") body.messages.push({ role: m.role, content: requestContent(m) });
+  }
+  body.messages.push(...roundMessages(gen.msg));   // this reply's rounds so far
+  if (gen.finalAnswer) {
+    body.messages.push({ role: "user", content: FINAL_NOTE });   // sent, never saved: the answer, from the results
+    return ["/v1/chat/completions", body];
+  }
+  gen.tools = requestTools(chat);
+  if (gen.tools.specs.length && toolsFit(gen.tools.specs)) body.tools = gen.tools.specs;
   return ["/v1/chat/completions", body];
+}
+
+/** Tools take room in the prompt (their names, descriptions and schemas): a model that reads too
+ * little at once (a quarter of its context or less) is asked without them. */
+function toolsFit(specs) {
+  return !state.nCtx || JSON.stringify(specs).length / 3 < state.nCtx / 4;
 }
 
 /** The instructions `chat` is sent with: its own, else (a chat from before they were kept per chat) Settings'. */
@@ -90,6 +108,7 @@ export async function generate(chat, opts) {
     chat, msg, node: null, controller: new AbortController(), readFrom: null, force: !!opts.force, asked: false,
     t0: performance.now(), tFirst: 0, tLast: 0, deltas: 0, usage: null, finish: null, stopped: false,
     error: null, raf: 0, pending: 0, lastSave: Date.now(), lastRender: 0, renderCost: 0,
+    calls: [], tools: null, toolLimit: false, finalAnswer: false,   // the tool calls asked for in this round; the tools offered (tools.js)
   };
   state.gen = gen;
   if (state.current === chat) {
@@ -109,13 +128,26 @@ export async function generate(chat, opts) {
   const headers = { "Content-Type": "application/json", Accept: "text/event-stream" };
   if (apiKey()) headers.Authorization = "Bearer " + apiKey();
   try {
-    const [path, body] = await buildRequest(chat, gen);
-    if (!path) return finishGeneration(gen, opts);
-    const resp = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: gen.controller.signal, cache: "no-store" });
-    if (!resp.ok) throw httpError(resp.status, await readBody(resp));
-    msg.read = readText(readFromResponse(resp));   // which parts of a long file it reads, shown at once
-    if (msg.read && gen.node) fillMessage(gen.node, msg);
-    await readStream(gen, resp.body.getReader());
+    for (let round = 0; ; round++) {
+      const [path, body] = await buildRequest(chat, gen);
+      if (!path) return finishGeneration(gen, opts);
+      gen.calls = [];
+      const resp = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: gen.controller.signal, cache: "no-store" });
+      if (!resp.ok) throw httpError(resp.status, await readBody(resp));
+      msg.read = readText(readFromResponse(resp));   // which parts of a long file it reads, shown at once
+      if (msg.read && gen.node) fillMessage(gen.node, msg);
+      await readStream(gen, resp.body.getReader());
+      if (!gen.calls.length || gen.finalAnswer) break;
+      if (round + 1 >= MAX_ROUNDS || repeatsOnly(gen)) {
+        // a model that keeps asking (small ones ask for the same sum again and again) is asked once
+        // more, without tools, for its answer from the results it has
+        gen.toolLimit = round + 1 >= MAX_ROUNDS;
+        gen.finalAnswer = true;
+        msg.content = "";
+        continue;
+      }
+      await runCalls(gen);
+    }
   } catch (err) {
     if (err && err.name === "AbortError") {
       gen.stopped = true;
@@ -125,6 +157,53 @@ export async function generate(chat, opts) {
     }
   }
   finishGeneration(gen, opts);
+}
+
+/** The note that asks for the answer once the calls are over (never saved with the chat). */
+const FINAL_NOTE = "Answer my question now from the tool results above, in words, without calling any tool.";
+
+function sameCall(c) {
+  let args = c.arguments;
+  try {
+    args = JSON.stringify(JSON.parse(args));
+  } catch (e) {
+    // compared as written
+  }
+  return c.name + "\u0000" + args.replace(/[\s()]/g, "");
+}
+
+/** Every call the model asks for now was made before in this reply (the same tool, the same arguments). */
+function repeatsOnly(gen) {
+  const made = new Set((gen.msg.rounds || []).flatMap((r) => r.calls.map(sameCall)));
+  return made.size > 0 && gen.calls.filter(Boolean).every((c) => made.has(sameCall(c)));
+}
+
+/** The calls the model just asked for, run one after another and kept as a round of the reply. */
+async function runCalls(gen) {
+  const { msg } = gen;
+  const r = { content: msg.content, calls: gen.calls.filter(Boolean).map((c, i) => ({
+    id: c.id || "call_" + i, name: c.name, tool: "", server: null, arguments: c.arguments, result: "", status: "queued", seconds: 0 })) };
+  msg.content = "";
+  msg.rounds = [...(msg.rounds || []), r];
+  const redraw = () => {
+    if (state.current === gen.chat && gen.node && gen.node.isConnected) fillMessage(gen.node, msg);
+  };
+  for (const c of r.calls) {
+    const entry = gen.tools && gen.tools.byName.get(c.name);
+    if (entry) {
+      c.tool = entry.tool || c.name;
+      c.server = entry.server || null;
+    }
+    if (gen.controller.signal.aborted) {
+      c.status = "stopped";
+      c.result = "Stopped.";
+      continue;
+    }
+    await runCall(c, entry, gen.controller.signal, redraw);
+    redraw();
+    saveNowAndThen(gen);
+  }
+  if (gen.controller.signal.aborted) throw new DOMException("Stopped", "AbortError");
 }
 
 // Reads to the end of the response (the server closes it after [DONE]): cancelling it at [DONE]
@@ -174,6 +253,7 @@ function handleEvent(gen, block) {
     if (!ch || (ch.index !== undefined && ch.index !== 0)) continue;
     const piece = ch.delta && typeof ch.delta.content === "string" ? ch.delta.content : typeof ch.text === "string" ? ch.text : "";
     if (ch.delta && addThinking(gen, ch.delta.reasoning_content)) scheduleRender(gen);
+    if (ch.delta && Array.isArray(ch.delta.tool_calls)) addCalls(gen, ch.delta.tool_calls);
     if (piece) {
       const now = performance.now();
       if (!gen.tFirst) gen.tFirst = now;
@@ -187,6 +267,20 @@ function handleEvent(gen, block) {
     if (ch.finish_reason) gen.finish = ch.finish_reason;
   }
   return undefined;
+}
+
+/** Streamed tool calls: OpenAI's deltas, by index, the arguments possibly in pieces. */
+function addCalls(gen, deltas) {
+  for (const d of deltas) {
+    if (!d || typeof d !== "object") continue;
+    const i = Number.isInteger(d.index) ? d.index : gen.calls.length;
+    if (i < 0 || i > 64) continue;
+    const c = gen.calls[i] || (gen.calls[i] = { id: "", name: "", arguments: "" });
+    if (typeof d.id === "string") c.id = d.id;
+    const f = d.function || {};
+    if (typeof f.name === "string") c.name += f.name;
+    if (typeof f.arguments === "string") c.arguments += f.arguments;
+  }
 }
 
 function liveTps(gen) {
@@ -229,7 +323,7 @@ function finishGeneration(gen, opts) {
   state.gen = null;
 
   endThinking(gen, end);
-  if (!msg.content && !msg.thinking) {
+  if (!msg.content && !msg.thinking && !(msg.rounds && msg.rounds.length)) {
     // Nothing came back: take the empty reply out again (a failed regenerate shows the old reply).
     removeMessage(chat, msg, opts.previous ? opts.previous.id : msg.parent);
     if (opts.userMsg && chat.leaf === opts.userMsg.id) {
@@ -273,7 +367,7 @@ function finishGeneration(gen, opts) {
     prompt_tokens: typeof u.prompt_tokens === "number" ? u.prompt_tokens : undefined,
     ctx_used: typeof u.prompt_tokens === "number" && typeof u.completion_tokens === "number" ? u.prompt_tokens + u.completion_tokens : undefined,
     read_from: gen.readFrom || undefined,   // the first message the model read: older ones were left out
-    finish: gen.stopped ? "stopped" : gen.error ? "error" : gen.finish || undefined,
+    finish: gen.stopped ? "stopped" : gen.error ? "error" : gen.toolLimit ? "tool_rounds" : gen.finish || undefined,
     thinking_seconds: msg.thinking ? msg.thinking_seconds : undefined,
     read: msg.read || undefined,
   };
@@ -285,6 +379,10 @@ function finishGeneration(gen, opts) {
     fillMessage(gen.node, msg);
     if (gen.node.isConnected && isNearBottom()) scrollToBottom();
     if (gen.error) addNotice("The reply was cut off. " + gen.error.text, "error", gen.error.detail);
+    else if (gen.toolLimit) {
+      addNotice("The model kept asking for tools, so after " + MAX_ROUNDS + " rounds it was asked to answer with the "
+        + "results it had. Ask again in other words, or turn tools off in Settings.", "info");
+    }
   }
   onComposerChange();
   updateStatusbar();

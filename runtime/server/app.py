@@ -27,7 +27,7 @@ from llmpack.runtime.server.http.state import ServerState
 from llmpack.runtime.server.anthropic import routes as anthropic_routes
 from llmpack.runtime.server.ollama import routes as ollama_routes
 from llmpack.runtime.server.openai import routes as openai_routes
-from llmpack.runtime.server.page import chat_routes, extract_routes
+from llmpack.runtime.server.page import chat_routes, extract_routes, mcp_routes
 from llmpack.runtime.server.page.chats import ChatStore
 from llmpack.runtime.server.responses import routes as responses_routes
 from llmpack.runtime.server.responses.store import ResponseStore
@@ -59,6 +59,7 @@ def create_app(state: ServerState, options: ServerOptions | None = None) -> Flas
     app.register_blueprint(ollama_routes.bp)
     app.register_blueprint(chat_routes.bp)
     app.register_blueprint(extract_routes.bp)
+    app.register_blueprint(mcp_routes.bp)
 
     @app.get("/")
     @security.public("the chat page: it holds no data; what it shows comes from guarded routes")

@@ -88,5 +88,6 @@ class ServeConfig:
     open_browser: bool = True
     api_key: str | None = None
     cors: Cors = False                        # --cors (parse_cors)
+    mcp_config: Path | None = None            # --mcp-config FILE: MCP servers for the chat page's tools
     verbose: bool = False                     # --verbose: technical detail on the console (why no GPU)
     instance_key: str | None = None           # a built file's model key: a lock file while serving (server/lifecycle/instance.py)

@@ -7,7 +7,8 @@ does the same: a short list of public endpoints, the key everywhere else). Unkno
 key too, so the 404s of a keyed server say nothing about which routes exist.
 
 Every response carries one Content-Security-Policy (PAGE_CSP), so no second route to an HTML
-file, and no SVG opened on its own, can run without it.
+file, and no SVG opened on its own, can run without it; the one stricter exception is the tool
+worker's script (WORKER_CSP: no network at all).
 
 DNS rebinding (cf. Ollama CVE-2024-28224): a web page on evil.example can make its own name
 resolve to 127.0.0.1 and then talk to this server from the victim's browser *same-origin*. The
@@ -40,6 +41,12 @@ LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]"}
 WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
 PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
             "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+# The chat page's run_javascript tool runs the model's code in a Web Worker started from this file
+# (webui/tool-worker.js). A worker lives under the policy its own script came with, so this one is
+# stricter than the page's: no network at all (connect-src 'none'), nothing imported; eval, which the
+# page never allows itself, only here, where there is no DOM, no storage and nothing to reach.
+WORKER_PATH = "/static/tool-worker.js"
+WORKER_CSP = "default-src 'none'; script-src 'unsafe-eval'; connect-src 'none'; base-uri 'none'; form-action 'none'"
 _PUBLIC = "_llmpack_public"
 
 
@@ -275,7 +282,7 @@ def install(app: Flask, options: ServerOptions) -> None:
         h.setdefault("X-Content-Type-Options", "nosniff")
         h.setdefault("Referrer-Policy", "no-referrer")
         h.setdefault("X-Frame-Options", "DENY")
-        h["Content-Security-Policy"] = PAGE_CSP
+        h["Content-Security-Policy"] = WORKER_CSP if request.path == WORKER_PATH else PAGE_CSP
         origin = request.headers.get("Origin")
         if isinstance(options.cors, tuple):
             h.add("Vary", "Origin")   # the answer differs by origin: a cache must not hand one site's to another

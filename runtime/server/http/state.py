@@ -15,6 +15,7 @@ from typing import Callable
 from llmpack.progress import human_bytes
 from llmpack.runtime.core.active import ActiveRequests
 from llmpack.runtime.core.files import AppFiles
+from llmpack.runtime.core.plan import supports_tools
 from llmpack.runtime.core.served_model import ServedModel, request_defaults
 
 MESSAGES = {
@@ -100,7 +101,9 @@ class ServerState:
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
                     "defaults": request_defaults(model), "base_model": bool(model.meta.get("base_model")),
                     "backend": model.backend, "speculative": speculative_health(model.engine.stats()),
-                    "vision": "image" in model.engine.media_kinds, "hears": "audio" in model.engine.media_kinds}
+                    "vision": "image" in model.engine.media_kinds, "hears": "audio" in model.engine.media_kinds,
+                    # the chat template renders tools itself: the page offers its built-in tools by default
+                    "tools": model.chat is not None and supports_tools(model.chat.template)}
             if self.instance:
                 body["instance"] = self.instance
             return body, 200

@@ -15,6 +15,7 @@ from llmpack.runtime.chat.reasoning import REASONING_FORMATS   # names only, no 
 from llmpack.runtime.engine import config as engine_defaults
 from llmpack.runtime.hardware import rpc_key   # the key file's variable name, stdlib only
 from llmpack.runtime.server.config import DEFAULT_HOST, DEFAULT_PORT, ServeConfig, parse_cors   # plain, no server
+from llmpack.runtime.server.page.mcp_config import load_config   # plain JSON checks, no MCP SDK
 
 RPC_PORT = 50052               # llama.cpp's rpc-server default (runtime/hardware/rpc.py DEFAULT_PORT)
 
@@ -53,6 +54,12 @@ def _endpoints(text: str) -> tuple[str, ...]:
     from llmpack.runtime.hardware.rpc import parse_endpoints   # lazy: `llmpack build` never needs it
 
     return parse_endpoints(text)
+
+
+def _mcp_config(text: str) -> Path:
+    """--mcp-config: the file, checked now (one line naming the field) rather than when the page asks."""
+    load_config(text)
+    return Path(text).expanduser().resolve()
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -116,6 +123,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="auto",
                    help="how a reasoning model's thinking is told from its answer: auto (from the chat template; "
                         "default), none (leave it in the answer), think (<think> tags) or harmony (gpt-oss)")
+    p.add_argument("--mcp-config", type=flag_type(_mcp_config, "MCP configuration"), default=None, metavar="FILE",
+                   help="MCP servers whose tools the chat page may use (each call asks you first): a JSON file "
+                        "with \"mcpServers\", as Claude Desktop's (programs: command/args/env; or url/headers)")
     p.add_argument("--reasoning-budget", type=whole_number(-1, "--reasoning-budget"), default=-1,
                    help="end a reasoning model's thinking after N tokens (0: no thinking; -1: no limit, the default)")
 
@@ -158,7 +168,8 @@ def serve_config(args: argparse.Namespace, *, display_name: str | None = None, r
                        reasoning_format=args.reasoning_format,
                        reasoning_budget=None if args.reasoning_budget < 0 else args.reasoning_budget,
                        mmproj=Path(args.mmproj) if getattr(args, "mmproj", None) else None,
-                       threads=args.threads, rpc=tuple(args.rpc or ()), **set_)
+                       threads=args.threads, rpc=tuple(args.rpc or ()),
+                       mcp_config=getattr(args, "mcp_config", None), **set_)
 
 
 def api_key(args: argparse.Namespace) -> str | None:

@@ -43,7 +43,8 @@ class Server:
         try:   # from here on a failure (or Ctrl+C) must not leave the port bound until exit
             self.port = self.sock.getsockname()[1]
             self.options = ServerOptions(host=host, port=self.port, api_key=config.api_key or None,
-                                         cors=config.cors, chat_token=secrets.token_urlsafe(24))
+                                         cors=config.cors, chat_token=secrets.token_urlsafe(24),
+                                         mcp_config=config.mcp_config)
             self.app = create_app(self.state, self.options)
             # our own socket map (waitress's `map` argument), so running and closing the server
             # needs no private attribute of waitress's

@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from llmpack.runtime.server.page.chat_shape import EXPORT_FORMAT, branch
 from llmpack.runtime.server.page.chat_sources import markdown_lines, plain
+from llmpack.runtime.server.page.chat_tools import markdown_lines as tool_lines
 
 
 def to_json(chat: dict, model_name: str) -> dict:
@@ -51,6 +52,7 @@ def to_markdown(chat: dict, model_name: str) -> str:
             # would end the block and let the rest of the name be read as Markdown
             out += [f"<details><summary>Attached: {_attribute(f['name'])}</summary>", "", "````text",
                     f["text"].replace("````", "` ` ` `"), "````", "", "</details>", ""]
+        out += tool_lines(m.get("rounds") or [])         # the tool calls before the answer, folded
         out += [close_fences(m["content"].rstrip()), ""]
         out += markdown_lines(m.get("sources") or [])   # the server's, under the reply
     return "\n".join(out)

@@ -79,6 +79,9 @@ def _guard():
                        "started (it ends in ?token=...).", type="permission_error", code="chat_token_required")
 
 
+guard = _guard   # the same checks on the page's other /api/* routes (mcp_routes.py)
+
+
 def _key() -> tuple[str, str]:
     model = ready_model(app_context().state)
     return model.model_key, model.display_name

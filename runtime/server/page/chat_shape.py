@@ -10,7 +10,8 @@ and a parent always comes before its children in the list. Editing a message or 
 again adds a sibling, so nothing is thrown away; "leaf" names the last message of the branch the
 page shows. Chats saved before the tree (no ids) are one branch: the messages in order.
 An assistant message may carry "thinking" (a reasoning model's thinking, shown folded, never sent
-back) and "sources" (the places of the attached files that support it: chat_sources.py). A user
+back), "sources" (the places of the attached files that support it: chat_sources.py) and "rounds"
+(the tool calls it made before it answered: chat_tools.py). A user
 message's attachments are [{"name", "kind", "size", "tokens", "text", "note"?, "file_id"?, "data_url"?
 (a picture), "audio_url"? (a sound clip)}]: what was sent, so the chat can be continued and exported
 as it was.
@@ -24,6 +25,7 @@ from typing import Any
 
 from llmpack.runtime.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
 from llmpack.runtime.server.page.chat_sources import SourceError, clean_sources
+from llmpack.runtime.server.page.chat_tools import RoundError, clean_rounds
 
 ROLES = ("system", "user", "assistant")
 MODES = ("chat", "complete")
@@ -105,6 +107,11 @@ def _message(m: Any, i: int) -> dict:
             item["sources"] = clean_sources(m["sources"])
         except SourceError as exc:
             raise ChatError(f"messages[{i}].sources{exc}") from None
+    if m.get("rounds") and m["role"] == "assistant":   # the tool calls before the answer (chat_tools.py)
+        try:
+            item["rounds"] = clean_rounds(m["rounds"])
+        except RoundError as exc:
+            raise ChatError(f"messages[{i}].rounds{exc}") from None
     return item
 
 
