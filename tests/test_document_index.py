@@ -9,6 +9,7 @@ import os
 import random
 import re
 import sqlite3
+from contextlib import closing
 import stat
 
 import pytest
@@ -296,3 +297,38 @@ def test_a_full_conversation_leaves_no_room_and_says_so(index, contract):
     with pytest.raises(R.ReadingError) as info:
         _arrange(index, long_chat, [(1, [R.Attached("contract.pdf", doc=contract[0])], "Q?")])
     assert "start a new chat" in str(info.value) and "\n" not in str(info.value)
+
+
+# debian-reference.ja.txt (Debian's debian-reference-ja), 1.1 and 1.1.1: no spaces between words
+JA_PAGES = ["コンピューターシステムを学ぶことは新しい外国語を学ぶことに似ていると考えます。"
+            "チュートリアルブックやドキュメントは役に立ちますが、あなた自身が実習する必要があります。",
+            "Debian システムのインストール後に GNOME や KDE のようなデスクトップ環境を選ばなかった場合、"
+            "ログイン (ユーザー名とパスワード) 画面が表示されます。"]
+
+
+def test_japanese_text_is_found_by_a_word_inside_a_run(tmp_path):
+    """FTS5's unicode61 takes a run of Japanese as one word; the index's pairs of characters
+    find a word inside it (外国語, "foreign language"; パスワード, "password")."""
+    index = I.DocumentIndex(tmp_path / "index.sqlite3")
+    doc = D.Document("debian-reference.ja.pdf", "pdf", "\n\n".join(JA_PAGES), 100, JA_PAGES)
+    got = index.add(doc, "m")
+    assert [h.page for h in index.search([got.id], "外国語")] == [1]
+    assert [h.page for h in index.search([got.id], "パスワードはどこで入力しますか")][:1] == [2]
+    assert [h.page for h in index.search([got.id], "GNOME デスクトップ")][:1] == [2]
+
+
+def test_an_index_written_before_pairs_of_characters_gains_them(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    with closing(sqlite3.connect(path)) as con:   # the schema before `grams`, with one Japanese document
+        con.executescript(I.SCHEMA.replace(",\n    grams TEXT NOT NULL DEFAULT ''", "").replace("text, grams,", "text,"))
+        con.execute("INSERT INTO documents VALUES ('doc-ja', 'ja.txt', 'text', 0, 1, 10, 0, 0, 10)")
+        con.execute("INSERT INTO chunks (id, doc, ord, page, label, heading, text) VALUES "
+                    "(1, 'doc-ja', 0, 0, 'line 1', '', ?)", (JA_PAGES[0],))
+        con.execute("INSERT INTO chunk_text (rowid, heading, text) VALUES (1, '', ?)", (JA_PAGES[0],))
+        con.commit()
+    index = I.DocumentIndex(path)
+    assert [h.doc for h in index.search(["doc-ja"], "外国語")] == ["doc-ja"]
+    # its search terms were rebuilt with the pairs: deleting it leaves the index whole
+    assert index.forget("m") == 1 and index.get("doc-ja") is None and index.search(["doc-ja"], "外国語") == []
+    with closing(sqlite3.connect(path)) as con:
+        assert con.execute("INSERT INTO chunk_text (chunk_text) VALUES ('integrity-check')").rowcount == 1
