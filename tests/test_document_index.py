@@ -292,6 +292,33 @@ def test_whole_and_excerpts_are_honoured(index, contract):
     assert info.value.code == "invalid_file" and "send it as file_data" in str(info.value)
 
 
+def test_auto_reads_whole_only_what_the_measured_prompt_speed_reads_within_3_s(index, contract):
+    """A file that fits the context is read whole only when the engine's measured prompt speed
+    gives the first word within FIRST_WORD_S; else it is searched, and the report says the wait
+    that reading it whole would take, for the page to offer."""
+    pages = contract_pages()[0][:8]
+    doc = D.extract("eight.pdf", make_pdf(pages))
+    cost = words(D.format_message([(doc.name, doc.text)], ""))
+    assert cost < 3000   # it fits the budget: before, `auto` always read it whole
+    one = [(0, [R.Attached("eight.pdf", doc=doc)], "Who services the generator?")]
+    fast = R.arrange([{"role": "user", "content": []}], [R.FileMessage(*one[0])], budget=3000, count=words,
+                     index=index, owner="m", prompt_tok_s=cost)          # a GPU: the whole file in 1 s
+    assert fast.reports == [] and doc.text in fast.messages[0]["content"]
+    slow = R.arrange([{"role": "user", "content": []}], [R.FileMessage(*one[0])], budget=3000, count=words,
+                     index=index, owner="m", prompt_tok_s=cost / 24)     # 2 cores: 24 s to the first word
+    report, = slow.reports
+    assert report["searched"] == "slow" and report["whole_s"] == 24.0 and doc.text not in slow.messages[0]["content"]
+    unmeasured = R.arrange([{"role": "user", "content": []}], [R.FileMessage(*one[0])], budget=3000, count=words,
+                           index=index, owner="m", prompt_tok_s=0.0)    # not measured yet: the slow guess
+    assert unmeasured.reports[0]["searched"] == "slow"
+    assert unmeasured.reports[0]["whole_s"] == round(cost / R.UNMEASURED_TOK_S, 1)
+    # asked for whole, it is read whole however slow
+    asked = R.arrange([{"role": "user", "content": []}], [R.FileMessage(0, [R.Attached("eight.pdf", "whole", doc)],
+                                                                         "Q")],
+                      budget=3000, count=words, index=index, owner="m", prompt_tok_s=1.0)
+    assert asked.reports == [] and doc.text in asked.messages[0]["content"]
+
+
 def test_a_full_conversation_leaves_no_room_and_says_so(index, contract):
     long_chat = [{"role": "user", "content": "word " * 2990}, {"role": "user", "content": []}]
     with pytest.raises(R.ReadingError) as info:

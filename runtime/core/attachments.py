@@ -68,6 +68,15 @@ def extract(name: str, data: bytes, media_type: str = "") -> D.Document:
     return doc
 
 
+def prompt_speed(model: ServedModel) -> float:
+    """The engine's measured prompt speed, tokens a second (EngineStats.prompt_tok_s, measured by
+    the scheduler's step costs); 0 before it has measured one."""
+    try:
+        return float(getattr(model.engine.stats(), "prompt_tok_s", 0.0) or 0.0)
+    except Exception:  # noqa: BLE001 - a stopped engine: nothing measured
+        return 0.0
+
+
 def _tokens(model: ServedModel, text: str) -> int:
     return len(model.engine.tokenize(text, add_special=False, parse_special=False)) if text else 0
 
@@ -99,6 +108,10 @@ def describe(doc: D.Document, model: ServedModel) -> dict:
            # chars in UTF-16 units: what JavaScript's String.slice counts, to cut at a page
            "segments": [{"chars": len(p.encode("utf-16-le")) // 2, "tokens": n} for p, n in zip(parts, counts)],
            "budget": budget(model.n_ctx), "n_ctx": model.n_ctx, "searched": False}
+    # the wait for a first word if it is read whole, at the engine's measured prompt speed: over
+    # FIRST_WORD_S, `auto` searches it (documents/reading.py) and the page offers to read it whole
+    out["whole_s"] = round(out["tokens"] / (prompt_speed(model) or Rd.UNMEASURED_TOK_S), 1)
+    out["first_word_s"] = Rd.FIRST_WORD_S
     if out["tokens"] > out["budget"]:
         indexed = _indexed(lambda: INDEX.add(doc, model.model_key))
         out.update(searched=True, file_id=indexed.id, chunks=indexed.chunks)
@@ -143,7 +156,8 @@ def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict
         return messages, [], nothing
     try:
         done = _indexed(lambda: Rd.arrange(messages, found, budget=budget(model.n_ctx), index=INDEX,
-                                            count=lambda text: _tokens(model, text), owner=model.model_key))
+                                            count=lambda text: _tokens(model, text), owner=model.model_key,
+                                            prompt_tok_s=prompt_speed(model)))
     except Rd.ReadingError as exc:
         raise bad("messages", str(exc), exc.code) from None
     # what files brought in is text, never control tokens (chat/untrusted.py): each message the
