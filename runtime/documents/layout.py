@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from llmpack.runtime.documents.scripts import CJK
+
 MIN_WRAP = 40            # a line shorter than this ends where its writer ended it, not at a margin
 WRAP_SHARE = 0.6         # a wrapped line reaches at least this share of the text's longest line
 FURNITURE_SHARE = 0.5    # a top or bottom line on at least this share of the pages is a running header/footer
@@ -34,6 +36,7 @@ _NUMBERED = r"(?:\d{1,3}(?:\.\d{1,3})*\.?|[A-Z]\.(?:\d{1,3}\.?)*)"
 # a line that starts something of its own: a list item, a numbered heading, a Markdown heading or quote
 _HARD_START = re.compile(r"^\s*(?:[-*•–◦▪]\s|#{1,6}\s|>\s|\d{1,3}[.)]\s|\(?[a-z0-9]{1,3}\)\s"
                          r"|\d{1,3}(?:\.\d{1,3})+\.?\s+\S|[=\-~_*]{3,}\s*$)")
+_ITEM = re.compile(r"\s*(?:[-*•–◦▪+]|\d{1,3}[.)])\s+")
 _END_PUNCT = re.compile(r"[.!?。！？」』]['\"”’)\]]*\s*$")
 _TABLE = re.compile(r"\t|\S {3,}\S|\|")
 _CSV = re.compile(r",\S")
@@ -46,8 +49,13 @@ _HYPHEN = re.compile(r"(?<![\w-])([^\W\d_]*[a-zäöüßàâçéèêëîïôûù�
 
 
 def width(text: str) -> int:
-    """The text's margin, as the longest of its lines (at least MIN_WRAP)."""
-    return max(MIN_WRAP, max((len(line.rstrip()) for line in text.split("\n")), default=0))
+    """The text's margin, as the longest of its lines in columns (at least MIN_WRAP)."""
+    return max(MIN_WRAP, max((_columns(line.rstrip()) for line in text.split("\n")), default=0))
+
+
+def _columns(line: str) -> int:
+    """A line's width as a terminal shows it: a Chinese or Japanese character takes two columns."""
+    return len(line) + sum(len(m) for m in CJK.findall(line))
 
 
 def soft_break(text: str, at: int, margin: int | None = None) -> bool:
@@ -58,15 +66,16 @@ def soft_break(text: str, at: int, margin: int | None = None) -> bool:
     if not line.strip() or not after.strip():
         return False                                   # a blank line: a paragraph ends
     margin = margin or width(text)
-    if len(line.rstrip()) < max(MIN_WRAP, WRAP_SHARE * margin):
+    if _columns(line.rstrip()) < max(MIN_WRAP, WRAP_SHARE * margin):
         return False                                   # short: a heading, the end of a paragraph
     if _END_PUNCT.search(line) or _HARD_START.match(after) or is_contents(line) or is_contents(after):
         return False
     if _TABLE.search(line.strip()) or _TABLE.search(after.strip()) or len(_CSV.findall(line)) >= 2:
         return False                                   # records and columns, each a line of its own
-    indent = len(line) - len(line.lstrip())
-    if abs(indent - (len(after) - len(after.lstrip()))) > 3 or indent >= 5:
-        return False                                   # code, or a block set in
+    indent, under = len(line) - len(line.lstrip()), len(after) - len(after.lstrip())
+    item = _ITEM.match(line)
+    if abs(indent - under) > 3 and not (item and under == item.end()):
+        return False                                   # code, or a block set in (a list item's own lines may be)
     first = after.lstrip()[0]
     tail = line.rstrip()[-1]
     # lower case, a digit or an opening bracket carries on; after a comma, a hyphen or a lower-case

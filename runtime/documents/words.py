@@ -23,6 +23,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 _END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|(?<=[。！？])[」』”’）]*\s*|[ \t]*\n\s*")
 _HYPHENATED = re.compile(r"(?<=[^\W\d_])-[ \t]*\n\s*(?=[^\W\d_])")
 _ABBREV = re.compile(r"(?:\b(?:p|pp|no|nr|e\.g|i\.e|vs|st|dr|mr|mrs|ms|fig|approx|ca|cf|etc|z\.b|bzw|vgl)\.)$", re.I)
+_NUMBER_ONLY = re.compile(r"\s*[A-Z]?\d{1,3}(?:\.\d{1,3})*\.")
 _INITIAL = re.compile(r"(?:^|[\s(])[A-Z]\.$")   # "Donald E. Knuth"
 
 
@@ -64,6 +65,8 @@ def sentences(text: str) -> list[tuple[int, int]]:
         if m.group().count("\n") <= 1 and (_ABBREV.search(text, max(0, m.start() - 6), m.start())
                                             or _INITIAL.search(text, max(0, m.start() - 3), m.start())):
             continue   # "p. 97", "e.g. this", "Donald E. Knuth": not the end of a sentence
+        if "\n" not in m.group() and _NUMBER_ONLY.fullmatch(text, text.rfind("\n", 0, m.start()) + 1, m.start()):
+            continue   # "1.1.5. GUI tools": a section's number, not a sentence
         if "\n" not in m.group() and m.end() < len(text) and (text[m.end()].islower() or text[m.end()] in ")],;"):
             continue   # "'if (... )' over", "approx. five": a sentence does not start so
         if m.group().count("\n") == 1 and not text[max(0, m.start() - 1)] in ".!?。！？" \
