@@ -107,6 +107,7 @@ async function onReady(h) {
   state.nCtx = num(h.n_ctx) || 0;
   state.vision = h.vision === true;   // started with a vision projector: pictures can be attached
   state.hears = h.hears === true;     // started with an audio projector: the microphone and sound files
+  state.attach = h.attachments && typeof h.attachments === "object" ? h.attachments : null;   // the server's file limits
   showMicrophone();
   state.baseModel = h.base_model === true;
   state.newMode = state.baseModel ? "complete" : "chat";

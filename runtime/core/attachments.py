@@ -68,6 +68,16 @@ def extract(name: str, data: bytes, media_type: str = "") -> D.Document:
     return doc
 
 
+STAND_IN_TOKENS = 40      # what a searched file's one-line stand-in costs, counted generously (the page's meter)
+
+
+def limits(model: ServedModel) -> dict:
+    """What the chat page shares with the server about files, served in /health's `attachments`
+    so the page never keeps a copy of these numbers."""
+    return {"max_file_bytes": D.MAX_FILE_BYTES, "budget": budget(model.n_ctx), "stand_in_tokens": STAND_IN_TOKENS,
+            "first_word_s": Rd.FIRST_WORD_S}
+
+
 def prompt_speed(model: ServedModel) -> float:
     """The engine's measured prompt speed, tokens a second (EngineStats.prompt_tok_s, measured by
     the scheduler's step costs); 0 before it has measured one."""
@@ -112,9 +122,12 @@ def describe(doc: D.Document, model: ServedModel) -> dict:
     # FIRST_WORD_S, `auto` searches it (documents/reading.py) and the page offers to read it whole
     out["whole_s"] = round(out["tokens"] / (prompt_speed(model) or Rd.UNMEASURED_TOK_S), 1)
     out["first_word_s"] = Rd.FIRST_WORD_S
-    if out["tokens"] > out["budget"]:
+    slow = out["whole_s"] > Rd.FIRST_WORD_S
+    if out["tokens"] > out["budget"] or slow:
         indexed = _indexed(lambda: INDEX.add(doc, model.model_key))
-        out.update(searched=True, file_id=indexed.id, chunks=indexed.chunks)
+        # "long": only its parts fit; "slow": it fits, but read whole the first word would wait whole_s
+        out.update(searched=True, file_id=indexed.id, chunks=indexed.chunks,
+                   why="long" if out["tokens"] > out["budget"] else "slow")
         if indexed.forgot:   # the page says which files the index forgot to make room, and why
             out.update(forgot=list(indexed.forgot), index_cap=INDEX.max_bytes)
     return out
@@ -177,10 +190,13 @@ def _file_part(spec: Any, where: str) -> Rd.Attached:
     file_id, data_url = spec.get("file_id"), spec.get("file_data")
     indexed = INDEX.get(file_id) if isinstance(file_id, str) and file_id.startswith("doc-") else None
     if file_id is not None and data_url is None:
-        if indexed is None:
-            raise bad("messages", f"{where}.file.file_id {str(file_id)[:80]!r} is not in this computer's document "
-                                  "index (--forget removes it, and files are not uploaded ahead here): send the "
-                                  "file itself as file_data")
+        if indexed is None:   # the page asks for the file again (code file_not_indexed): the same
+            # content indexed anew gets the same file_id, so the chat's earlier turns find it again
+            name = spec.get("filename") if isinstance(spec.get("filename"), str) else "the file"
+            raise bad("messages", f"{where}.file.file_id {str(file_id)[:80]!r} (\"{name[:200]}\") is no longer in this "
+                                  "computer's document index (--forget removes it, a full index forgets the files used "
+                                  "longest ago, and files are not uploaded ahead here): send the file itself as "
+                                  "file_data", "file_not_indexed")
         return Rd.Attached(spec.get("filename") if isinstance(spec.get("filename"), str) else indexed.name,
                            mode, None, indexed)
     name = spec.get("filename") or "attachment"

@@ -13,6 +13,7 @@ from typing import Callable
 
 from llmpack.progress import human_bytes
 from llmpack.runtime.core.active import ActiveRequests
+from llmpack.runtime.core.attachments import limits as attachment_limits
 from llmpack.runtime.core.served_model import ServedModel, request_defaults
 
 MESSAGES = {
@@ -97,7 +98,8 @@ class ServerState:
                     "n_ctx": model.n_ctx, "system_prompt": model.system_prompt, "sampling": dict(model.sampling),
                     "defaults": request_defaults(model), "base_model": bool(model.meta.get("base_model")),
                     "backend": model.backend, "speculative": speculative_health(model.engine.stats()),
-                    "vision": "image" in model.engine.media_kinds, "hears": "audio" in model.engine.media_kinds}
+                    "vision": "image" in model.engine.media_kinds, "hears": "audio" in model.engine.media_kinds,
+                    "attachments": attachment_limits(model)}
             if self.instance:
                 body["instance"] = self.instance
             return body, 200
