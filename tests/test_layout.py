@@ -175,3 +175,10 @@ def test_cjk_is_compared_in_pairs_of_characters():
                       "コンピューターを学ぶのは何に似ていますか?")
     [src] = att.sources("新しい外国語を学ぶことに似ています。")
     assert src.quote.startswith("コンピューターシステム") and src.quote.endswith("考えます。")
+
+
+def test_pages_whose_lines_look_alike_keep_their_text():
+    """Generated pages of one long line each ("Page 1: word0 word1 ..."), alike but for their
+    numbers, are text, not a running header."""
+    pages = [f"Page {i + 1}: " + " ".join(f"word{j}" for j in range(42)) for i in range(4)]
+    assert layout.clean_pages(pages) == pages

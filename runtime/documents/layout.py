@@ -30,6 +30,7 @@ MIN_WRAP = 40            # a line shorter than this ends where its writer ended 
 WRAP_SHARE = 0.6         # a wrapped line reaches at least this share of the text's longest line
 FURNITURE_SHARE = 0.5    # a top or bottom line on at least this share of the pages is a running header/footer
 MIN_FURNITURE_PAGES = 3
+MAX_FURNITURE = 100      # characters: a running header or footer is a short line
 CONTENTS_RUN = 3         # numbered titles in a row that make a table of contents
 
 _NUMBERED = r"(?:\d{1,3}(?:\.\d{1,3})*\.?|[A-Z]\.(?:\d{1,3}\.?)*)"
@@ -128,7 +129,7 @@ def clean_pages(pages: list[str]) -> list[str]:
     for page in pages:
         lines = page.split("\n")
         keep = [line for i, line in enumerate(lines)
-                if not (_edge(i, len(lines)) and (_key(line) in furniture or _is_page_number(line)))]
+                if not (_edge(i, len(lines)) and (_is_page_number(line) or len(lines) > 2 and _key(line) in furniture))]
         out.append(dehyphenate("\n".join(keep).strip()))
     return out
 
@@ -158,6 +159,7 @@ def _furniture(pages: list[str]) -> set[str]:
     seen: Counter[str] = Counter()
     for page in pages:
         lines = [line for line in page.split("\n") if line.strip()]
-        seen.update({_key(line) for i, line in enumerate(lines) if _edge(i, len(lines))})
+        if len(lines) > 2:   # a page of one or two lines is all text, whatever repeats
+            seen.update({_key(line) for i, line in enumerate(lines) if _edge(i, len(lines)) and len(line) <= MAX_FURNITURE})
     need = max(MIN_FURNITURE_PAGES, FURNITURE_SHARE * len(pages))
     return {k for k, n in seen.items() if n >= need and k.strip("# ")}
