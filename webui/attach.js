@@ -25,7 +25,6 @@ import { el, toast } from "./util.js";
 import { countOf, wordCount } from "./words.js";
 
 export { requestContent, sentChips } from "./fileparts.js";
-export { fmtSize } from "./upload.js";
 const pending = [];     // {id, name, size, status: "reading"|"ready", doc?, chip}; doc.words: counted here
 let onChange = () => {};
 let nextId = 1;

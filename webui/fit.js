@@ -1,13 +1,12 @@
 // Fitting files that are to be read whole into what the model keeps for files: when they do not
 // fit, sending asks first (the first N pages of the largest, or cancel). `composer` is the
 // composer's view of its files (attach.js): {files, budget, cost(doc), updated(p), render()}.
-import { ui } from "./state.js";
+import { state, ui } from "./state.js";
 import { countOf, fmtNumber, roughWords, wordCount } from "./words.js";
 
 const NOTE_TOKENS = 48;   // the note a cut adds to the file's heading ("first 12 of 40 pages")
 const tokens = (n) => countOf(n, "token", "tokens");
 const words = (n) => countOf(n, "word", "words");
-
 
 /** How many segments (pages, parts) of `doc` fit in `room` tokens. */
 function segmentsThatFit(doc, room) {
