@@ -40,7 +40,7 @@ QUESTIONS = [
     q("once", C, "How many types of command does LaTeX have?", "three", [6]),
     q("once", C, "To be colour safe, which LaTeX command should be used instead of the TeX primitive \\setbox?",
       "\\sbox|sbox", [6, 8]),
-    q("definition", C, "What is the command \\normalcolor normally?", "\\relax|relax", [7]),
+    q("definition", C, "What is the command \\normalcolor normally?", "\\relax|relax|does nothing", [7]),
     q("number", C, "At most how many characters should a file name have, without the extension?", "eight|8", [9]),
     q("once", C, "Which hook should a package use instead of redefining \\document?", "AtBeginDocument", [9]),
     q("paraphrase", C, "A firm wants a class for letters on its own headed note-paper. What would that class be called?",
