@@ -173,6 +173,12 @@ def ttft(srv, client, seed: int, questions: int) -> tuple[list[float], float, in
     return times, indexing, found
 
 
+def percentiles(times: list[float]) -> tuple[float, float]:
+    """(p50, p95) of `times`."""
+    q = sorted(times)
+    return statistics.median(q), q[min(len(q) - 1, round(0.95 * (len(q) - 1)))]
+
+
 def pct(n: int, d: int) -> str:
     return f"{n / d:6.1%} ({n}/{d})" if d else "   n/a"
 
@@ -239,10 +245,9 @@ def report(results: list, times: list[float], indexing: float, found: int, args)
         f = [g for g in gs if g["fact"]]
         print(f"    {key:22s} fact {pct(len(f), len(gs))}  server right {pct(sum(g['server'] == 'right' for g in f), len(f))}")
     if times:
-        q = sorted(times)
-        p95 = q[min(len(q) - 1, round(0.95 * (len(q) - 1)))]
-        print(f"  TTFT, 300-page PDF after indexing: p50 {statistics.median(q):.2f} s, p95 {p95:.2f} s "
-              f"({len(q)} questions; fact in {found})")
+        p50, p95 = percentiles(times)
+        print(f"  TTFT, 300-page PDF after indexing: p50 {p50:.2f} s, p95 {p95:.2f} s "
+              f"({len(times)} questions; fact in {found})")
     print(f"  /v1/extract of the 300-page PDF (read + index): {indexing:.2f} s, {indexing / 3:.2f} s per 100 pages")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
 

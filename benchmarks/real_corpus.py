@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-import statistics
 import subprocess
 import tempfile
 import time
@@ -17,7 +16,7 @@ from urllib.parse import quote
 import requests
 
 import doc_corpus
-from documents import _spots, ask, mark_only, pct
+from documents import _spots, ask, mark_only, pct, percentiles
 from real_questions import QUESTIONS, Question
 
 from llmpack.demo_models import demo_model_path
@@ -111,7 +110,6 @@ def report(results: list, times: list[float]) -> None:
         f = [g for g in gs if g["fact"]]
         print(f"    {key:12s} fact {pct(len(f), len(gs))}  server right {pct(sum(g['server'] == 'right' for g in f), len(f))}")
     if times:
-        s = sorted(times)
-        p95 = s[min(len(s) - 1, round(0.95 * (len(s) - 1)))]
-        print(f"  TTFT p50 {statistics.median(s):.2f} s, p95 {p95:.2f} s ({len(s)} questions)")
+        p50, p95 = percentiles(times)
+        print(f"  TTFT p50 {p50:.2f} s, p95 {p95:.2f} s ({len(times)} questions)")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

@@ -7,7 +7,6 @@ lines of it, not a fragment. The page also sent the file only once: the question
 file_id. Screenshots in artifacts/real-pdf-*.png."""
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, last_reply, new_page
+from browser_fixtures import ARTIFACTS, drop_file, last_reply, new_page
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import live_server, wait_until, write_scripted_model
 
@@ -58,14 +57,7 @@ def test_a_wrapped_sentence_of_a_typeset_pdf_is_highlighted_whole(browser, clsgu
         with live_server(definer, "--ctx", "1024") as srv:
             page.goto(srv.server.page_url)
             page.wait_for_selector("#app:not([hidden])")
-            page.evaluate("""b64 => {
-                const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
-                const dt = new DataTransfer();
-                dt.items.add(new File([bytes], "clsguide.pdf", {type: "application/pdf"}));
-                for (const type of ["dragenter", "dragover", "drop"])
-                    document.querySelector("#messages").dispatchEvent(
-                        new DragEvent(type, {bubbles: true, cancelable: true, dataTransfer: dt}));
-            }""", base64.b64encode(clsguide).decode())
+            drop_file(page, "clsguide.pdf", clsguide, "application/pdf")
             chip = page.locator("[data-testid=attachment-chip]")
             chip.wait_for()
             wait_until(lambda: "read in parts" in chip.locator("[data-testid=attachment-meta]").inner_text(), 120)
