@@ -7,7 +7,6 @@ prove the page works, not report a green run that never opened it.
 from __future__ import annotations
 
 import base64
-
 import json
 import os
 import shutil
