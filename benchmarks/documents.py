@@ -17,6 +17,13 @@ and apart from the set: TTFT (first streamed content) of questions on a 300-page
 indexed (sent by its file_id), and the time /v1/extract takes to read and index it, per 100 pages.
 
     ./dev bench documents [--cases 40] [--seed 90210]
+    ./dev bench documents --corpus real    # benchmarks/doc_corpus.py, benchmarks/real_questions.py
+
+`--corpus real` asks the questions written by reading real files (Debian's documentation
+packages: typeset PDFs, text wrapped at 72 columns, German, Japanese) and prints the same
+figures: facts, sources right / wrong / abstained, mark-only replies, TTFT p50/p95 (every file
+read once through /v1/extract first, as the page does when a file is dropped, so TTFT is the
+question's), and for each question whether the file was read whole or searched.
 """
 from __future__ import annotations
 
@@ -166,6 +173,12 @@ def ttft(srv, client, seed: int, questions: int) -> tuple[list[float], float, in
     return times, indexing, found
 
 
+def percentiles(times: list[float]) -> tuple[float, float]:
+    """(p50, p95) of `times`."""
+    q = sorted(times)
+    return statistics.median(q), q[min(len(q) - 1, round(0.95 * (len(q) - 1)))]
+
+
 def pct(n: int, d: int) -> str:
     return f"{n / d:6.1%} ({n}/{d})" if d else "   n/a"
 
@@ -175,7 +188,13 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=40, help="chats in the set (about 15 s each on 2 cores)")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--ttft", type=int, default=6, help="questions on the 300-page PDF for TTFT")
+    ap.add_argument("--corpus", choices=("generated", "real"), default="generated",
+                    help="generated: benchmarks/document_set.py; real: Debian's documentation (doc_corpus.py)")
+    ap.add_argument("--only", default="", help="real corpus: only the questions of these kinds (comma-separated)")
     args = ap.parse_args()
+    if args.corpus == "real":
+        from real_corpus import run_real   # lazy: the generated set needs none of it
+        return run_real(args)
     os.environ["LLMPACK_DATA_DIR"] = tempfile.mkdtemp(prefix="llmpack-bench-docs-")
     print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)", flush=True)
     t = time.perf_counter()
@@ -226,10 +245,9 @@ def report(results: list, times: list[float], indexing: float, found: int, args)
         f = [g for g in gs if g["fact"]]
         print(f"    {key:22s} fact {pct(len(f), len(gs))}  server right {pct(sum(g['server'] == 'right' for g in f), len(f))}")
     if times:
-        q = sorted(times)
-        p95 = q[min(len(q) - 1, round(0.95 * (len(q) - 1)))]
-        print(f"  TTFT, 300-page PDF after indexing: p50 {statistics.median(q):.2f} s, p95 {p95:.2f} s "
-              f"({len(q)} questions; fact in {found})")
+        p50, p95 = percentiles(times)
+        print(f"  TTFT, 300-page PDF after indexing: p50 {p50:.2f} s, p95 {p95:.2f} s "
+              f"({len(times)} questions; fact in {found})")
     print(f"  /v1/extract of the 300-page PDF (read + index): {indexing:.2f} s, {indexing / 3:.2f} s per 100 pages")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
 

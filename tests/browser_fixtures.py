@@ -7,6 +7,7 @@ page works, not report a green run that never opened it (tests/needs.py).
 """
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -179,3 +180,15 @@ def unnamed_controls(page) -> list[str]:
     reader can say: no label, aria-label(ledby), title or text. Hidden ones and those of a closed
     dialog are left out (they are named when shown)."""
     return page.evaluate(UNNAMED)
+
+
+def drop_file(page: Any, name: str, data: bytes, media: str) -> None:
+    """Drop a file on the conversation, as a person drags it from a folder."""
+    page.evaluate("""([name, b64, media]) => {
+        const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+        const dt = new DataTransfer();
+        dt.items.add(new File([bytes], name, {type: media}));
+        for (const type of ["dragenter", "dragover", "drop"])
+            document.querySelector("#messages").dispatchEvent(
+                new DragEvent(type, {bubbles: true, cancelable: true, dataTransfer: dt}));
+    }""", [name, base64.b64encode(data).decode(), media])

@@ -9,7 +9,6 @@ and a chat from before sources still opens. Then the instruct demo model answers
 and its source opens on the highlighted fact. Screenshots in artifacts/sources-*.png."""
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 import requests
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, ask, fits, get_chat, get_chats, last_reply, new_page, put_chat, set_settings
+from browser_fixtures import ARTIFACTS, ask, drop_file, fits, get_chat, get_chats, last_reply, new_page, put_chat, set_settings
 from doc_files import make_pdf
 from long_docs import contract_pages
 from server_fixtures import *  # noqa: F401,F403
@@ -43,14 +42,7 @@ def citer(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def drop_pdf(page) -> None:
     """Drop the PDF on the conversation, as a person drags it from a folder, and wait for it to be indexed."""
-    page.evaluate("""b64 => {
-        const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
-        const dt = new DataTransfer();
-        dt.items.add(new File([bytes], "contract.pdf", {type: "application/pdf"}));
-        for (const type of ["dragenter", "dragover", "drop"])
-            document.querySelector("#messages").dispatchEvent(
-                new DragEvent(type, {bubbles: true, cancelable: true, dataTransfer: dt}));
-    }""", base64.b64encode(PDF).decode())
+    drop_file(page, "contract.pdf", PDF, "application/pdf")
     chip = page.locator("[data-testid=attachment-chip]")
     chip.wait_for()
     wait_until(lambda: "read in parts" in chip.locator("[data-testid=attachment-meta]").inner_text(), 60)

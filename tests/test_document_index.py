@@ -9,6 +9,7 @@ import os
 import random
 import re
 import sqlite3
+from contextlib import closing
 import stat
 
 import pytest
@@ -291,8 +292,70 @@ def test_whole_and_excerpts_are_honoured(index, contract):
     assert info.value.code == "invalid_file" and "send it as file_data" in str(info.value)
 
 
+def test_auto_reads_whole_only_what_the_measured_prompt_speed_reads_within_3_s(index, contract):
+    """A file that fits the context is read whole only when the engine's measured prompt speed
+    gives the first word within FIRST_WORD_S; else it is searched, and the report says the wait
+    that reading it whole would take, for the page to offer."""
+    pages = contract_pages()[0][:8]
+    doc = D.extract("eight.pdf", make_pdf(pages))
+    cost = words(D.format_message([(doc.name, doc.text)], ""))
+    assert cost < 3000   # it fits the budget: before, `auto` always read it whole
+    one = [(0, [R.Attached("eight.pdf", doc=doc)], "Who services the generator?")]
+    fast = R.arrange([{"role": "user", "content": []}], [R.FileMessage(*one[0])], budget=3000, count=words,
+                     index=index, owner="m", prompt_tok_s=cost)          # a GPU: the whole file in 1 s
+    assert fast.reports == [] and doc.text in fast.messages[0]["content"]
+    slow = R.arrange([{"role": "user", "content": []}], [R.FileMessage(*one[0])], budget=3000, count=words,
+                     index=index, owner="m", prompt_tok_s=cost / 24)     # 2 cores: 24 s to the first word
+    report, = slow.reports
+    assert report["searched"] == "slow" and report["whole_s"] == 24.0 and doc.text not in slow.messages[0]["content"]
+    unmeasured = R.arrange([{"role": "user", "content": []}], [R.FileMessage(*one[0])], budget=3000, count=words,
+                           index=index, owner="m", prompt_tok_s=0.0)    # not measured yet: the slow guess
+    assert unmeasured.reports[0]["searched"] == "slow"
+    assert unmeasured.reports[0]["whole_s"] == round(cost / R.UNMEASURED_TOK_S, 1)
+    # asked for whole, it is read whole however slow
+    asked = R.arrange([{"role": "user", "content": []}], [R.FileMessage(0, [R.Attached("eight.pdf", "whole", doc)],
+                                                                         "Q")],
+                      budget=3000, count=words, index=index, owner="m", prompt_tok_s=1.0)
+    assert asked.reports == [] and doc.text in asked.messages[0]["content"]
+
+
 def test_a_full_conversation_leaves_no_room_and_says_so(index, contract):
     long_chat = [{"role": "user", "content": "word " * 2990}, {"role": "user", "content": []}]
     with pytest.raises(R.ReadingError) as info:
         _arrange(index, long_chat, [(1, [R.Attached("contract.pdf", doc=contract[0])], "Q?")])
     assert "start a new chat" in str(info.value) and "\n" not in str(info.value)
+
+
+# debian-reference.ja.txt (Debian's debian-reference-ja), 1.1 and 1.1.1: no spaces between words
+JA_PAGES = ["コンピューターシステムを学ぶことは新しい外国語を学ぶことに似ていると考えます。"
+            "チュートリアルブックやドキュメントは役に立ちますが、あなた自身が実習する必要があります。",
+            "Debian システムのインストール後に GNOME や KDE のようなデスクトップ環境を選ばなかった場合、"
+            "ログイン (ユーザー名とパスワード) 画面が表示されます。"]
+
+
+def test_japanese_text_is_found_by_a_word_inside_a_run(tmp_path):
+    """FTS5's unicode61 takes a run of Japanese as one word; the index's pairs of characters
+    find a word inside it (外国語, "foreign language"; パスワード, "password")."""
+    index = I.DocumentIndex(tmp_path / "index.sqlite3")
+    doc = D.Document("debian-reference.ja.pdf", "pdf", "\n\n".join(JA_PAGES), 100, JA_PAGES)
+    got = index.add(doc, "m")
+    assert [h.page for h in index.search([got.id], "外国語")] == [1]
+    assert [h.page for h in index.search([got.id], "パスワードはどこで入力しますか")][:1] == [2]
+    assert [h.page for h in index.search([got.id], "GNOME デスクトップ")][:1] == [2]
+
+
+def test_an_index_written_before_pairs_of_characters_gains_them(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    with closing(sqlite3.connect(path)) as con:   # the schema before `grams`, with one Japanese document
+        con.executescript(I.SCHEMA.replace(",\n    grams TEXT NOT NULL DEFAULT ''", "").replace("text, grams,", "text,"))
+        con.execute("INSERT INTO documents VALUES ('doc-ja', 'ja.txt', 'text', 0, 1, 10, 0, 0, 10)")
+        con.execute("INSERT INTO chunks (id, doc, ord, page, label, heading, text) VALUES "
+                    "(1, 'doc-ja', 0, 0, 'line 1', '', ?)", (JA_PAGES[0],))
+        con.execute("INSERT INTO chunk_text (rowid, heading, text) VALUES (1, '', ?)", (JA_PAGES[0],))
+        con.commit()
+    index = I.DocumentIndex(path)
+    assert [h.doc for h in index.search(["doc-ja"], "外国語")] == ["doc-ja"]
+    # its search terms were rebuilt with the pairs: deleting it leaves the index whole
+    assert index.forget("m") == 1 and index.get("doc-ja") is None and index.search(["doc-ja"], "外国語") == []
+    with closing(sqlite3.connect(path)) as con:
+        assert con.execute("INSERT INTO chunk_text (chunk_text) VALUES ('integrity-check')").rowcount == 1

@@ -109,6 +109,7 @@ async function onReady(h) {
   state.vision = h.vision === true;   // started with a vision projector: pictures can be attached
   state.hears = h.hears === true;     // started with an audio projector: the microphone and sound files
   state.toolsNative = h.tools === true;   // its chat template knows tools (tools.js)
+  state.attach = h.attachments && typeof h.attachments === "object" ? h.attachments : null;   // the server's file limits
   showMicrophone();
   state.baseModel = h.base_model === true;
   state.newMode = state.baseModel ? "complete" : "chat";

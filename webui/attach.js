@@ -5,38 +5,29 @@
 // cancel. Files that cannot be attached say so above the chips, in plain words (errors.js), with
 // the app's own message in a Details fold. Token counts stay in tooltips and Details.
 //
-// A sent user message keeps its attachments ({name, kind, size, tokens, text, note}); requests
-// carry them as OpenAI `file` parts holding the extracted text, and the server writes them into
-// the prompt (documents.format_message), so the page and the API send the same thing.
+// A sent user message keeps its attachments ({name, kind, size, tokens, text, note, file_id?});
+// requests carry them as OpenAI `file` parts (fileparts.js), and the server writes them into the
+// prompt (documents.format_message), so the page and the API send the same thing. The jobs are
+// split: upload.js reads a file (the server's /v1/extract, pictures in the page), fit.js asks
+// what to keep when files do not fit, fileparts.js builds requests and sent chips.
 //
 // A file too long to read whole is not cut: the server indexes it when it is read (/v1/extract
 // answers `searched: true` and its `file_id`), and for each question the model reads the parts
 // that match it (readparts.js shows which). Such a file costs the composer's meter only its
 // one-line stand-in; its saved message keeps the file_id (the index) and the text (an export).
-import { ApiError } from "./api.js";
-import { audioDoc, audioPart, clipIcon, isAudio, wireMicrophone } from "./audio.js";
+import { audioDoc, clipIcon, isAudio, wireMicrophone } from "./audio.js";
 import { attachError } from "./errors.js";
-import { apiKey } from "./settings.js";
+import { thumbnail } from "./fileparts.js";
+import * as fitting from "./fit.js";
 import { state, ui } from "./state.js";
+import { extract, fmtSize, isPicture, pictureDoc, refusal } from "./upload.js";
 import { el, toast } from "./util.js";
-import { countOf, fmtNumber, roughWords, wordCount } from "./words.js";
+import { countOf, wordCount } from "./words.js";
 
-const MAX_FILE_BYTES = 32 * 1024 * 1024;   // documents.MAX_FILE_BYTES
-const NOTE_TOKENS = 48;
-const STAND_IN_TOKENS = 40;   // documents/reading.py's one-line stand-in for a searched file
-const IMAGE = /\.(png|jpe?g|gif|webp|bmp|tiff?|heic|heif|avif)$/i;
-const TAKEN = /^image\/(png|jpeg|webp|gif)$/;   // what the server's vision path reads (runtime/engine/images.py)
-const PICTURE_SIDE = 1536;          // pictures are scaled down to this many pixels a side, as JPEG
-const PICTURE_KEEP_BYTES = 1024 * 1024;   // a smaller PNG/JPEG/WebP/GIF within the side is sent as it is
+export { requestContent, sentChips } from "./fileparts.js";
 const pending = [];     // {id, name, size, status: "reading"|"ready", doc?, chip}; doc.words: counted here
 let onChange = () => {};
 let nextId = 1;
-
-export function fmtSize(n) {
-  if (n >= 1024 * 1024) return (n / 1024 / 1024).toFixed(1) + " MB";
-  if (n >= 1024) return Math.round(n / 1024) + " KB";
-  return n + " B";
-}
 
 /** The composer's attachments that are read and ready. */
 export function readyFiles() {
@@ -51,22 +42,20 @@ export function hasFiles() {
   return pending.length > 0;
 }
 
+/** Tokens the server lets files take (core/attachments.budget, served in /health). */
 function budget() {
   const withBudget = pending.find((p) => p.doc && p.doc.budget);
-  return withBudget ? withBudget.doc.budget : Math.max(state.nCtx - 1024, Math.floor(state.nCtx / 2));
+  if (withBudget) return withBudget.doc.budget;
+  return (state.attach && state.attach.budget) || Math.max(state.nCtx - 1024, Math.floor(state.nCtx / 2));
 }
 
 /** Tokens a file takes of the budget: all of it, or the stand-in of a file that is searched. */
 function costOf(doc) {
-  return doc.searched ? STAND_IN_TOKENS : doc.tokens;
+  return doc.searched ? ((state.attach && state.attach.stand_in_tokens) || 40) : doc.tokens;
 }
 
 function totalTokens() {
   return readyFiles().reduce((n, p) => n + costOf(p.doc), 0);
-}
-
-function totalWords() {
-  return readyFiles().reduce((n, p) => n + p.doc.words, 0);
 }
 
 const tokens = (n) => countOf(n, "token", "tokens");
@@ -145,7 +134,7 @@ function updateChip(p) {
 
 /** A file that was not attached: what happened and what to do; `detail` goes in a Details fold.
  * `testid` names other notes shown in the same place (a file the index forgot). */
-function addProblem(text, detail, testid = "attach-problem") {
+function addProblem(text, detail, testid = "attach-problem", action = null) {
   const box = el("div", "attach-problem");
   box.setAttribute("role", testid === "attach-problem" ? "alert" : "status");
   box.setAttribute("data-testid", testid);
@@ -155,6 +144,17 @@ function addProblem(text, detail, testid = "attach-problem") {
     const more = el("details", "notice-detail");
     more.append(el("summary", "", "Details"), el("code", "", detail));
     line.append(" ", more);
+  }
+  if (action) {   // one thing the note offers to do ("Read the whole file")
+    const act = el("button", "attach-action", action.label);
+    act.type = "button";
+    act.setAttribute("data-testid", testid + "-action");
+    act.addEventListener("click", () => {
+      action.run();
+      box.remove();
+      render();
+    });
+    line.append(" ", act);
   }
   const close = el("button", "chip-remove", "×");
   close.type = "button";
@@ -184,70 +184,6 @@ export function clearFiles() {
   render();
 }
 
-/** Refusals the page can make at once, without sending the file. */
-function refusal(file) {
-  if (file.size > MAX_FILE_BYTES) {
-    return file.name + " is " + fmtSize(file.size) + "; files can be at most 32 MB. Attach a shorter part of it.";
-  }
-  if (isPicture(file)) {
-    if (!state.vision && state.hears) {
-      return file.name + " is a picture; this model hears but cannot see (its projector has no vision encoder). "
-        + "Attach a sound file, a PDF, a Word file (.docx) or a text file.";
-    }
-    if (!state.vision) {
-      return file.name + " is a picture; this model reads only text (it was started without a vision projector). "
-        + "Attach a PDF, a Word file (.docx) or a text file.";
-    }
-    if (!TAKEN.test(file.type)) return file.name + " is a kind of picture this model cannot read; send a PNG, JPEG, WebP or GIF.";
-  }
-  if (isAudio(file) && !state.hears) {
-    return file.name + " is a sound file; this model cannot hear (it was started without an audio projector). "
-      + "Attach a PDF, a Word file (.docx) or a text file.";
-  }
-  return "";
-}
-
-const isPicture = (file) => (file.type && file.type.startsWith("image/")) || IMAGE.test(file.name);
-
-function readDataUrl(blob) {
-  return new Promise((resolve, reject) => {
-    const r = new FileReader();
-    r.onload = () => resolve(r.result);
-    r.onerror = () => reject(r.error || new Error("the file could not be read"));
-    r.readAsDataURL(blob);
-  });
-}
-
-/** A picture as a data: URL the model can read: as it is when small, else scaled down to
- * PICTURE_SIDE pixels a side as a JPEG, which also keeps saved chats small. */
-async function pictureDoc(file) {
-  let bmp;
-  try {
-    bmp = await createImageBitmap(file);   // the first frame of a GIF
-  } catch (err) {
-    throw new Error(file.name + " could not be opened as a picture; it may be damaged.");
-  }
-  const { width, height } = bmp;
-  const scale = Math.min(1, PICTURE_SIDE / Math.max(width, height));
-  let url;
-  if (scale === 1 && file.size <= PICTURE_KEEP_BYTES) {
-    url = await readDataUrl(file);
-  } else {
-    const canvas = document.createElement("canvas");
-    canvas.width = Math.max(1, Math.round(width * scale));
-    canvas.height = Math.max(1, Math.round(height * scale));
-    const g = canvas.getContext("2d");
-    g.fillStyle = "#fff";   // transparent areas become white, not black, in a JPEG
-    g.fillRect(0, 0, canvas.width, canvas.height);
-    g.drawImage(bmp, 0, 0, canvas.width, canvas.height);
-    url = canvas.toDataURL("image/jpeg", 0.9);
-  }
-  bmp.close();
-  const note = scale < 1 ? "scaled down from " + width + " × " + height : "";
-  return { name: file.name, kind: "image", size: Math.round((url.length - url.indexOf(",") - 1) * 0.75), tokens: 0,
-    text: "", words: 0, note, data_url: url, segments: [], unit: "part" };
-}
-
 export async function addFiles(files) {
   clearProblems();   // the last attempt's messages give way to this one's
   render();
@@ -268,6 +204,7 @@ export async function addFiles(files) {
       p.status = "ready";
       updateChip(p);
       if (p.doc.forgot && p.doc.forgot.length) addProblem(forgotWords(p.doc), undefined, "index-forgot");
+      if (p.doc.why === "slow") offerWhole(p);
     } catch (err) {
       const plain = attachError(p.name, err);
       addProblem(plain.text, plain.detail);
@@ -276,6 +213,20 @@ export async function addFiles(files) {
     }
     render();
   }
+}
+
+/** A file that fits but that this computer reads slowly is searched for each question (the server
+ * measured its prompt speed: documents/reading.py); the note says so and offers to read it whole,
+ * with the wait that takes. */
+function offerWhole(p) {
+  const wait = Math.max(1, Math.round(p.doc.whole_s));
+  addProblem(p.name + " will be read in parts: the model answers from the parts that match each question, in about "
+    + Math.round(p.doc.first_word_s) + " s. Read whole, its answers would start after about " + wait + " s.",
+  undefined, "read-choice", { label: "Read the whole file (about " + wait + " s)", run: () => {
+    p.doc.searched = false;
+    p.doc.read = "whole";
+    updateChip(p);
+  } });
 }
 
 /** The index of long files on this computer is bounded: what it forgot to make room for `doc`. */
@@ -287,94 +238,9 @@ function forgotWords(doc) {
     "Chats that used " + (names.length === 1 ? "it" : "them") + " still have the text and send it again when you go on.";
 }
 
-async function extract(file) {
-  const headers = { "Content-Type": file.type || "application/octet-stream", "X-Filename": encodeURIComponent(file.name) };
-  if (apiKey()) headers.Authorization = "Bearer " + apiKey();
-  const resp = await fetch("/v1/extract", { method: "POST", headers, body: file, cache: "no-store" });
-  const data = await resp.json().catch(() => null);
-  if (!resp.ok) {
-    const msg = data && data.error && data.error.message;
-    throw new ApiError(msg || "HTTP " + resp.status, resp.status);
-  }
-  return data;
-}
-
-// ------------------------------------------------------------------ fitting the context
-
-/** How many segments (pages, parts) of `doc` fit in `room` tokens. */
-function segmentsThatFit(doc, room) {
-  let used = doc.tokens - doc.segments.reduce((n, s) => n + s.tokens, 0);   // the heading
-  let n = 0;
-  for (const s of doc.segments) {
-    if (used + s.tokens > room) break;
-    used += s.tokens;
-    n += 1;
-  }
-  return n;
-}
-
-/** A plan to fit the files: cut the largest one to its first N segments. null: nothing fits. */
-function fitPlan() {
-  const files = readyFiles().filter((p) => !p.doc.searched);
-  if (!files.length) return null;
-  const largest = files.reduce((a, b) => (b.doc.tokens > a.doc.tokens ? b : a));
-  // less room for the note the cut adds to the file's heading ("first 12 of 40 pages")
-  const room = budget() - (totalTokens() - largest.doc.tokens) - NOTE_TOKENS;
-  const n = room > 0 ? segmentsThatFit(largest.doc, room) : 0;
-  return n > 0 ? { file: largest, n } : null;
-}
-
-function cut(p, n) {
-  const d = p.doc;
-  const chars = d.segments.slice(0, n).reduce((k, s) => k + s.chars, 0);
-  const unit = d.unit === "page" ? "page" : "part";
-  // PDF pages are joined by a blank line; parts are consecutive slices of the text
-  const sep = d.unit === "page" ? 2 : 0;
-  d.text = d.text.slice(0, chars + sep * Math.max(0, n - 1)).trimEnd();
-  d.note = unit === "page" ? "first " + n + " of " + d.segments.length + " pages"
-    : "first " + Math.round((100 * chars) / Math.max(1, d.segments.reduce((k, s) => k + s.chars, 0))) + "% of the text";
-  d.tokens = d.tokens - d.segments.slice(n).reduce((k, s) => k + s.tokens, 0);
-  d.words = wordCount(d.text);
-  d.segments = d.segments.slice(0, n);
-  updateChip(p);
-}
-
 /** Resolves true to send (after any cut the user chose), false to keep editing. */
 export function confirmFit() {
-  if (totalTokens() <= budget()) return Promise.resolve(true);
-  const plan = fitPlan();
-  const files = readyFiles();
-  const what = files.length === 1 ? files[0].name + " has " : "The " + files.length + " files have ";
-  // the words the model can read, at these files' own words per token
-  const room = roughWords(budget(), totalWords() / Math.max(1, totalTokens()));
-  ui.fitText.textContent = what + words(totalWords()) + ", but this model can read about " + fmtNumber(room)
-    + " words of files at once.";
-  ui.fitDetail.textContent = tokens(totalTokens()) + " of files; this model keeps " + tokens(budget())
-    + " of its context window (" + tokens(state.nCtx) + ") for files.";
-  if (plan) {
-    const d = plan.file.doc;
-    const unit = d.unit === "page" ? (plan.n === 1 ? "page" : "pages") : (plan.n === 1 ? "part" : "parts");
-    ui.fitCut.textContent = d.unit === "page" ? "Send the first " + plan.n + " " + unit + " of " + plan.file.name
-      : "Send the first " + plan.n + " of " + d.segments.length + " " + unit + " of " + plan.file.name;
-    ui.fitCut.hidden = false;
-  } else {
-    ui.fitText.textContent += " Remove a file, or attach a shorter part.";
-    ui.fitCut.hidden = true;
-  }
-  return new Promise((resolve) => {
-    const done = (ok) => {
-      ui.fitCut.onclick = ui.fitCancel.onclick = ui.fitDialog.oncancel = null;
-      ui.fitDialog.close();
-      if (ok) cut(plan.file, plan.n);
-      render();
-      resolve(ok);
-    };
-    ui.fitCut.onclick = () => done(true);
-    ui.fitCancel.onclick = () => done(false);
-    ui.fitDialog.oncancel = (ev) => { ev.preventDefault(); done(false); };
-    ui.fitDialog.showModal();
-    ui.fitCut.hidden ? ui.fitCancel.focus() : ui.fitCut.focus();
-  });
+  return fitting.confirmFit({ files: readyFiles(), budget: budget(), cost: costOf, updated: updateChip, render });
 }
 
 /** Put a message's files back into the composer (its reply failed), as they were sent. */
@@ -382,7 +248,8 @@ export function restoreFiles(files) {
   for (const a of files || []) {
     const doc = { name: a.name, kind: a.kind, size: a.size, tokens: a.tokens, text: a.text, note: a.note,
       unit: "part", segments: a.data_url || a.audio_url ? [] : [{ chars: a.text.length, tokens: a.tokens }],
-      budget: budget(), words: wordCount(a.text), file_id: a.file_id, searched: !!a.file_id, data_url: a.data_url,
+      budget: budget(), words: wordCount(a.text), file_id: a.file_id, searched: !!a.file_id && a.read !== "whole",
+      read: a.read, data_url: a.data_url,
       audio_url: a.audio_url };
     const p = { id: nextId++, name: a.name, size: a.size || 0, status: "ready", doc };
     chipFor(p);
@@ -399,69 +266,13 @@ export function takeFiles() {
     if (d.note) a.note = d.note;
     if (d.data_url) a.data_url = d.data_url;
     if (d.audio_url) a.audio_url = d.audio_url;
-    if (d.searched && d.file_id) {
-      a.file_id = d.file_id;
-      a.note = "read in parts";
-    }
+    if (d.file_id) a.file_id = d.file_id;
+    if (d.read === "whole") a.read = "whole";   // chosen over searching it: sent whole, by its text
+    else if (d.searched && d.file_id) a.note = "read in parts";
     return a;
   });
   clearFiles();
   return out;
-}
-
-// ------------------------------------------------------------------ requests
-
-function base64Utf8(text) {
-  const bytes = new TextEncoder().encode(text);
-  let bin = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
-  return btoa(bin);
-}
-
-/** A message's content for /v1/chat/completions: text, or text and `file` parts. */
-export function requestContent(m) {
-  if (!m.attachments || !m.attachments.length) return m.content;
-  const parts = m.attachments.map((a) => {
-    if (a.data_url) return { type: "image_url", image_url: { url: a.data_url } };   // a picture (vision models)
-    if (a.audio_url) return audioPart(a);                                            // a clip (models that hear)
-    const data = "data:text/plain;base64," + base64Utf8(a.text);
-    if (a.file_id) {   // searched: the index has its pages; the text is there in case it does not any more
-      return { type: "file", file: { filename: a.name, file_id: a.file_id, file_data: data, read: "auto" } };
-    }
-    return { type: "file", file: { filename: a.note ? a.name + " (" + a.note + ")" : a.name, file_data: data, read: "whole" } };
-  });
-  if (m.content) parts.push({ type: "text", text: m.content });
-  return parts;
-}
-
-/** Chips (not removable) shown on a sent message. */
-export function sentChips(m) {
-  const box = el("div", "message-files");
-  for (const a of m.attachments || []) {
-    const chip = el("span", "chip sent");
-    chip.setAttribute("data-testid", "sent-attachment");
-    chip.appendChild(a.data_url ? thumbnail(a) : a.audio_url ? clipIcon(el)
-      : el("span", "chip-icon", a.name.split(".").pop().slice(0, 4).toUpperCase()));
-    const label = el("span", "chip-text");
-    label.appendChild(el("span", "chip-name", a.name));
-    const n = wordCount(a.text);
-    const meta = [a.size ? fmtSize(a.size) : "", a.text ? words(n) : a.data_url ? "picture" : a.audio_url ? "sound" : "",
-      a.note || ""];
-    label.appendChild(el("span", "chip-meta", meta.filter(Boolean).join(" · ")));
-    chip.appendChild(label);
-    chip.title = a.name + (a.tokens ? ": " + words(n) + ", " + tokens(a.tokens) + " for the model" : "");
-    box.appendChild(chip);
-  }
-  return box;
-}
-
-/** A picture's thumbnail, for a chip in the composer or on a sent message. */
-function thumbnail(a) {
-  const img = el("img", "chip-thumb");
-  img.src = a.data_url;
-  img.alt = a.name;
-  img.setAttribute("data-testid", "attachment-thumbnail");
-  return img;
 }
 
 // ------------------------------------------------------------------ wiring

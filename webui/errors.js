@@ -25,6 +25,11 @@ export function plainError(err) {
   if (/context|too long|too many tokens|prompt_too_long|exceed/i.test(msg) && (status === 400 || status === 500)) {
     return { text: TOO_LONG, detail };
   }
+  const forgot = status === 400 && /"([^"]+)"\) is no longer in this computer's document index/.exec(msg);
+  if (forgot) {
+    return { text: `This computer no longer has its copy of ${forgot[1]}, which this chat read in parts. `
+      + "Attach the file again with the paperclip, then send your message.", detail };
+  }
   if (status === 503 || status === 429) return { text: BUSY, detail };
   if (status >= 500 || !status) return { text: APP_SIDE, detail };
   return { text: msg || APP_SIDE, detail };

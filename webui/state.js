@@ -16,6 +16,7 @@ export const state = {
   vision: false,      // /health vision: the model was started with a vision projector (--mmproj)
   hears: false,       // /health hears: the model was started with an audio projector (--mmproj)
   toolsNative: false, // /health tools: the chat template knows tools (the built-in ones are on by default)
+  attach: null,       // /health attachments: the largest file, the files' budget, a stand-in's cost
   baseModel: false,   // no chat template and no instruct tag (/health base_model)
   defaults: {},       // from /health: system_prompt and the SAMPLING_KEYS of settings.js
   chats: [],          // summaries from /api/chats; .messages is null until the chat is opened

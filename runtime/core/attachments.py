@@ -63,6 +63,25 @@ def extract(name: str, data: bytes, media_type: str = "", *, files: AppFiles) ->
     return doc
 
 
+STAND_IN_TOKENS = 40      # what a searched file's one-line stand-in costs, counted generously (the page's meter)
+
+
+def limits(model: ServedModel) -> dict:
+    """What the chat page shares with the server about files, served in /health's `attachments`
+    so the page never keeps a copy of these numbers."""
+    return {"max_file_bytes": D.MAX_FILE_BYTES, "budget": budget(model.n_ctx), "stand_in_tokens": STAND_IN_TOKENS,
+            "first_word_s": Rd.FIRST_WORD_S}
+
+
+def prompt_speed(model: ServedModel) -> float:
+    """The engine's measured prompt speed, tokens a second (EngineStats.prompt_tok_s, measured by
+    the scheduler's step costs); 0 before it has measured one."""
+    try:
+        return float(getattr(model.engine.stats(), "prompt_tok_s", 0.0) or 0.0)
+    except Exception:  # noqa: BLE001 - a stopped engine: nothing measured
+        return 0.0
+
+
 def _tokens(model: ServedModel, text: str) -> int:
     return len(model.engine.tokenize(text, add_special=False, parse_special=False)) if text else 0
 
@@ -94,10 +113,17 @@ def describe(doc: D.Document, model: ServedModel) -> dict:
            # chars in UTF-16 units: what JavaScript's String.slice counts, to cut at a page
            "segments": [{"chars": len(p.encode("utf-16-le")) // 2, "tokens": n} for p, n in zip(parts, counts)],
            "budget": budget(model.n_ctx), "n_ctx": model.n_ctx, "searched": False}
-    if out["tokens"] > out["budget"]:
+    # the wait for a first word if it is read whole, at the engine's measured prompt speed: over
+    # FIRST_WORD_S, `auto` searches it (documents/reading.py) and the page offers to read it whole
+    out["whole_s"] = round(out["tokens"] / (prompt_speed(model) or Rd.UNMEASURED_TOK_S), 1)
+    out["first_word_s"] = Rd.FIRST_WORD_S
+    slow = out["whole_s"] > Rd.FIRST_WORD_S
+    if out["tokens"] > out["budget"] or slow:
         index = model.files.index
         indexed = _indexed(lambda: index.add(doc, model.model_key))
-        out.update(searched=True, file_id=indexed.id, chunks=indexed.chunks)
+        # "long": only its parts fit; "slow": it fits, but read whole the first word would wait whole_s
+        out.update(searched=True, file_id=indexed.id, chunks=indexed.chunks,
+                   why="long" if out["tokens"] > out["budget"] else "slow")
         if indexed.forgot:   # the page says which files the index forgot to make room, and why
             out.update(forgot=list(indexed.forgot), index_cap=index.max_bytes)
     return out
@@ -139,7 +165,8 @@ def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict
         return messages, [], nothing
     try:
         done = _indexed(lambda: Rd.arrange(messages, found, budget=budget(model.n_ctx), index=model.files.index,
-                                            count=lambda text: _tokens(model, text), owner=model.model_key))
+                                            count=lambda text: _tokens(model, text), owner=model.model_key,
+                                            prompt_tok_s=prompt_speed(model)))
     except Rd.ReadingError as exc:
         raise bad("messages", str(exc), exc.code) from None
     # what files brought in is text, never control tokens (chat/untrusted.py): each message the
@@ -159,10 +186,13 @@ def _file_part(spec: Any, where: str, app: AppFiles) -> Rd.Attached:
     file_id, data_url = spec.get("file_id"), spec.get("file_data")
     indexed = app.index.get(file_id) if isinstance(file_id, str) and file_id.startswith("doc-") else None
     if file_id is not None and data_url is None:
-        if indexed is None:
-            raise bad("messages", f"{where}.file.file_id {str(file_id)[:80]!r} is not in this computer's document "
-                                  "index (--forget removes it, and files are not uploaded ahead here): send the "
-                                  "file itself as file_data")
+        if indexed is None:   # the page asks for the file again (code file_not_indexed): the same
+            # content indexed anew gets the same file_id, so the chat's earlier turns find it again
+            name = spec.get("filename") if isinstance(spec.get("filename"), str) else "the file"
+            raise bad("messages", f"{where}.file.file_id {str(file_id)[:80]!r} (\"{name[:200]}\") is no longer in this "
+                                  "computer's document index (--forget removes it, a full index forgets the files used "
+                                  "longest ago, and files are not uploaded ahead here): send the file itself as "
+                                  "file_data", "file_not_indexed")
         return Rd.Attached(spec.get("filename") if isinstance(spec.get("filename"), str) else indexed.name,
                            mode, None, indexed)
     name = spec.get("filename") or "attachment"

@@ -12,12 +12,21 @@ A claim is attributed to the document sentence that covers the most of its weigh
 when the support is clear; otherwise the server abstains and shows nothing rather than a wrong
 place:
 
-- at least MIN_COVER of the claim's weight is found in that one sentence, by at least two words
-  or one with a digit;
+- at least MIN_COVER of the claim's weight is found in that one sentence, by at least two words,
+  one of them without a digit: a number alone is no source ("… is covered in Section 7" once
+  had a line that starts with "7." and is about something else as its source);
 - every number of the claim (that the question did not bring) is in that sentence: a reply
   with a wrong serial is not attributed to the sentence that holds the right one;
+- the sentence names no one else where the claim names someone: a claim with a name the
+  sentence lacks, beside a name of the sentence the claim lacks, contradicts it;
 - no sentence of another place supports it as well (the same line on every page of a manual
   cannot say which page).
+
+A table-of-contents line (documents/layout.py) is never a source: it names a section, it does
+not state what the section says. A reference to a section ("Section 7", "see sections 15 and
+16", "§ 4.2") is a place, like a page mark, not a word of the claim or of the sentence, so a
+cross-reference never stands for the section it names. Sentences run across the lines a file
+wraps them over (documents/words.py), so a reply that repeats a wrapped sentence finds it whole.
 
 Page marks the model wrote ("[p. 96]", "page 96", "(p. 96)") are not words of the claim; each
 source says which mark the model wrote in that claim and whether the server's place agrees.
@@ -30,6 +39,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.places import Place
 from llmpack.runtime.documents.words import has_digit, sentences, terms
 
@@ -44,6 +54,12 @@ _MARK = re.compile(r"\[(?:end of )?(?:p\.|pp\.|pages?|§|lines?)[^\]\n]{0,80}\]"
                    r"|\((?:p\.|pp\.|pages?)\s*\d[\d\s,–-]*\)"
                    r"|\b(?:pages?|pp?\.|lines?)\s*\d{1,6}(?:\s*(?:-|–|to|and)\s*\d{1,6})?", re.I)
 _NUMBER = re.compile(r"\d{1,5}")
+# a reference to a section: a place, not a fact ("Section 7", "sections 15 and 16", "§ 4.2", "Kapitel 3")
+_SECTION_REF = re.compile(r"(?:\b(?:sections?|sect\.|chapters?|ch\.|appendix|appendices|abschnitt|kapitel|anhang"
+                          r"|chapitre|annexe|sección|capítulo)|§§?)\s*[A-Z]?\d{1,3}(?:\.\d{1,3})*"
+                          r"(?:\s*(?:,|and|or|to|und|et|y|-|–)\s*[A-Z]?\d{1,3}(?:\.\d{1,3})*)*", re.I)
+# a name: a capitalised word that does not start its sentence ("by Leslie Lamport")
+_NAME = re.compile(r"(?<=[^\s.!?:(\[\"'“‘])\s+([A-Z][a-z]{2,})\b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +110,7 @@ class _Unit:
     start: int
     end: int
     terms: frozenset[str]
+    names: frozenset[str] = frozenset()
 
 
 class Attribution:
@@ -102,18 +119,22 @@ class Attribution:
     def __init__(self, places: Sequence[Place], question: str = "") -> None:
         self.places = list(places)
         self.question = frozenset(terms(question))
+        self.question_names = _names(question)
         # the files' names: "inventory-26.csv" in a reply is not the number 26 of a claim
         names = sorted({p.file for p in self.places if p.file}, key=len, reverse=True)
         self._names = re.compile("|".join(map(re.escape, names)) if names else r"(?!)", re.I)
         self._units: list[_Unit] = []
         self._by_term: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(self.places):
+            contents = layout.contents_lines(p.text)
             for a, b in sentences(p.text):
-                t = frozenset(terms(p.text[a:b]))
+                if any(x <= a and b <= y for x, y in contents):
+                    continue   # a contents line names a section; it states nothing
+                t = frozenset(terms(_SECTION_REF.sub(" ", p.text[a:b])))
                 if t:
                     for term in t:
                         self._by_term[term].append(len(self._units))
-                    self._units.append(_Unit(i, a, b, t))
+                    self._units.append(_Unit(i, a, b, t, _names(p.text[a:b])))
 
     def __bool__(self) -> bool:
         return bool(self.places)
@@ -129,7 +150,7 @@ class Attribution:
         """The sources of `reply`'s claims that the places clearly support, in reply order."""
         out = []
         for a, b in claims(reply):
-            found = self._support(self._names.sub(" ", _MARK.sub(" ", reply[a:b])))
+            found = self._support(self._names.sub(" ", _SECTION_REF.sub(" ", _MARK.sub(" ", reply[a:b]))))
             if found is None:
                 continue
             unit = self._units[found]
@@ -156,9 +177,13 @@ class Attribution:
         ranked = sorted(scored, key=lambda u: (-scored[u], len(self._units[u].terms), u))
         best = ranked[0]
         matched = mine & self._units[best].terms
-        if scored[best] < MIN_COVER * total or (len(matched) < 2 and not any(map(has_digit, matched))):
-            return None
+        if scored[best] < MIN_COVER * total or len(matched) < 2 or all(map(has_digit, matched)):
+            return None   # too little of the claim, or numbers alone
         if any(has_digit(t) for t in mine - matched - self.question):   # a number the place does not hold
+            return None
+        theirs = self._units[best].names
+        names = _names(claim)
+        if names - theirs - self.question_names and theirs - names:   # another name beside the same words
             return None
         where = self._where(best)
         for other in ranked[1:]:
@@ -190,6 +215,11 @@ def claims(reply: str) -> list[tuple[int, int]]:
             elif lead is None:
                 lead = a
     return [(a, b) for a, b in out]
+
+
+def _names(text: str) -> frozenset[str]:
+    """The names of `text`, as the claim's terms spell them."""
+    return frozenset(t for m in _NAME.finditer(text) for t in terms(m.group(1)))
 
 
 def _agrees(mark: str, place: Place) -> bool:

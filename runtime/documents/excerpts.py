@@ -50,6 +50,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.extract import format_message
 from llmpack.runtime.documents.index import DocumentIndex, Hit, Indexed, page_refs
 from llmpack.runtime.documents.words import sentences, terms
@@ -185,6 +186,10 @@ def read(index: DocumentIndex, docs: Sequence[Indexed], question: str, budget: i
         if picker.room < MIN_ROOM:
             break
         picker.passage(chunk, at)
+    for h in found if not picker.chunks else ():   # only contents lines matched: the chunks they stand in
+        if picker.room < MIN_ROOM:
+            break
+        picker.whole(h)
     picker.widen()
     return [Reading(d, picker.hits(d.id), True, columns[d.id]) for d in docs if picker.hits(d.id)]
 
@@ -222,7 +227,10 @@ def _best_sentences(found: list[Hit], question: str) -> list[tuple[_Chunk, int]]
     total = 0
     for c, chunk in enumerate(chunks):
         heading = wanted.intersection(terms(chunk.hit.heading))
+        contents = layout.contents_lines(chunk.hit.text)
         for i, (a, b) in enumerate(chunk.spans):
+            if any(x <= a and b <= y for x, y in contents):
+                continue   # a contents line names the section the question is about; it does not answer
             words = terms(chunk.hit.text[a:b])
             total += len(words)
             own = wanted.intersection(words)

@@ -27,6 +27,7 @@ from xml.etree.ElementTree import ParseError, iterparse   # styles.xml only, aft
 from xml.parsers.expat import ExpatError, ParserCreate
 
 from llmpack.errors import LlmpackError
+from llmpack.runtime.documents import layout
 
 MAX_FILE_BYTES = 32 * 1024 * 1024
 MAX_TEXT_CHARS = 4_000_000          # far more than any context holds (about a million tokens)
@@ -163,6 +164,7 @@ def _pdf(name: str, data: bytes, deadline: float) -> Document:
     if not any(pages):
         raise DocumentError(f"{name} has no text layer (it looks scanned, or is only pictures); llmpack cannot read "
                             "images: run it through OCR, or copy the text in")
+    pages = layout.clean_pages(pages)   # running headers, page numbers and line-end hyphens are not the text
     return Document(name, "pdf", "\n\n".join(pages), len(data), pages)
 
 

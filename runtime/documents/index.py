@@ -9,8 +9,11 @@ every llmpack app of this user (an app may name its own folder: core/files.py):
     owners     (document, model key): which models' chats use it; `--forget` removes one model's
                rows and then every document no model owns any more
     chunks     the pieces (documents/chunks.py): ord, page, label, heading, text
-    chunk_text FTS5 over (heading, text), external content = chunks, Porter stemming over
-               unicode61 with diacritics folded, so "keeps" finds "keep" and "resume" finds "résumé"
+    chunk_text FTS5 over (heading, text, grams), external content = chunks, Porter stemming over
+               unicode61 with diacritics folded, so "keeps" finds "keep" and "resume" finds "résumé";
+               `grams` holds the pairs of characters of the chunk's Chinese or Japanese runs
+               (documents/scripts.py), which unicode61 would take as one word each (empty for
+               other text), and a question's CJK words are asked for as their pairs
 
 A document is stored in one transaction: a file that fails half-way (bad input, a full disk,
 the app closed) leaves nothing behind. The index is bounded: the text it keeps (`bytes`, UTF-8)
@@ -39,6 +42,7 @@ from pathlib import Path
 from llmpack.stores import StoreFile
 from llmpack.runtime.documents.chunks import Chunk, chunk
 from llmpack.runtime.documents.extract import Document, DocumentError
+from llmpack.runtime.documents.scripts import bigrams, grams, split_word
 
 INDEX_FILE = "documents.sqlite3"
 MAX_QUERY_TERMS = 32
@@ -56,11 +60,16 @@ CREATE INDEX IF NOT EXISTS owners_by_model ON owners (model);
 CREATE TABLE IF NOT EXISTS chunks (
     id INTEGER PRIMARY KEY, doc TEXT NOT NULL REFERENCES documents (id) ON DELETE CASCADE,
     ord INTEGER NOT NULL, page INTEGER NOT NULL, label TEXT NOT NULL, heading TEXT NOT NULL, text TEXT NOT NULL,
-    UNIQUE (doc, ord));
+    grams TEXT NOT NULL DEFAULT '', UNIQUE (doc, ord));
 CREATE INDEX IF NOT EXISTS chunks_by_page ON chunks (doc, page);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunk_text USING fts5(
-    heading, text, content='chunks', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2');
+    heading, text, grams, content='chunks', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2');
 """
+# A file written before `grams` existed: the column is added, filled, and the search terms rebuilt
+# (FTS5's columns cannot be altered), once; PRAGMA user_version says it was done.
+GRAMS_VERSION = 1
+ADD_GRAMS = ("ALTER TABLE chunks ADD COLUMN grams TEXT NOT NULL DEFAULT ''",
+             "DROP TABLE chunk_text")
 # Words that match nearly every chunk: leaving them out of the query keeps BM25 on the words that
 # say what the question is about (FTS5 would weigh them down, but each still has to be looked up).
 STOPWORDS = frozenset("""a about above after again all am an and any are as at be been before being below between
@@ -129,8 +138,9 @@ def fts5_available() -> bool:
 def query_terms(question: str) -> list[str]:
     """The words of a question that the index is asked for, most telling first (longest, as a
     cheap stand-in for rarity), at most MAX_QUERY_TERMS."""
-    words = dict.fromkeys(w for w in (m.group().lower() for m in _WORD.finditer(question))
-                          if w not in STOPWORDS and (len(w) > 1 or w.isdigit()))
+    words = dict.fromkeys(w for word in (m.group().lower() for m in _WORD.finditer(question))
+                          for piece, cjk in split_word(word) for w in (bigrams(piece) if cjk else [piece])
+                          if w not in STOPWORDS and (len(w) > 1 or w.isdigit() or cjk))
     return sorted(words, key=len, reverse=True)[:MAX_QUERY_TERMS]
 
 
@@ -152,7 +162,7 @@ class DocumentIndex:
     def __init__(self, path: Path | None = None, max_bytes: int = MAX_INDEX_BYTES) -> None:
         self.max_bytes = max_bytes
         # the file holds the text about twice over (FTS5's terms), and room to make room in
-        self._file = StoreFile(path, INDEX_FILE, SCHEMA, _add_bytes, max_bytes=max(4 * max_bytes, 64 << 20),
+        self._file = StoreFile(path, INDEX_FILE, SCHEMA, _upgrade, max_bytes=max(4 * max_bytes, 64 << 20),
                                unusable=IndexUnusable)
 
     @property
@@ -181,6 +191,7 @@ class DocumentIndex:
                         raise IndexUnusable(f"{doc.name} holds no text to search; copy its text in instead")
                     size = sum(len(c.heading.encode("utf-8", "surrogatepass")) +
                                len(c.text.encode("utf-8", "surrogatepass")) for c in pieces)
+                    size += len(grams(doc.text).encode())   # a Chinese or Japanese text's pairs take room too
                     if size > self.max_bytes:
                         raise IndexUnusable(f"{doc.name} holds {size / (1 << 20):.0f} MB of text, more than the "
                                             f"document index keeps ({self.max_bytes >> 20} MB); attach a part of it")
@@ -248,7 +259,7 @@ class DocumentIndex:
         marks = ",".join("?" * len(keys))
         with closing(self._connect()) as con:
             rows = con.execute(
-                "SELECT c.doc, c.ord, c.page, c.label, c.heading, c.text, bm25(chunk_text, 2.0, 1.0) AS score "
+                "SELECT c.doc, c.ord, c.page, c.label, c.heading, c.text, bm25(chunk_text, 2.0, 1.0, 1.0) AS score "
                 f"FROM chunk_text JOIN chunks c ON c.id = chunk_text.rowid WHERE chunk_text MATCH ? "
                 f"AND c.doc IN ({marks}) ORDER BY score LIMIT ?", (match, *keys, limit)).fetchall()
         return [Hit(*r) for r in rows]
@@ -314,6 +325,13 @@ class DocumentIndex:
         return len(gone)
 
 
+def _upgrade(con: sqlite3.Connection) -> None:
+    """An index an earlier release wrote: the documents' sizes, then the CJK pairs (`grams`)."""
+    _add_bytes(con)
+    if con.execute("PRAGMA user_version").fetchone()[0] < GRAMS_VERSION:
+        _add_grams(con)
+
+
 def _add_bytes(con: sqlite3.Connection) -> None:
     if "bytes" not in {r[1] for r in con.execute("PRAGMA table_info(documents)")}:
         with con:
@@ -323,13 +341,30 @@ def _add_bytes(con: sqlite3.Connection) -> None:
 
 def _drop(con: sqlite3.Connection, key: str) -> None:
     """Delete one document: its search terms (FTS5's external content needs them told), chunks, owners."""
-    con.execute("INSERT INTO chunk_text (chunk_text, rowid, heading, text) "
-                "SELECT 'delete', id, heading, text FROM chunks WHERE doc = ?", (key,))
+    con.execute("INSERT INTO chunk_text (chunk_text, rowid, heading, text, grams) "
+                "SELECT 'delete', id, heading, text, grams FROM chunks WHERE doc = ?", (key,))
     con.execute("DELETE FROM documents WHERE id = ?", (key,))
 
 
 def _insert(con: sqlite3.Connection, key: str, pieces: list[Chunk]) -> None:
     for c in pieces:
-        rowid = con.execute("INSERT INTO chunks (doc, ord, page, label, heading, text) VALUES (?, ?, ?, ?, ?, ?)",
-                            (key, c.ord, c.page, c.label, c.heading, c.text)).lastrowid
-        con.execute("INSERT INTO chunk_text (rowid, heading, text) VALUES (?, ?, ?)", (rowid, c.heading, c.text))
+        pairs = grams(c.heading + "\n" + c.text)
+        rowid = con.execute("INSERT INTO chunks (doc, ord, page, label, heading, text, grams) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?)", (key, c.ord, c.page, c.label, c.heading, c.text, pairs)).lastrowid
+        con.execute("INSERT INTO chunk_text (rowid, heading, text, grams) VALUES (?, ?, ?, ?)",
+                    (rowid, c.heading, c.text, pairs))
+
+
+def _add_grams(con: sqlite3.Connection) -> None:
+    """An index written before `grams`: add the column, fill it, rebuild the search terms."""
+    with con:
+        if "grams" not in {r[1] for r in con.execute("PRAGMA table_info(chunks)")}:
+            for statement in ADD_GRAMS:
+                con.execute(statement)
+            con.execute(SCHEMA[SCHEMA.index("CREATE VIRTUAL TABLE"):].rstrip().rstrip(";"))
+            for rowid, heading, text in con.execute("SELECT id, heading, text FROM chunks").fetchall():
+                pairs = grams(heading + "\n" + text)
+                if pairs:
+                    con.execute("UPDATE chunks SET grams = ? WHERE id = ?", (pairs, rowid))
+            con.execute("INSERT INTO chunk_text (chunk_text) VALUES ('rebuild')")
+        con.execute(f"PRAGMA user_version = {GRAMS_VERSION}")

@@ -3,9 +3,14 @@
 Each file part of a request says how it wants to be read (`"read"` on the part's `file` object;
 README, "Files in chat requests"):
 
-- `"auto"` (the default): whole when every file of the request fits the budget (as before);
-  otherwise the smaller files stay whole while they take at most half of it, and the rest are
-  indexed (documents/index.py) and searched;
+- `"auto"` (the default): whole when every file of the request fits the budget *and* the engine
+  reads it quickly: at the prompt speed it measured on this computer (`prompt_tok_s`), the first
+  word comes within FIRST_WORD_S. Otherwise the smaller files stay whole while they take at most
+  half of the budget and the time, and the rest are indexed (documents/index.py) and searched. On 2
+  CPU cores a 9-page PDF (3,757 tokens) read whole waited 24 s for its first word, searched about
+  2 s, and the 0.5B demo model answered no better from the whole file; on a GPU "whole" wins more
+  often. A searched file's report says why (`"searched": "slow"` with `whole_s`, the expected wait
+  when read whole), so the page can offer to read it whole;
 - `"whole"`: all of it, or HTTP 400 `attachments_too_long` when it does not fit;
 - `"excerpts"`: always searched, even when it would fit (a long chat about one manual).
 
@@ -35,6 +40,10 @@ MIN_EXCERPT_ROOM = 64    # tokens: less than this left for a searched file and t
 # (excerpts.py), 512 tokens hold the sentence that answers and the sentences around it, and
 # several other candidates; benchmarks/documents.py measures the fact in the reply at this size.
 EXCERPT_TOKENS = 512
+FIRST_WORD_S = 3.0       # the wait for a first word that `auto` keeps a file whole for
+# The prompt speed assumed before the engine has measured one (the first request of a launch): the
+# 0.5B demo model on 2 CPU cores, so a first question on a slow computer is not the slow one.
+UNMEASURED_TOK_S = 200.0
 NOTE_TOKENS = 32         # excerpts.note's line after the excerpts (about 25 tokens)
 
 
@@ -74,14 +83,18 @@ class Arranged:
 
 
 def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, count: Callable[[str], int],
-            index: DocumentIndex, owner: str) -> Arranged:
+            index: DocumentIndex, owner: str, prompt_tok_s: float | None = None) -> Arranged:
     """`messages` with each FileMessage's content written as text: whole files under their
-    names, searched files as stand-ins, and the parts read for the latest question."""
+    names, searched files as stand-ins, and the parts read for the latest question.
+    `prompt_tok_s`: the engine's measured prompt speed (0: not measured yet), which limits what
+    `auto` reads whole to what it reads within FIRST_WORD_S; None: no limit but the budget."""
     files = [f for m in file_messages for f in m.files]
     for f in files:
         if f.doc is not None:
             f.cost = count(format_message([(f.doc.name, f.doc.text)], ""))
-    whole, searched = _choose(files, budget)
+    rate = None if prompt_tok_s is None else (prompt_tok_s if prompt_tok_s > 0 else UNMEASURED_TOK_S)
+    quick = budget if rate is None else min(budget, int(rate * FIRST_WORD_S))
+    whole, searched = _choose(files, budget, quick)
     is_whole = {id(f) for f in whole}
     for f in searched:
         if f.indexed is None:
@@ -119,24 +132,35 @@ def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, co
     for i, f in enumerate(files):
         if id(f) not in is_whole:
             first.setdefault(f.indexed.id, (f, i))
+    # what the model read first comes first: the parts read for the question, then whole files
     read = [p for r in readings
             for p in places.of_hits(r.hits, first[r.doc.id][0].name, r.doc.id, first[r.doc.id][1], first[r.doc.id][0].doc)]
     # what the model read first comes first: the parts read for the question, then whole files
-    return Arranged(out, [r.report() for r in readings], Attribution(read + whole_places, question))
+    reports = [r.report() for r in readings]
+    for r in reports:   # why it was searched: too long for the context, or too slow to read whole
+        f = first[r["file_id"]][0]
+        if f.mode == "auto" and f.doc is not None and f.cost <= budget and rate is not None:
+            r.update(searched="slow", whole_s=round(f.cost / rate, 1))
+        else:
+            r.update(searched="excerpts" if f.mode == "excerpts" else "long")
+    return Arranged(out, reports, Attribution(read + whole_places, question))
 
 
-def _choose(files: list[Attached], budget: int) -> tuple[list[Attached], list[Attached]]:
-    """(read whole, searched), or ReadingError when files asked to be read whole do not fit."""
+def _choose(files: list[Attached], budget: int, quick: int | None = None) -> tuple[list[Attached], list[Attached]]:
+    """(read whole, searched), or ReadingError when files asked to be read whole do not fit.
+    `auto` files are read whole only within `quick` tokens (what the engine reads within
+    FIRST_WORD_S), files asked to be read whole whatever it takes."""
+    quick = budget if quick is None else quick
     for f in files:
         if f.doc is None and f.mode == "whole":
             raise ReadingError(f"{f.name} was sent only by its file_id, which can be searched but not read whole; "
                                "send it as file_data", "invalid_file")
     whole = [f for f in files if f.mode == "whole"]
     auto = [f for f in files if f.mode == "auto" and f.doc is not None]
-    if sum(f.cost for f in whole + auto) <= budget:
+    if sum(f.cost for f in whole + auto) <= quick:
         whole += auto
     else:
-        room = budget // 2 - sum(f.cost for f in whole)
+        room = min(budget // 2, quick) - sum(f.cost for f in whole)
         for f in sorted(auto, key=lambda f: f.cost):
             if f.cost > room:
                 break

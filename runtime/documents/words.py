@@ -3,26 +3,39 @@ document's text, one definition for both users (excerpts.py picks the sentences 
 matches; attribution.py finds the sentence that supports a claim of the reply).
 
 Stems are rough on purpose ("serviced" and "services" meet at "servic"), and the same for every
-script Python calls word characters; stop words are the index's (documents/index.py).
+script Python calls word characters, except runs of Chinese or Japanese, which have no spaces
+between words and are compared as overlapping pairs of characters (documents/scripts.py); stop
+words are the index's (documents/index.py).
+
+A sentence runs across the lines a file wraps it over (a typeset PDF, text wrapped at 72
+columns): a newline ends one only where documents/layout.py says the break is hard. A word
+hyphenated at a line end ("com-" + "mands") is compared as the one word it is.
 """
 from __future__ import annotations
 
 import re
 
+from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.index import STOPWORDS
+from llmpack.runtime.documents.scripts import bigrams, split_word
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|\s*\n\s*")
-_ABBREV = re.compile(r"(?:\b(?:p|pp|no|nr|e\.g|i\.e|vs|st|dr|mr|mrs|ms|fig|approx|ca|cf|etc)\.)$", re.I)
+_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|(?<=[。！？])[」』”’）]*\s*|[ \t]*\n\s*")
+_HYPHENATED = re.compile(r"(?<=[^\W\d_])-[ \t]*\n\s*(?=[^\W\d_])")
+_ABBREV = re.compile(r"(?:\b(?:p|pp|no|nr|e\.g|i\.e|vs|st|dr|mr|mrs|ms|fig|approx|ca|cf|etc|z\.b|bzw|vgl)\.)$", re.I)
+_NUMBER_ONLY = re.compile(r"\s*[A-Z]?\d{1,3}(?:\.\d{1,3})*\.")
+_INITIAL = re.compile(r"(?:^|[\s(])[A-Z]\.$")   # "Donald E. Knuth"
 
 
 def terms(text: str) -> list[str]:
     """The words of `text` that carry meaning, as rough stems."""
     out = []
-    for w in _WORD.findall(text.lower()):
-        if w in STOPWORDS or (len(w) < 2 and not w.isdigit()):
-            continue
-        out.append(_stem(w))
+    for word in _WORD.findall(_HYPHENATED.sub("", text.lower())):
+        for w, cjk in split_word(word):
+            if cjk:
+                out += bigrams(w)
+            elif w not in STOPWORDS and (len(w) > 1 or w.isdigit()):
+                out.append(_stem(w))
     return out
 
 
@@ -41,11 +54,24 @@ def _stem(word: str) -> str:
 
 
 def sentences(text: str) -> list[tuple[int, int]]:
-    """(start, end) of the sentences and lines of `text`, without surrounding white space."""
+    """(start, end) of the sentences of `text` (and of its lines that stand alone: a heading, a
+    table row, a CSV record), without surrounding white space."""
     out, start = [], 0
+    margin = layout.width(text)
+    contents = layout.contents_lines(text)   # a contents line is one unit, its dot leaders no sentence ends
     for m in _END.finditer(text):
-        if "\n" not in m.group() and _ABBREV.search(text, max(0, m.start() - 6), m.start()):
-            continue   # "p. 97", "e.g. this": not the end of a sentence
+        if "\n" not in m.group() and any(a <= m.start() < b for a, b in contents):
+            continue
+        if m.group().count("\n") <= 1 and (_ABBREV.search(text, max(0, m.start() - 6), m.start())
+                                            or _INITIAL.search(text, max(0, m.start() - 3), m.start())):
+            continue   # "p. 97", "e.g. this", "Donald E. Knuth": not the end of a sentence
+        if "\n" not in m.group() and _NUMBER_ONLY.fullmatch(text, text.rfind("\n", 0, m.start()) + 1, m.start()):
+            continue   # "1.1.5. GUI tools": a section's number, not a sentence
+        if "\n" not in m.group() and m.end() < len(text) and (text[m.end()].islower() or text[m.end()] in ")],;"):
+            continue   # "'if (... )' over", "approx. five": a sentence does not start so
+        if m.group().count("\n") == 1 and not text[max(0, m.start() - 1)] in ".!?。！？" \
+                and layout.soft_break(text, m.start() + m.group().index("\n"), margin):
+            continue   # a line the file wrapped: the sentence goes on
         if text[start:m.start()].strip():
             out.append((start, m.start()))
         start = m.end()

@@ -14,6 +14,7 @@ from typing import Callable
 
 from llmpack.progress import human_bytes
 from llmpack.runtime.core.active import ActiveRequests
+from llmpack.runtime.core.attachments import limits as attachment_limits
 from llmpack.runtime.core.files import AppFiles
 from llmpack.runtime.core.plan import supports_tools
 from llmpack.runtime.core.served_model import ServedModel, request_defaults
@@ -102,6 +103,7 @@ class ServerState:
                     "defaults": request_defaults(model), "base_model": bool(model.meta.get("base_model")),
                     "backend": model.backend, "speculative": speculative_health(model.engine.stats()),
                     "vision": "image" in model.engine.media_kinds, "hears": "audio" in model.engine.media_kinds,
+                    "attachments": attachment_limits(model),
                     # the chat template renders tools itself: the page offers its built-in tools by default
                     "tools": model.chat is not None and supports_tools(model.chat.template)}
             if self.instance:

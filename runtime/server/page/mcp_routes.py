@@ -21,7 +21,6 @@ import threading
 
 from flask import Blueprint, current_app, jsonify
 
-from llmpack.runtime.core.attachments import INDEX
 from llmpack.runtime.core.errors import ApiError
 from llmpack.runtime.documents.index import IndexUnusable
 from llmpack.runtime.server.http.context import app_context, json_body
@@ -113,7 +112,7 @@ def search_files():
                        param="files", code="invalid_files")
     names = {f["file_id"]: str(f.get("name") or "file")[:200] for f in files}
     try:
-        hits = INDEX.search(list(names), query, limit=MAX_HITS)
+        hits = app_context().state.files.index.search(list(names), query, limit=MAX_HITS)   # this app's index
     except IndexUnusable as exc:
         raise ApiError(503, str(exc), code="index_unusable") from None
     return jsonify({"hits": [{"name": names.get(h.doc, "file"), "page": h.page, "section": h.heading,

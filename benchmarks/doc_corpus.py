@@ -1,0 +1,113 @@
+"""A real corpus for the documents benchmark: files nobody here wrote, from Debian's documentation
+packages, fetched at bench time with `apt-get download`, pinned by version and SHA-256, unpacked
+with `dpkg -x` into the cache (~/.cache/llmpack/doc-corpus), never committed.
+
+- clsguide.pdf, usrguide.pdf, lppl.pdf: the LaTeX team's typeset guides and licence
+  (texlive-latex-base-doc): running footers, page numbers, contents pages with dot leaders,
+  words hyphenated at the margin, margin notes;
+- standards.txt: the GNU Coding Standards as makeinfo writes plain text (gnu-standards), wrapped
+  at 72 columns, its contents at the top;
+- debian-reference.de.txt, debian-reference.ja.txt: the Debian Reference in German and in
+  Japanese (debian-reference-de, -ja), indented and wrapped, the Japanese without spaces.
+
+    python benchmarks/doc_corpus.py      # fetch, check, unpack; print the files
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CACHE = Path(os.environ.get("LLMPACK_CACHE", Path.home() / ".cache" / "llmpack")) / "doc-corpus"
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    sha256: str   # of the .deb
+
+
+PACKAGES = {p.name: p for p in [
+    Package("texlive-latex-base-doc", "2022.20230122-3",
+            "122dbbe00bd22f872b1837eb86bd76fbac6ec84dd4f5f0c76cc9c18484485848"),
+    Package("gnu-standards", "2022.03.23-0.1", "2087dda531c69d8505856a45e0334746f3f25211a237c95d375eed13a7d8c201"),
+    Package("debian-reference-de", "2.100", "3b0ce65fd63e75ddf8eb07ca36293425135080e690a07e06a6ac8bc8040ef0aa"),
+    Package("debian-reference-ja", "2.100", "f67140e0b994409413bd5fcc8dfcce832445c99d724401f0275fa238daf30325"),
+]}
+
+# name in the benchmark -> (package, path inside it; a .gz is unpacked)
+FILES = {
+    "clsguide.pdf": ("texlive-latex-base-doc", "usr/share/doc/texlive-doc/latex/base/clsguide.pdf"),
+    "usrguide.pdf": ("texlive-latex-base-doc", "usr/share/doc/texlive-doc/latex/base/usrguide.pdf"),
+    "lppl.pdf": ("texlive-latex-base-doc", "usr/share/doc/texlive-doc/latex/base/lppl.pdf"),
+    "standards.txt": ("gnu-standards", "usr/share/doc/gnu-standards/standards.text.gz"),
+    "debian-reference.de.txt": ("debian-reference-de", "usr/share/debian-reference/debian-reference.de.txt.gz"),
+    "debian-reference.ja.txt": ("debian-reference-ja", "usr/share/debian-reference/debian-reference.ja.txt.gz"),
+}
+
+
+class CorpusError(RuntimeError):
+    pass
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def unpacked(pkg: Package) -> Path:
+    """The package's files, fetched, checked and unpacked once."""
+    root = CACHE / f"{pkg.name}_{pkg.version}"
+    if (root / ".done").is_file():
+        return root
+    debs = CACHE / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    deb = debs / f"{pkg.name}_{pkg.version.split(':')[-1]}_all.deb"
+    if not deb.is_file():
+        try:
+            subprocess.run(["apt-get", "download", f"{pkg.name}={pkg.version}"], cwd=debs, check=True,
+                           capture_output=True, text=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise CorpusError(f"apt-get download {pkg.name}={pkg.version} failed "
+                              f"({getattr(exc, 'stderr', '') or exc}); run 'apt-get update' first") from None
+    if _sha256(deb) != pkg.sha256:
+        deb.unlink()
+        raise CorpusError(f"{deb.name} does not have the pinned SHA-256 {pkg.sha256}; deleted it, run again")
+    tmp = Path(tempfile.mkdtemp(dir=CACHE))
+    subprocess.run(["dpkg", "-x", str(deb), str(tmp)], check=True)
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    (root / ".done").write_text(pkg.sha256)
+    return root
+
+
+def path(name: str) -> Path:
+    """A corpus file by its benchmark name, unpacked (a .gz inflated beside it)."""
+    pkg, inner = FILES[name]
+    src = unpacked(PACKAGES[pkg]) / inner
+    if src.suffix != ".gz":
+        return src
+    out = src.with_name(name)
+    if not out.is_file():
+        out.write_bytes(gzip.decompress(src.read_bytes()))
+    return out
+
+
+def files() -> dict[str, Path]:
+    return {name: path(name) for name in FILES}
+
+
+if __name__ == "__main__":
+    for name, p in files().items():
+        print(f"{name:28s} {p.stat().st_size:>10,} bytes  {p}")
+    sys.exit(0)

@@ -1,0 +1,115 @@
+"""`./dev bench documents --corpus real`: the questions of benchmarks/real_questions.py on the files
+of benchmarks/doc_corpus.py, through the real server and the openai client (documents.py's `ask`),
+judged like the generated set: the fact in the reply, and the server's source for the sentence that
+holds it right (the file and a page or line that states it), wrong, or abstained."""
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections import Counter, defaultdict
+from urllib.parse import quote
+
+import requests
+
+import doc_corpus
+from documents import _spots, ask, mark_only, pct, percentiles
+from real_questions import QUESTIONS, Question
+
+from llmpack.demo_models import demo_model_path
+
+MEDIA = {".pdf": "application/pdf", ".txt": "text/plain"}
+
+
+def _media(name: str) -> str:
+    return MEDIA[name[name.rfind("."):]]
+
+
+def _spots_any(reply: str, answer: str) -> list[int]:
+    return sorted(p for a in answer.split("|") for p in _spots(reply, a))
+
+
+def _right(src: dict, q: Question) -> bool:
+    if src["file"] != q.file:
+        return False
+    if q.pages:
+        return src["page"] in q.pages
+    lines = src.get("lines") or [0, 0]
+    return bool(src.get("lines")) and lines[0] <= q.lines[1] and q.lines[0] <= lines[1]
+
+
+def judge(q: Question, reply: str, sources: list[dict]) -> dict:
+    spots = _spots_any(reply, q.answer)
+    fact_sources = [s for s in sources if any(s["reply_start"] <= p < s["reply_end"] for p in spots)]
+    out = {"fact": bool(spots), "mark_only": mark_only(reply), "server": None,
+           "wrong_sources": [s["label"] for s in fact_sources if not _right(s, q)]}
+    if spots:
+        out["server"] = ("abstained" if not fact_sources else
+                         "right" if all(_right(s, q) for s in fact_sources) else "wrong")
+    return out
+
+
+def run_real(args) -> None:
+    os.environ["LLMPACK_DATA_DIR"] = tempfile.mkdtemp(prefix="llmpack-bench-real-")
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(), flush=True)
+    paths = doc_corpus.files()
+    data = {name: p.read_bytes() for name, p in paths.items()}
+    todo = [q for q in QUESTIONS if not args.only or q.kind in args.only.split(",")]
+    from server_fixtures import live_server   # lazy: as documents.main
+
+    results, times = [], []
+    with live_server(demo_model_path("qwen")) as srv:
+        client = srv.openai().with_options(timeout=900)
+        print(f"demo model ready, n_ctx {srv.engine.n_ctx}", flush=True)
+        for name, raw in data.items():   # as the page does when a file is dropped: read (and index) it once
+            t = time.perf_counter()
+            got = requests.post(srv.url + "/v1/extract", data=raw, timeout=600,
+                                headers={"Content-Type": _media(name), "X-Filename": quote(name)}).json()
+            print(f"  {name:26s} {got.get('tokens', 0):>8,} tokens  searched {str(got.get('searched')):5s} "
+                  f"whole_s {got.get('whole_s')}  /v1/extract {time.perf_counter() - t:5.2f} s", flush=True)
+        began = time.perf_counter()
+        for i, q in enumerate(todo, 1):
+            content = [{"type": "file", "file": {"filename": n, "file_data":
+                        f"data:{_media(n)};base64,{base64.b64encode(data[n]).decode()}"}} for n in q.files]
+            messages = [{"role": "user", "content": [*content, {"type": "text", "text": q.first or q.question}]}]
+            if q.first:
+                first, *_ = ask(client, messages)
+                messages += [{"role": "assistant", "content": first}, {"role": "user", "content": q.question}]
+            reply, sources, ttft, read = ask(client, messages)
+            got = judge(q, reply, sources)
+            got["searched"] = bool(read)
+            results.append((q, got))
+            times.append(ttft)
+            shown = ", ".join(s["label"].split(" · ")[-1] for s in sources) or "-"
+            print(f"[{i}/{len(todo)} {time.perf_counter() - began:5.0f} s] {q.kind:10s} ttft {ttft:5.2f} s "
+                  f"{'searched' if read else 'whole   '} fact {'yes' if got['fact'] else 'NO '} "
+                  f"server {got['server'] or '-':9s} sources [{shown}] {re.sub(chr(10), ' ', reply)[:80]!r}", flush=True)
+    report(results, times)
+
+
+def report(results: list, times: list[float]) -> None:
+    n = len(results)
+    facts = [g for _, g in results if g["fact"]]
+    server = Counter(g["server"] for g in facts)
+    print(f"\nreal corpus: {n} questions, demo model, temperature 0")
+    print(f"  fact in reply            {pct(len(facts), n)}")
+    print(f"  server source right      {pct(server['right'], len(facts))}   wrong {server['wrong']}   "
+          f"abstained {server['abstained']}")
+    for q, g in results:
+        if g["server"] == "wrong":
+            print(f"    wrong: {q.question[:60]!r} -> {g['wrong_sources']}")
+    print(f"  mark-only replies        {sum(g['mark_only'] for _, g in results)}")
+    print(f"  read whole {sum(not g['searched'] for _, g in results)}, searched {sum(g['searched'] for _, g in results)}")
+    by: dict[str, list] = defaultdict(list)
+    for q, g in results:
+        by[q.kind].append(g)
+    for key, gs in sorted(by.items()):
+        f = [g for g in gs if g["fact"]]
+        print(f"    {key:12s} fact {pct(len(f), len(gs))}  server right {pct(sum(g['server'] == 'right' for g in f), len(f))}")
+    if times:
+        p50, p95 = percentiles(times)
+        print(f"  TTFT p50 {p50:.2f} s, p95 {p95:.2f} s ({len(times)} questions)")
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

@@ -1,0 +1,121 @@
+"""Questions on the real corpus (benchmarks/doc_corpus.py), written by reading those files: each
+with its answer (alternatives split by "|", matched in the reply ignoring case and spaces) and its
+place (PDF pages as llmpack extracts them, or lines of a text file; any one of them is right).
+
+Kinds: `once` (a fact stated once), `definition`, `number` (a number in a sentence or a table),
+`trap` (the question's words also stand in the contents or in another section's
+cross-reference: the source must be the place that states the answer), `paraphrase` (the
+question shares few words with the text), `follow-up` (asked after another question in the same
+chat), `two-files` (two files attached at once), and the languages: `de` (German), `ja`
+(Japanese, no spaces between words).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Question:
+    kind: str
+    files: tuple[str, ...]
+    question: str
+    answer: str                      # "a|b": either is the fact
+    file: str                        # the file that states it
+    pages: tuple[int, ...] = ()      # PDF pages that state it
+    lines: tuple[int, int] = (0, 0)  # text lines that state it (first, last)
+    first: str = ""                  # follow-up: the question asked before, in the same chat
+
+
+C, U, L, S = "clsguide.pdf", "usrguide.pdf", "lppl.pdf", "standards.txt"
+DE, JA = "debian-reference.de.txt", "debian-reference.ja.txt"
+
+
+def q(kind: str, files, question: str, answer: str, pages=(), lines=(0, 0), file: str = "", first: str = "") -> Question:
+    files = (files,) if isinstance(files, str) else tuple(files)
+    return Question(kind, files, question, answer, file or files[0], tuple(pages), tuple(lines), first)
+
+
+QUESTIONS = [
+    # ---- clsguide.pdf: LaTeX2e for class and package writers (33 pages, typeset)
+    q("once", C, "How many types of command does LaTeX have?", "three", [6]),
+    q("once", C, "To be colour safe, which LaTeX command should be used instead of the TeX primitive \\setbox?",
+      "\\sbox|sbox", [6, 8]),
+    q("definition", C, "What is the command \\normalcolor normally?", "\\relax|relax|does nothing", [7]),
+    q("number", C, "At most how many characters should a file name have, without the extension?", "eight|8", [9]),
+    q("once", C, "Which hook should a package use instead of redefining \\document?", "AtBeginDocument", [9]),
+    q("paraphrase", C, "A firm wants a class for letters on its own headed note-paper. What would that class be called?",
+      "ownlet", [5]),
+    q("once", C, "In which file is the author's guide LaTeX2e for Authors?", "usrguide.tex", [3]),
+    q("number", C, "Of how many packages does The LaTeX Companion second edition give an overview?", "200", [3]),
+    q("once", C, "Who described TeX in The TeXbook?", "Knuth", [3, 32]),
+    q("once", C, "Who wrote LaTeX: A Document Preparation System?", "Lamport", [3, 32]),
+    q("once", C, "Which class file is used to typeset the documented sources of LaTeX?", "ltxdoc", [3, 5]),
+    q("once", C, "In which release were the package error commands introduced?", "June 1994|1994", [9]),
+    q("paraphrase", C, "What prefix might the classes of the University of Nowhere start with?", "unw", [9]),
+    q("trap", C, "What does the guide say about freezing the 2.09 version when upgrading an old style file?",
+      "no longer maintaining|freezing", [4]),
+    q("follow-up", C, "Who are the authors of The LaTeX Companion second edition?", "Mittelbach", [3, 32],
+      first="What does The LaTeX Companion describe?"),
+    q("paraphrase", C, "Why is it a bad idea to load a package with \\input?", "more than once|once|listfiles", [7]),
+    q("trap", C, "What is the rule of thumb for deciding between a class and a package?", "any document class", [5]),
+    # ---- usrguide.pdf: LaTeX for authors (21 pages)
+    q("number", U, "In which year was LaTeX2e released?", "1994", [2]),
+    q("definition", U, "What does the argument type m denote?", "mandatory", [3]),
+    q("definition", U, "What does the v argument type read?", "verbatim", [3]),
+    q("once", U, "What does the + modifier do to an argument in an argument specification?", "long", [4]),
+    q("once", U, "Which command issues an error if the command has already been defined?", "NewDocumentCommand", [4]),
+    q("once", U, "Which of the document command variants should be used sparingly?", "DeclareDocumentCommand", [5]),
+    q("once", U, "What is the default key name in the \\caption example?", "short-text", [9]),
+    q("trap", U, "When is an argument processor applied to an argument?", "grabbed", [10]),
+    q("trap", U, "In which order are argument processors applied?", "right to left", [10]),
+    q("definition", U, "What does \\IfBlankTF return true for?", "empty|blank", [8]),
+    q("follow-up", U, "And which marker is returned when it is not given?", "NoValue", [3],
+      first="What is the o argument type?"),
+    # ---- lppl.pdf: the LaTeX Project Public License (8 pages)
+    q("number", L, "Which version of the LaTeX Project Public License is this?", "1.3c", [1]),
+    q("number", L, "What is the date of this version of the licence?", "2008-05-04", [1]),
+    q("once", L, "After an intention announcement, how long must nobody challenge it before you can become the "
+                 "Current Maintainer?", "three months", [5]),
+    q("definition", L, "What is a Compiled Work?", "directly usable", [2]),
+    q("definition", L, "Who is the Current Maintainer if nobody is nominated?", "Copyright Holder", [2]),
+    q("paraphrase", L, "Which kind of work is this licence particularly suitable for?", "TeX-related|TEX-related", [1]),
+    # ---- standards.txt: the GNU Coding Standards, plain text wrapped at 72 columns
+    q("number", S, "How long should source lines be at most?", "79", lines=(2265, 2266)),
+    q("once", S, "Why should a count of errors not be used as a program's exit status?", "8 bits|255",
+      lines=(580, 584)),
+    q("once", S, "Which environment variable should a program check for where to make temporary files?", "TMPDIR",
+      lines=(586, 588)),
+    q("number", S, "How long should a library's name prefix be?", "two characters", lines=(614, 615)),
+    q("once", S, "What should the --version option print?", "legal status", lines=(869, 873)),
+    q("once", S, "Which two standard options should all programs support?", "--help|help", lines=(860, 864)),
+    q("trap", S, "Which license should GNU manuals use?", "Free Documentation License|FDL", lines=(3196, 3198)),
+    q("once", S, "What is a separate change log file normally called?", "ChangeLog", lines=(3306, 3308)),
+    q("trap", S, "Why does the standard prefer if statements over conditional compilation?", "extensive checking|checking",
+      lines=(422, 425)),
+    q("once", S, "Which line should every Makefile contain?", "SHELL = /bin/sh|/bin/sh", lines=(3892, 3894)),
+    q("number", S, "How many spaces should follow the end of a sentence in comments?", "two", lines=(2427, 2428)),
+    q("paraphrase", S, "Where should the open brace that starts a C function's body go?", "column one", lines=(2268, 2270)),
+    q("follow-up", S, "And what should --help output?", "brief documentation", lines=(1020, 1023),
+      first="What should the --version option print?"),
+    # ---- debian-reference.de.txt: German, indented and wrapped
+    q("de", DE, "Wo ist die Grußnachricht gespeichert, die das System beim Start zeigt?", "/etc/motd", lines=(1141, 1143)),
+    q("de", DE, "Wie wird das root-Benutzerkonto auch genannt?", "Superuser", lines=(1187, 1188)),
+    q("de", DE, "Was sollten Sie mit dem root-Passwort niemals tun?", "anderen mit|anderen", lines=(1208, 1208)),
+    q("de", DE, "Welche Taste drückt man in GNOME, um ein Terminal zu suchen?", "SUPER", lines=(1176, 1178)),
+    q("de", DE, "Welche Tasten drückt man für einen textbasierten Anmeldebildschirm?", "Strg-Alt-F3",
+      lines=(1119, 1123)),
+    q("de", DE, "Was tippt man in jeglicher Shell, um eine root-Shell zu bekommen?", "su -l", lines=(1229, 1229)),
+    # ---- debian-reference.ja.txt: Japanese
+    q("ja", JA, "root アカウントは何とも呼ばれますか?", "スーパーユーザー|特権ユーザー", lines=(1115, 1115)),
+    q("ja", JA, "root のパスワードについて何をしてはいけませんか?", "教え", lines=(1133, 1133)),
+    q("ja", JA, "歓迎メッセージはどのファイルに保存されていますか?", "/etc/motd", lines=(1073, 1075)),
+    q("ja", JA, "\"su -l\" は現ユーザーの環境を引き継ぎますか?", "一切引き継", lines=(1152, 1154)),
+    q("ja", JA, "In the GNOME desktop, which key do you press to find a terminal?", "SUPER", lines=(1105, 1107)),
+    # ---- two files at once
+    q("two-files", (U, L), "Which version of the LaTeX Project Public License is this?", "1.3c", [1], file=L),
+    q("two-files", (S, C), "How long should source lines be at most, according to the GNU standards?", "79",
+      lines=(2265, 2266), file=S),
+    q("two-files", (DE, JA), "Wie wird das root-Benutzerkonto auch genannt?", "Superuser", lines=(1187, 1188), file=DE),
+    q("two-files", (C, U), "In an argument specification, what kind of argument does the letter m stand for?",
+      "mandatory", [3], file=U),
+]

@@ -1,0 +1,165 @@
+"""Text laid out as people's files are: where a line break ends a sentence and where it only
+wraps one, what of a typeset page is furniture, and which lines are a table of contents.
+
+Why: the documents code used to end a sentence at every newline. Real files wrap: a typeset PDF
+breaks every line at the margin (and hyphenates: "com-" + "mands"), a text file is wrapped at
+72-80 columns, and a page carries its running header and page number. A wrapped sentence cut
+into two fragments could no longer be matched whole (a reply that repeated a definition word for
+word got no source), and the same header on every page made every page a tie.
+
+- `soft_break(text, at)`: whether the newline at `at` only wraps a sentence (documents/words.py
+  joins the lines around it into one sentence). A break stays hard at a blank line, after a
+  short line (a heading, the last line of a paragraph), before a list item or numbered heading,
+  at a change of indentation (code), and in tables and CSV, whose lines are records.
+- `clean_pages(pages)`: a PDF's pages without their furniture (a line repeated at the top or
+  bottom of most pages, a page number alone on a line) and with words hyphenated at a line end
+  joined ("environ-" + "ment" -> "environment", the line break moved after the word, so the
+  page keeps its lines).
+- `is_contents(line)` and `contents_lines(text)`: a table-of-contents line ("2.7 General style
+  . . . . 7", or a run of numbered titles with no text between them). It names a section; it
+  does not state what the section says, so it is never the source of a claim.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from llmpack.runtime.documents.scripts import CJK
+
+MIN_WRAP = 40            # a line shorter than this ends where its writer ended it, not at a margin
+WRAP_SHARE = 0.6         # a wrapped line reaches at least this share of the text's longest line
+FURNITURE_SHARE = 0.5    # a top or bottom line on at least this share of the pages is a running header/footer
+MIN_FURNITURE_PAGES = 3
+MAX_FURNITURE = 100      # characters: a running header or footer is a short line
+CONTENTS_RUN = 3         # numbered titles in a row that make a table of contents
+
+_NUMBERED = r"(?:\d{1,3}(?:\.\d{1,3})*\.?|[A-Z]\.(?:\d{1,3}\.?)*)"
+# a line that starts something of its own: a list item, a numbered heading, a Markdown heading or quote
+_HARD_START = re.compile(r"^\s*(?:[-*•–◦▪]\s|#{1,6}\s|>\s|\d{1,3}[.)]\s|\(?[a-z0-9]{1,3}\)\s"
+                         r"|\d{1,3}(?:\.\d{1,3})+\.?\s+\S|[=\-~_*]{3,}\s*$)")
+_ITEM = re.compile(r"\s*(?:[-*•–◦▪+]|\d{1,3}[.)])\s+")
+_END_PUNCT = re.compile(r"[.!?。！？」』]['\"”’)\]]*\s*$")
+_TABLE = re.compile(r"\t|\S {3,}\S|\|")
+_CSV = re.compile(r",\S")
+_LEADERS = re.compile(r"(?:\.\s?){4,}\s*\d{1,4}\s*$|…{2,}\s*\d{1,4}\s*$")
+_TITLE_PAGE = re.compile(rf"^\s*{_NUMBERED}\s+[^\W\d_a-z][^,;]{{0,90}}?\s\d{{1,4}}\s*$")
+_TITLE = re.compile(rf"^\s*{_NUMBERED}\s+[^\s.].{{0,100}}$")
+_PAGE_NUMBER = re.compile(r"^\s*(?:[-–—]\s*)?(?:\d{1,4}|[ivxlcdm]{1,7})(?:\s*[-–—])?\s*$", re.I)
+_PAGE_OF = re.compile(r"^\s*(?:page|p\.|seite|página|pagina)\s*\d{1,4}(?:\s*(?:of|/|von|de|sur)\s*\d{1,4})?\s*$", re.I)
+_HYPHEN = re.compile(r"(?<![\w-])([^\W\d_]*[a-zäöüßàâçéèêëîïôûùœæ]{2})-\n([a-zäöüßàâçéèêëîïôûùœæ]+)([,.;:]?)[ \t]*")
+
+
+def width(text: str) -> int:
+    """The text's margin, as the longest of its lines in columns (at least MIN_WRAP)."""
+    return max(MIN_WRAP, max((_columns(line.rstrip()) for line in text.split("\n")), default=0))
+
+
+def _columns(line: str) -> int:
+    """A line's width as a terminal shows it: a Chinese or Japanese character takes two columns."""
+    return len(line) + sum(len(m) for m in CJK.findall(line))
+
+
+def soft_break(text: str, at: int, margin: int | None = None) -> bool:
+    """Whether the newline at text[at] wraps a sentence rather than ending something."""
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at + 1)
+    line, after = text[start:at], text[at + 1:end if end >= 0 else len(text)]
+    if not line.strip() or not after.strip():
+        return False                                   # a blank line: a paragraph ends
+    margin = margin or width(text)
+    if _columns(line.rstrip()) < max(MIN_WRAP, WRAP_SHARE * margin):
+        return False                                   # short: a heading, the end of a paragraph
+    if _END_PUNCT.search(line) or _HARD_START.match(after) or is_contents(line) or is_contents(after):
+        return False
+    if _TABLE.search(line.strip()) or _TABLE.search(after.strip()) or len(_CSV.findall(line)) >= 2:
+        return False                                   # records and columns, each a line of its own
+    indent, under = len(line) - len(line.lstrip()), len(after) - len(after.lstrip())
+    item = _ITEM.match(line)
+    if abs(indent - under) > 3 and not (item and under == item.end()):
+        return False                                   # code, or a block set in (a list item's own lines may be)
+    first = after.lstrip()[0]
+    tail = line.rstrip()[-1]
+    # lower case, a digit or an opening bracket carries on; after a comma, a hyphen or a lower-case
+    # word an upper-case word carries on too ("... found in either LATEX: A Document ... or The\nLATEX
+    # Companion"); a capital after anything else may start a new line of its own
+    return first.islower() or first.isdigit() or first in "([\"'‘“" or tail in ",;-–(" or tail.islower() \
+        or not first.isascii()
+
+
+def is_contents(line: str) -> bool:
+    """A table-of-contents line with its page: "2.7 General style . . . . . 7"."""
+    return bool(_LEADERS.search(line) or _TITLE_PAGE.match(line))
+
+
+def contents_lines(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the table-of-contents lines of `text`: lines with dot leaders, and runs of
+    at least CONTENTS_RUN numbered titles with nothing else between them (a text file's contents,
+    "3.5 Conditional Compilation" with no page). A numbered title followed by text is a heading,
+    not a contents line."""
+    out: list[tuple[int, int]] = []
+    run: list[tuple[int, int]] = []
+    pos, blank = 0, False
+    for line in text.split("\n") + [""]:
+        span = (pos, pos + len(line))
+        pos += len(line) + 1
+        if is_contents(line):
+            out.append(span)
+            continue
+        if _TITLE.match(line) and not _END_PUNCT.search(line) and len(line.strip()) <= 100:
+            run.append(span)
+            blank = False
+            continue
+        if not line.strip() and run:
+            blank = True
+            continue                                    # a blank line inside a contents list
+        if run and line.strip() and not blank:
+            run.pop()                                   # the last title has its text (or underline) under it
+        if len(run) >= CONTENTS_RUN:
+            out += run
+        run, blank = [], False
+    return sorted(out)
+
+
+def clean_pages(pages: list[str]) -> list[str]:
+    """A PDF's pages without running headers, footers and page numbers, hyphenation joined."""
+    if not pages:
+        return pages
+    furniture = _furniture(pages)
+    out = []
+    for page in pages:
+        lines = page.split("\n")
+        keep = [line for i, line in enumerate(lines)
+                if not (_edge(i, len(lines)) and (_is_page_number(line) or len(lines) > 2 and _key(line) in furniture))]
+        out.append(dehyphenate("\n".join(keep).strip()))
+    return out
+
+
+def dehyphenate(text: str) -> str:
+    """Words hyphenated at a line end joined, the line break moved after the joined word."""
+    return _HYPHEN.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}\n", text)
+
+
+def _edge(i: int, n: int) -> bool:
+    return i < 2 or i >= n - 2
+
+
+def _is_page_number(line: str) -> bool:
+    return bool(_PAGE_NUMBER.match(line) or _PAGE_OF.match(line))
+
+
+def _key(line: str) -> str:
+    """A header or footer compared without its numbers ("Chapter 3 · 41" and "Chapter 3 · 42")."""
+    return re.sub(r"\d+", "#", " ".join(line.split())).lower()
+
+
+def _furniture(pages: list[str]) -> set[str]:
+    """The lines that stand at the top or bottom of most pages."""
+    if len(pages) < MIN_FURNITURE_PAGES:
+        return set()
+    seen: Counter[str] = Counter()
+    for page in pages:
+        lines = [line for line in page.split("\n") if line.strip()]
+        if len(lines) > 2:   # a page of one or two lines is all text, whatever repeats
+            seen.update({_key(line) for i, line in enumerate(lines) if _edge(i, len(lines)) and len(line) <= MAX_FURNITURE})
+    need = max(MIN_FURNITURE_PAGES, FURNITURE_SHARE * len(pages))
+    return {k for k, n in seen.items() if n >= need and k.strip("# ")}

@@ -1,0 +1,184 @@
+"""Text laid out as people's files are (documents/layout.py, words.py, attribution.py), on short
+excerpts quoted from real documents nobody here wrote: the LaTeX team's "LaTeX2e for class and
+package writers" (clsguide.pdf, Debian's texlive-latex-base-doc), the GNU Coding Standards as
+Debian's gnu-standards ships them (standards.text, wrapped at 72 columns by makeinfo), and the
+Japanese Debian Reference (debian-reference-ja). benchmarks/doc_corpus.py fetches the whole
+files; these tests quote what each rule is about."""
+from __future__ import annotations
+
+from llmpack.runtime.documents import layout
+from llmpack.runtime.documents.attribution import Attribution
+from llmpack.runtime.documents.places import Place
+from llmpack.runtime.documents.scripts import grams
+from llmpack.runtime.documents.words import sentences, terms
+
+# clsguide.pdf, p. 2, as pypdf extracts it: lines broken at the margin, one word hyphenated
+CLSGUIDE_P2 = """1.1 Writing classes and packages for LATEX 2ε
+LATEX is a document preparation system that enables the document writer to
+concentrate on the contents of their text, without bothering too much about
+the formatting of it. For example, chapters are indicated by \\chapter{⟨title⟩}
+rather than by selecting 18pt bold.
+One of the largest differences between LATEX 2.09 and LATEX 2ε is in the com-
+mands used to write packages and classes. In LATEX 2.09, there was very little
+support for writing .sty files, and so writers had to resort to using low-level
+commands."""
+
+# clsguide.pdf, p. 1: its table of contents, and the footnote and page number under it
+CLSGUIDE_CONTENTS = """Contents
+1 Introduction 2
+1.1 Writing classes and packages for LATEX 2ε . . . . . . . . . . . . . 2
+1.2 Overview . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . 3
+4.3 Option declaration . . . . . . . . . . . . . . . . . . . . . . . . . . . 17"""
+
+# standards.text: the contents at the top, then a section under its underlined heading
+STANDARDS = """GNU Coding Standards
+1 About the GNU Coding Standards
+2 Keeping Free Software Free
+  2.1 Referring to Proprietary Programs
+  2.2 Accepting Contributions
+3.5 Conditional Compilation
+===========================
+
+When supporting configuration options already known when building your
+program we prefer using 'if (... )' over conditional compilation, as in
+the former case the compiler is able to perform more extensive checking
+of all possible code paths.
+
+   For example, please write
+
+       if (HAS_FOO)
+         ...
+       else
+         ...
+"""
+
+
+def units(text: str) -> list[str]:
+    return [text[a:b] for a, b in sentences(text)]
+
+
+def test_a_sentence_wrapped_over_pdf_lines_is_one_sentence():
+    got = units(CLSGUIDE_P2)
+    assert got[0] == "1.1 Writing classes and packages for LATEX 2ε"   # the heading stays a line of its own
+    assert got[1] == ("LATEX is a document preparation system that enables the document writer to\n"
+                      "concentrate on the contents of their text, without bothering too much about\n"
+                      "the formatting of it.")
+    assert got[-1] == ("In LATEX 2.09, there was very little\nsupport for writing .sty files, and so writers "
+                       "had to resort to using low-level\ncommands.")
+
+
+def test_a_word_hyphenated_at_a_line_end_is_one_word():
+    assert "commands\nused" in layout.dehyphenate(CLSGUIDE_P2)
+    assert "command" in terms("is in the com-\nmands used") and "com" not in terms("is in the com-\nmands used")
+    # a hyphen inside a line is a compound, left alone
+    assert layout.dehyphenate("class- and package-writers") == "class- and package-writers"
+
+
+def test_text_wrapped_at_72_columns_joins_but_code_and_headings_do_not():
+    got = units(STANDARDS)
+    assert ("When supporting configuration options already known when building your\nprogram we prefer "
+            "using 'if (... )' over conditional compilation, as in\nthe former case the compiler is able to "
+            "perform more extensive checking\nof all possible code paths.") in got
+    assert "3.5 Conditional Compilation" in got and "if (HAS_FOO)" in got and "For example, please write" in got
+
+
+def test_csv_records_and_table_rows_stay_lines():
+    csv = ("Maximum length of a string or BLOB,SQLITE_MAX_LENGTH,1000000000,bytes\n"
+           "Maximum number of columns in a table,SQLITE_MAX_COLUMN,2000,columns\n")
+    assert len(units(csv)) == 2
+    table = "Maximum length of a string or BLOB        SQLITE_MAX_LENGTH     1000000000\n" \
+            "Maximum number of columns                 SQLITE_MAX_COLUMN     2000"
+    assert len(units(table)) == 2
+
+
+def test_running_headers_footers_and_page_numbers_are_not_content():
+    # three pages of the German Debian Reference's layout: a running header, the text, a number
+    pages = [f"Kapitel 1. GNU/Linux-Lehrgang\n{body}\n{n}" for n, body in enumerate([
+        "Ich denke, dass das Erlernen eines Computersystems wie das Erlernen einer neuen Fremdsprache ist.",
+        "Obwohl Anleitungen und Dokumentationen hilfreich sind, müssen Sie selbst üben.",
+        "Die Shell-Eingabeaufforderung ist der Ort, an dem Sie Befehle eingeben."], 17)]
+    clean = layout.clean_pages(pages)
+    assert clean[0] == "Ich denke, dass das Erlernen eines Computersystems wie das Erlernen einer neuen Fremdsprache ist."
+    assert all("Kapitel 1" not in p and not p.rstrip().endswith(("17", "18", "19")) for p in clean)
+    # a line that only one page has at its top is that page's own heading, and stays
+    assert layout.clean_pages(["1.2 Overview\nThis document contains an overview.", "Text.", "More text."])[0] \
+        .startswith("1.2 Overview")
+
+
+def test_contents_lines_are_recognised_and_headings_with_text_are_not():
+    lines = CLSGUIDE_CONTENTS.split("\n")
+    assert [layout.is_contents(x) for x in lines] == [False, True, True, True, True]
+    found = {STANDARDS[a:b] for a, b in layout.contents_lines(STANDARDS)}
+    assert "  2.1 Referring to Proprietary Programs" in found and "1 About the GNU Coding Standards" in found
+    assert "3.5 Conditional Compilation" not in found   # a heading that its text follows
+    # a contents line is one unit: its dot leaders end no sentence
+    assert units(lines[4]) == [lines[4]]
+
+
+def place(text: str, page: int, name: str = "clsguide.pdf") -> Place:
+    return Place(name, "doc-" + name, 0, f"p. {page}", text, page)
+
+
+def test_a_verbatim_answer_of_a_wrapped_sentence_gets_its_source():
+    att = Attribution([place(CLSGUIDE_CONTENTS, 1), place(CLSGUIDE_P2, 2)], "What is LaTeX?")
+    [src] = att.sources("LaTeX is a document preparation system that enables the document writer to concentrate "
+                        "on the contents of their text, without bothering too much about the formatting of it.")
+    assert src.place.page == 2 and src.quote.endswith("the formatting of it.") and src.quote.startswith("LATEX is")
+
+
+def test_a_contents_line_is_no_source_for_the_section_it_names():
+    body = ("4.3 Option declaration\nThe following commands deal with the declaration and handling of options to\n"
+            "document classes and packages. Every option name must be a ‘LATEX name’.")
+    att = Attribution([place(CLSGUIDE_CONTENTS, 1), place(body, 17)], "Where is option declaration described?")
+    srcs = att.sources("Option declaration is described in section 4.3 on page 17.")
+    assert [s.place.page for s in srcs] in ([], [17])
+    only_contents = Attribution([place(CLSGUIDE_CONTENTS, 1)], "Where is option declaration described?")
+    assert only_contents.sources("Option declaration is described in section 4.3.") == []
+
+
+def test_a_cross_reference_does_not_stand_for_the_section_it_names():
+    overview = ("Section 2.7 contains some general advice about writing classes and packages.\n"
+                "Section 4 lists the new class and package commands.")
+    att = Attribution([place(overview, 3)], "Where is \\DeclareOption described?")
+    # the reply names section 4; the overview only refers to it
+    assert att.sources("\\DeclareOption is listed in Section 4.") == []
+    # what the overview itself states is sourced to it
+    [src] = att.sources("Section 2.7 gives general advice about writing classes and packages.")
+    assert src.place.page == 3
+
+
+def test_a_number_alone_is_no_source():
+    # a wrong answer: "Section 7" and a line of another section that starts with "7."
+    text = "7. Keep a copy of every file you change.\nThe release notes list every change."
+    att = Attribution([place(text, 9, "notes.pdf")], "Where is licensing covered?")
+    assert att.sources("Licensing is covered in Section 7.") == []
+    assert att.sources("It is 7.") == []
+
+
+def test_a_claim_that_names_someone_else_is_not_attributed():
+    text = "The LATEX system is based on TEX, which is described in The TEXbook by\nDonald E. Knuth [1]."
+    att = Attribution([place(text, 3)], "Who wrote The TeXbook?")
+    assert att.sources("The TEXbook, which describes TEX, is by Leslie Lamport.") == []
+    [src] = att.sources("TEX is described in The TEXbook by Donald Knuth.")
+    assert src.quote == text
+
+
+# debian-reference.ja.txt, 1.1: no spaces between words
+JA = ("コンピューターシステムを学ぶことは新しい外国語を学ぶことに似ていると考えます。"
+      "チュートリアルブックやドキュメントは役に立ちますが、あなた自身が実習する必要があります。")
+
+
+def test_cjk_is_compared_in_pairs_of_characters():
+    assert len(units(JA)) == 2
+    assert {"外国", "国語"} <= set(terms("外国語")) and "国語" in grams(JA)
+    att = Attribution([Place("debian-reference.ja.txt", "doc-ja", 0, "lines 40-41", JA, first_line=40)],
+                      "コンピューターを学ぶのは何に似ていますか?")
+    [src] = att.sources("新しい外国語を学ぶことに似ています。")
+    assert src.quote.startswith("コンピューターシステム") and src.quote.endswith("考えます。")
+
+
+def test_pages_whose_lines_look_alike_keep_their_text():
+    """Generated pages of one long line each ("Page 1: word0 word1 ..."), alike but for their
+    numbers, are text, not a running header."""
+    pages = [f"Page {i + 1}: " + " ".join(f"word{j}" for j in range(42)) for i in range(4)]
+    assert layout.clean_pages(pages) == pages
