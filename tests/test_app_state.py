@@ -61,7 +61,7 @@ def test_two_apps_in_one_process_keep_their_own_documents(two_apps, tmp_path: Pa
     file_id = r.json["file_id"]
     assert a.ask_about(file_id).status_code == 200
     refused = b.ask_about(file_id)
-    assert refused.status_code == 400 and "not in this computer's document index" in refused.json["error"]["message"]
+    assert refused.status_code == 400 and refused.json["error"]["code"] == "file_not_indexed"
     assert a.state.files.index.path == tmp_path / "a" / "documents.sqlite3"   # each in its own folder
     with sqlite3.connect(tmp_path / "b" / "documents.sqlite3") as con:        # b looked, and keeps nothing
         assert con.execute("SELECT COUNT(*) FROM documents").fetchone() == (0,)

@@ -127,13 +127,13 @@ def test_a_bad_mcp_config_is_one_clear_line(tmp_path: Path, config: str, words: 
 
 
 def test_search_files_finds_passages_of_the_chats_files_in_the_document_index(tiny_chat_model: Path, chat_data: Path):
-    from llmpack.runtime.core.attachments import INDEX
     from llmpack.runtime.documents.extract import Document
 
     text = "\n\n".join(f"Section {i}. " + ("Filler words about nothing much. " * 40) for i in range(30))
     text += "\n\nThe boiler code is 7391 and the boiler is in the cellar."
-    indexed = INDEX.add(Document(name="manual.txt", kind="text", text=text, size=len(text)), "test-owner")
-    with live_server(tiny_chat_model) as srv:
+    with live_server(tiny_chat_model) as srv:   # the app's own index, which its route reads
+        indexed = srv.state.files.index.add(Document(name="manual.txt", kind="text", text=text, size=len(text)),
+                                            "test-owner")
         found = requests.post(srv.url + "/api/tools/search", headers=chat_headers(srv), timeout=60,
                               json={"query": "boiler code", "files": [{"file_id": indexed.id, "name": "manual.txt"}]})
         assert found.status_code == 200, found.text
