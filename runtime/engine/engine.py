@@ -211,7 +211,7 @@ class LLMEngine:
             spec_draft_tokens_total=drafter.drafted_total, spec_accepted_tokens_total=drafter.accepted_total,
             failed_steps_total=self.failed_steps_total, step_seconds=self.step_seconds.snapshot(),
             token_gap_seconds=self.token_gap_seconds.snapshot(), target_gap_s=sched.target_s or 0.0,
-            prompt_tok_s=sched.sizer.tok_s)
+            prompt_tok_s=sched.sizer.measured_tok_s)
 
     def is_alive(self) -> bool:
         return self._thread is None or self._thread.is_alive()

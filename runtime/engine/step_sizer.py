@@ -46,11 +46,18 @@ class StepSizer:
         self.decode_s = decode_s            # None until a decode step is seen
         self.learn = learn
         self.steps_seen = 0
+        self.prompt_samples = 0             # steps that taught the prompt speed: 0 means tok_s is the seed
 
     @property
     def tok_s(self) -> float:
         """The prompt speed, tokens per second."""
         return self._tokens / self._seconds
+
+    @property
+    def measured_tok_s(self) -> float:
+        """The prompt speed this machine showed, or 0 before any step measured one: the seed is a
+        cautious guess for sizing steps, not a figure to tell a person how long a file will take."""
+        return self.tok_s if self.prompt_samples or not self.learn else 0.0
 
     def decode_estimate(self, target_s: float) -> float:
         return self.decode_s if self.decode_s is not None else target_s / 2
@@ -76,5 +83,6 @@ class StepSizer:
             return
         decode_part = (self.decode_s or 0.0) if decode_rows else 0.0
         extra_s = max(seconds - decode_part, 0.1 * seconds)
+        self.prompt_samples += 1
         self._tokens = (1 - ALPHA) * self._tokens + ALPHA * extra_tokens
         self._seconds = (1 - ALPHA) * self._seconds + ALPHA * extra_s
