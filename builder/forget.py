@@ -3,7 +3,7 @@
 A launch may leave three things outside the program itself: the unpacked copy of its model
 (only a compressed build unpacks one now, builder/extract.py; llmpack before issue 20 unpacked
 every model, and that copy goes too) with its markers, in the per-user cache; and the chats and
-page settings saved for its model (runtime/server/page/chats.py, kept by the model key) in the
+page settings saved for its model (runtime/chats/chats.py, kept by the model key) in the
 per-user data folder, and the long documents its chats searched (runtime/documents/index.py,
 in the same folder; a document another model's chats also use stays for them). `--forget` lists
 them with their size, asks
@@ -42,7 +42,7 @@ def forget(manifest: Manifest, *, yes: bool, ask: Callable[[str], str] = input,
     """Remove this program's model copy and saved chats/settings (see the module docstring); 0 when
     done or nothing was there, 1 when the answer was no."""
     from llmpack.runtime.server.lifecycle import instance   # lazy: the server package (Flask, waitress) only for --forget
-    from llmpack.runtime.server.page.chats import ChatStore   # lazy: as above
+    from llmpack.runtime.chats.chats import ChatStore   # lazy: as above
     from llmpack.runtime.documents.index import DocumentIndex   # lazy: as above
     from llmpack.runtime.server.lifecycle.browser import runtime_dir   # lazy: as above
 

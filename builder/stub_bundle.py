@@ -51,6 +51,8 @@ RUNTIME_PACKAGES: dict[str, tuple[str, ...]] = {
     "llmpack.runtime.server.openai": ("*.py",),
     "llmpack.runtime.server.page": ("*.py",),
     "llmpack.runtime.documents": ("*.py",),
+    "llmpack.runtime.chats": ("*.py",),
+    "llmpack.runtime.tools": ("*.py",),
     "llmpack.runtime.server.responses": ("*.py",),
     "llmpack.runtime.server.anthropic": ("*.py",),
     "llmpack.runtime.server.ollama": ("*.py",),
@@ -95,7 +97,7 @@ EXCLUDES = [
     *sorted(BUILD_TIME_MODULES),
 ]
 # The official MCP SDK (PyPI `mcp`) and what its client imports: the chat page's tools reach MCP
-# servers through it (runtime/server/page/mcp_hub.py), in a built file as in `llmpack run`.
+# servers through it (runtime/tools/mcp_hub.py), in a built file as in `llmpack run`.
 MCP_SDK = {"mcp", "pydantic", "pydantic_core", "pydantic_settings", "httpx", "httpx_sse", "httpcore", "anyio", "sniffio",
            "idna", "certifi", "starlette", "sse_starlette", "uvicorn", "jsonschema", "jsonschema_specifications",
            "referencing", "rpds", "attr", "attrs", "python_multipart", "typing_inspection", "annotated_types", "h11"}

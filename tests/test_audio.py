@@ -16,8 +16,8 @@ from llama_cpp import mtmd_cpp as mtmd
 
 from llmpack.runtime.media import audio
 from llmpack.runtime.media.audio import AudioError, check_audio, decode_pcm, sniff_audio
-from llmpack.runtime.server.page.chat_export import to_markdown
-from llmpack.runtime.server.page.chat_shape import MAX_CLIP_URL, ChatError, clean_chat
+from llmpack.runtime.chats.chat_export import to_markdown
+from llmpack.runtime.chats.chat_shape import MAX_CLIP_URL, ChatError, clean_chat
 from llmpack.runtime.engine.config import EngineConfig
 from llmpack.runtime.engine.media import MEDIA_TOKEN
 from llmpack.runtime.engine.model_runner import ModelRunner

@@ -72,7 +72,7 @@ def test_forget_removes_the_model_copy_and_the_saved_chats_after_asking(tiny_zst
     finally:
         rc = app.stop()
     assert_clean_exit(app, rc)
-    from llmpack.runtime.server.page.chats import ChatStore
+    from llmpack.runtime.chats.chats import ChatStore
 
     store = ChatStore(tmp_path / "data" / "chats.sqlite3")
     store.put("someone-else", {"id": "x", "title": "other model", "mode": "chat", "created": 1, "updated": 1,

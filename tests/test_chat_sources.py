@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llmpack.runtime.server.page.chats import ChatError, ChatStore, clean_chat, to_json, to_markdown
+from llmpack.runtime.chats.chats import ChatError, ChatStore, clean_chat, to_json, to_markdown
 
 QUOTE = "The serial number of the boiler in the cellar is BX-4471-Q."
 SOURCE = {"file": "manual.pdf", "file_id": "doc-1a2b", "page": 97, "section": None, "lines": None,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from llmpack.runtime.server.page.chats import (ChatConflict, ChatError, ChatStore, clean_chat, clean_presets, to_json,
+from llmpack.runtime.chats.chats import (ChatConflict, ChatError, ChatStore, clean_chat, clean_presets, to_json,
                                                to_markdown)
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import chat_headers, live_server

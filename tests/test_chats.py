@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from llmpack.runtime.server.page.chats import ChatError, ChatStore, clean_chat, to_json, to_markdown
+from llmpack.runtime.chats.chats import ChatError, ChatStore, clean_chat, to_json, to_markdown
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import chat_headers, live_server
 

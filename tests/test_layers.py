@@ -38,11 +38,12 @@ MEDIA = "llmpack.runtime.media"        # strangers' pictures and sound, checked,
 ENGINE, CHAT, LLM, SERVER = ("llmpack.runtime.engine", "llmpack.runtime.chat", "llmpack.runtime.llm",
                              "llmpack.runtime.server")
 CORE, DOCS = "llmpack.runtime.core", "llmpack.runtime.documents"   # no Flask: the generation core, the files
+CHATS, TOOLS = "llmpack.runtime.chats", "llmpack.runtime.tools"   # no Flask: saved chats, MCP servers
 S_HTTP, S_PAGE, S_LIFE = (f"{SERVER}.{room}" for room in ("http", "page", "lifecycle"))
 # The rooms that each speak one wire format over the core (issue 26 adds responses, anthropic, ollama).
 PROTOCOLS = {f"{SERVER}.{room}" for room in ("openai", "responses", "anthropic", "ollama")}
 SERVER_ROOMS = {S_HTTP, S_PAGE, S_LIFE, *PROTOCOLS}
-BELOW_SERVER = {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA, ENGINE, CHAT, LLM, CORE, DOCS}
+BELOW_SERVER = {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA, ENGINE, CHAT, LLM, CORE, DOCS, CHATS, TOOLS}
 RUNTIME = {*BELOW_SERVER, SERVER, *SERVER_ROOMS}
 SCALE = "llmpack.runtime.scale"
 ALLOWED: dict[str, set[str]] = {
@@ -62,13 +63,15 @@ ALLOWED: dict[str, set[str]] = {
     ENGINE: BASE | {MODEL, HARDWARE, STRUCTURED, SANDBOX, MEDIA},
     CHAT: BASE | {MODEL, ENGINE},
     DOCS: BASE | {SANDBOX},
+    CHATS: BASE | {CORE},                          # the core's scrub: lone surrogates, as requests get
+    TOOLS: BASE,
     CORE: BASE | {MODEL, ENGINE, CHAT, STRUCTURED, MEDIA, DOCS},
     LLM: BASE | {MODEL, ENGINE, CHAT, CORE},       # LLM.chat takes the same generation core as the server
     S_HTTP: BASE | {ENGINE, CORE},
     **{room: BASE | {ENGINE, STRUCTURED, CORE, S_HTTP} for room in PROTOCOLS},
-    S_PAGE: BASE | {CORE, S_HTTP, DOCS},
-    SERVER: BASE | {ENGINE, CORE, S_HTTP, S_PAGE, *PROTOCOLS},     # the route table and ServeConfig
-    S_LIFE: BASE | {MODEL, HARDWARE, ENGINE, CHAT, SERVER, CORE, S_HTTP, S_PAGE},
+    S_PAGE: BASE | {CORE, S_HTTP, DOCS, CHATS, TOOLS},
+    SERVER: BASE | {ENGINE, CORE, CHATS, S_HTTP, S_PAGE, *PROTOCOLS},     # the route table and ServeConfig
+    S_LIFE: BASE | {MODEL, HARDWARE, ENGINE, CHAT, SERVER, CORE, S_HTTP, S_PAGE, CHATS, TOOLS},
     # Ray Serve replicas of the server's app (optional extra): the CLI hands it the server (scale/served.py)
     SCALE: BASE | {MODEL},
     "llmpack.webui": BASE,

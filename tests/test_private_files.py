@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from llmpack import paths
-from llmpack.runtime.server.page.chats import ChatStore, clean_chat
+from llmpack.runtime.chats.chats import ChatStore, clean_chat
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX modes; Windows keeps them private with profile ACLs")
 CHAT = {"title": "Private", "messages": [{"role": "user", "content": "my bank PIN is 1234"}]}

@@ -22,7 +22,7 @@ import pytest
 from llmpack import stores
 from llmpack.runtime.documents import extract as D
 from llmpack.runtime.documents import index as I
-from llmpack.runtime.server.page.chats import ChatStore, clean_chat
+from llmpack.runtime.chats.chats import ChatStore, clean_chat
 from llmpack.runtime.server.responses import store as S
 
 

@@ -6,7 +6,7 @@
 // reply's stats.read, plain text, at most 200 characters: chats.py keeps stats that size).
 import { el } from "./util.js";
 
-const MAX_TEXT = 200;   // runtime/server/page/chat_shape.py MAX_STAT_TEXT (a saved chat's stats text)
+const MAX_TEXT = 200;   // runtime/chats/chat_shape.py MAX_STAT_TEXT (a saved chat's stats text)
 
 /** The parts a reply read, from its response's header, or null. */
 export function readFromResponse(resp) {

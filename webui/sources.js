@@ -1,7 +1,7 @@
 // Sources under an answer: the places in the attached files that support it, found by the
 // server, not by the model (runtime/documents/attribution.py; README "Sources"). They
 // come with the end of the reply (delta.sources), are kept in the saved chat (msg.sources, checked
-// by runtime/server/page/chat_sources.py) and show as one button per place under the answer
+// by runtime/chats/chat_sources.py) and show as one button per place under the answer
 // ("manual.pdf · p. 97"). Opening one shows the text of that place, the sentence that supports the
 // answer highlighted; pointing at one lights up the sentence of the answer it supports.
 //

@@ -6,7 +6,7 @@
 // One reply may take several rounds: the model asks for calls, the page runs them and sends the
 // results back, the model answers (or asks again, at most MAX_ROUNDS times). The reply keeps them
 // as msg.rounds = [{content: what it said before the calls, calls: [CALL]}], saved with the chat
-// (runtime/server/page/chat_tools.py checks the shape), where CALL is
+// (runtime/chats/chat_tools.py checks the shape), where CALL is
 //   {id, name: the name the model used, tool, server: null for a built-in, arguments: JSON text,
 //    result: text, status: "ok" | "error" | "denied" | "stopped", seconds}
 // A result is data: it is drawn as text (render.js), never as HTML or Markdown, and cut at MAX_RESULT.

@@ -28,7 +28,7 @@ from llmpack.runtime.server.anthropic import routes as anthropic_routes
 from llmpack.runtime.server.ollama import routes as ollama_routes
 from llmpack.runtime.server.openai import routes as openai_routes
 from llmpack.runtime.server.page import chat_routes, extract_routes, mcp_routes
-from llmpack.runtime.server.page.chats import ChatStore
+from llmpack.runtime.chats.chats import ChatStore
 from llmpack.runtime.server.responses import routes as responses_routes
 from llmpack.runtime.server.responses.store import ResponseStore
 

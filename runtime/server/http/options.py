@@ -24,4 +24,4 @@ class ServerOptions:
     webui_dir: Path | None = None      # default: the installed llmpack.webui package
     extra_hosts: tuple[str, ...] = ()  # more Host names to accept
     chat_token: str | None = None      # this launch's secret for saved chats (page/chat_routes); None: off
-    mcp_config: Path | None = None     # --mcp-config: the MCP servers the page's tools may use (page/mcp_config.py)
+    mcp_config: Path | None = None     # --mcp-config: the MCP servers the page's tools may use (runtime/tools/mcp_config.py)

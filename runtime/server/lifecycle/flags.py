@@ -15,7 +15,7 @@ from llmpack.runtime.chat.reasoning import REASONING_FORMATS   # names only, no 
 from llmpack.runtime.engine import config as engine_defaults
 from llmpack.runtime.hardware import rpc_key   # the key file's variable name, stdlib only
 from llmpack.runtime.server.config import DEFAULT_HOST, DEFAULT_PORT, ServeConfig, parse_cors   # plain, no server
-from llmpack.runtime.server.page.mcp_config import load_config   # plain JSON checks, no MCP SDK
+from llmpack.runtime.tools.mcp_config import load_config   # plain JSON checks, no MCP SDK
 
 RPC_PORT = 50052               # llama.cpp's rpc-server default (runtime/hardware/rpc.py DEFAULT_PORT)
 

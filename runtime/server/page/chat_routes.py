@@ -34,7 +34,7 @@ import json
 from flask import Blueprint, Response, jsonify, request
 
 from llmpack.runtime.core.errors import ApiError
-from llmpack.runtime.server.page.chats import (
+from llmpack.runtime.chats.chats import (
     ChatConflict,
     ChatError,
     ChatStore,

@@ -25,7 +25,7 @@ from llmpack.runtime.core.errors import ApiError
 from llmpack.runtime.documents.index import IndexUnusable
 from llmpack.runtime.server.http.context import app_context, json_body
 from llmpack.runtime.server.page.chat_routes import guard
-from llmpack.runtime.server.page.mcp_config import McpConfigError, load_config, page_servers
+from llmpack.runtime.tools.mcp_config import McpConfigError, load_config, page_servers
 
 bp = Blueprint("tools", __name__, url_prefix="/api")
 _HUB_KEY = "llmpack.mcp"
@@ -50,7 +50,7 @@ def _both_keys():
 def _hub():
     """The app's hub, made on first use from --mcp-config (checked again: the file may have changed)."""
     try:
-        from llmpack.runtime.server.page.mcp_hub import McpHub   # lazy: the MCP SDK loads only when the page uses tools
+        from llmpack.runtime.tools.mcp_hub import McpHub   # lazy: the MCP SDK loads only when the page uses tools
     except ImportError as exc:   # a build made without the SDK: the built-in tools still work
         raise ApiError(501, f"This copy of llmpack has no MCP support ({exc.name or exc} is missing): the built-in "
                        "tools work; for MCP servers, use an llmpack installed with pip.", code="mcp_unavailable") from None
@@ -85,7 +85,7 @@ def mcp_servers():
 def mcp_call():
     body = json_body()
     hub = _hub()
-    from llmpack.runtime.server.page.mcp_hub import McpCallError   # lazy: as _hub
+    from llmpack.runtime.tools.mcp_hub import McpCallError   # lazy: as _hub
     server, tool, arguments = body.get("server"), body.get("tool"), body.get("arguments", {})
     if not isinstance(server, str) or not isinstance(tool, str):
         raise ApiError(400, "'server' and 'tool' must name a configured MCP server and one of its tools",

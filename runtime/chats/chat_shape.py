@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from llmpack.runtime.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
-from llmpack.runtime.server.page.chat_sources import SourceError, clean_sources
-from llmpack.runtime.server.page.chat_tools import RoundError, clean_rounds
+from llmpack.runtime.chats.chat_sources import SourceError, clean_sources
+from llmpack.runtime.chats.chat_tools import RoundError, clean_rounds
 
 ROLES = ("system", "user", "assistant")
 MODES = ("chat", "complete")

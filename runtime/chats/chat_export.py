@@ -8,9 +8,9 @@ import time
 import unicodedata
 from urllib.parse import quote
 
-from llmpack.runtime.server.page.chat_shape import EXPORT_FORMAT, branch
-from llmpack.runtime.server.page.chat_sources import markdown_lines, plain
-from llmpack.runtime.server.page.chat_tools import markdown_lines as tool_lines
+from llmpack.runtime.chats.chat_shape import EXPORT_FORMAT, branch
+from llmpack.runtime.chats.chat_sources import markdown_lines, plain
+from llmpack.runtime.chats.chat_tools import markdown_lines as tool_lines
 
 
 def to_json(chat: dict, model_name: str) -> dict:

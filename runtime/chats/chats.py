@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from llmpack.stores import StoreFile
-from llmpack.runtime.server.page.chat_export import content_disposition, export_name, to_json, to_markdown
-from llmpack.runtime.server.page.chat_shape import (EXPORT_FORMAT, ChatError, branch, clean_chat, clean_presets,
+from llmpack.runtime.chats.chat_export import content_disposition, export_name, to_json, to_markdown
+from llmpack.runtime.chats.chat_shape import (EXPORT_FORMAT, ChatError, branch, clean_chat, clean_presets,
                                                     clean_settings, merge_messages, search_text, valid_id)
 
 __all__ = ["ChatConflict", "ChatError", "ChatStore", "clean_chat", "clean_presets", "clean_settings",

@@ -34,7 +34,7 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from llmpack.runtime.server.page.mcp_config import McpServerSpec
+from llmpack.runtime.tools.mcp_config import McpServerSpec
 
 # Closing a session says goodbye to its server (an HTTP DELETE); one that is gone by then is no news.
 logging.getLogger("mcp.client.streamable_http").setLevel(logging.ERROR)
