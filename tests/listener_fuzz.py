@@ -80,6 +80,11 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/api/presets", None),
     ("PUT", "/api/presets", {"presets": [{"name": "Short", "system_prompt": "be brief", "temperature": 0.2}]}),
     ("POST", "/v1/extract", b"name,price\nsoup,3\n"),
+    # the page's tools: MCP servers (seeded with none, so no mutation names a host to connect to) and file search
+    ("GET", "/api/mcp", None),
+    ("PUT", "/api/mcp/servers", {"servers": []}),
+    ("POST", "/api/mcp/call", {"server": "x", "tool": "y", "arguments": {"a": 1}}),
+    ("POST", "/api/tools/search", {"query": "boiler code", "files": [{"file_id": "doc-" + "0" * 32, "name": "m.txt"}]}),
     ("GET", "/", None),
     ("GET", "/static/{path}", None),
     ("GET", "/favicon.ico", None),

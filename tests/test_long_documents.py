@@ -88,7 +88,7 @@ def test_read_whole_keeps_the_old_rule_and_file_ids_are_reused(chat_server: Live
     by_id = ask(chat_server, [{"type": "file", "file": {"filename": "contract.pdf", "file_id": file_id}}])
     assert by_id.status_code == 200 and 217 in read_pages(by_id)
     unknown = ask(chat_server, [{"type": "file", "file": {"file_id": "doc-" + "0" * 32}}])
-    assert unknown.status_code == 400 and "is not in this computer's document index" in unknown.json()["error"]["message"]
+    assert unknown.status_code == 400 and "no longer in this computer's document index" in unknown.json()["error"]["message"]
     small = ask(chat_server, [file_part(b"The door code is 4711.", "text/plain", "note.txt", read="excerpts")], "Code?")
     assert json.loads(small.headers["X-Llmpack-Read"])[0]["parts"][0]["label"] == "line 1"
 

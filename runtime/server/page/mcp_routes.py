@@ -22,6 +22,7 @@ import threading
 from flask import Blueprint, current_app, jsonify
 
 from llmpack.runtime.core.errors import ApiError
+from llmpack.runtime.core.params import scrub
 from llmpack.runtime.documents.index import IndexUnusable
 from llmpack.runtime.server.http.context import app_context, json_body
 from llmpack.runtime.server.page.chat_routes import guard
@@ -81,9 +82,17 @@ def mcp_servers():
     return jsonify({"servers": _hub().sync(specs)})
 
 
+def _object() -> dict:
+    """The request's JSON, which these routes take only as an object."""
+    body = json_body()
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.", code="invalid_request")
+    return body
+
+
 @bp.post("/mcp/call")
 def mcp_call():
-    body = json_body()
+    body = _object()
     hub = _hub()
     from llmpack.runtime.tools.mcp_hub import McpCallError   # lazy: as _hub
     server, tool, arguments = body.get("server"), body.get("tool"), body.get("arguments", {})
@@ -102,7 +111,7 @@ def mcp_call():
 
 @bp.post("/tools/search")
 def search_files():
-    body = json_body()
+    body = _object()
     query, files = body.get("query"), body.get("files")
     if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY:
         raise ApiError(400, f"'query' must be text of 1 to {MAX_QUERY} characters", param="query", code="invalid_query")
@@ -110,7 +119,9 @@ def search_files():
             isinstance(f, dict) and isinstance(f.get("file_id"), str) for f in files):
         raise ApiError(400, f"'files' must be a list of at most {MAX_SEARCH_FILES} {{\"file_id\", \"name\"}}",
                        param="files", code="invalid_files")
-    names = {f["file_id"]: str(f.get("name") or "file")[:200] for f in files}
+    # lone surrogates (valid JSON escapes, not UTF-8) cannot reach SQLite: U+FFFD, as requests get
+    query = scrub(query)
+    names = {scrub(f["file_id"]): scrub(str(f.get("name") or "file"))[:200] for f in files}
     try:
         hits = app_context().state.files.index.search(list(names), query, limit=MAX_HITS)   # this app's index
     except IndexUnusable as exc:
