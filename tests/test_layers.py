@@ -31,7 +31,9 @@ SOURCES = {"llmpack": "llmpack", "builder": "llmpack.builder", "runtime": "llmpa
 
 # Each unit -> the units it may import (besides itself). A module's unit is the longest prefix here.
 BASE = {"llmpack", "llmpack.errors", "llmpack.paths", "llmpack.progress", "llmpack.signals", "llmpack.lru",
-        "llmpack.stores"}   # stores: the one way to open an SQLite store (chats, responses, the document index)
+        "llmpack.stores", "llmpack.heap"}
+# stores: the one way to open an SQLite store (chats, responses, the document index); heap: glibc's
+# settings and trims, for every process that serves (the single server, Ray's replicas)
 MODEL, HARDWARE, STRUCTURED = "llmpack.runtime.model", "llmpack.runtime.hardware", "llmpack.runtime.structured"
 SANDBOX = "llmpack.runtime.sandbox"     # child processes for a stranger's bytes: documents', pictures' and sound's jobs
 MEDIA = "llmpack.runtime.media"        # strangers' pictures and sound, checked, and decoded in the sandbox's children
@@ -54,6 +56,7 @@ ALLOWED: dict[str, set[str]] = {
     "llmpack.signals": set(),
     "llmpack.lru": set(),
     "llmpack.stores": {"llmpack.paths"},
+    "llmpack.heap": set(),
     "llmpack.demo_models": BASE,
     MODEL: BASE,
     HARDWARE: BASE | {MODEL},

@@ -28,6 +28,7 @@ from typing import Any, AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from llmpack import heap
 from llmpack.runtime.model.source import ModelFile
 from llmpack.runtime.scale import aggregate
 from llmpack.runtime.scale.aggregate import Answer
@@ -41,14 +42,24 @@ REPLICA_GONE = ("The replica serving this request stopped (its process or node w
                 "send the request again: the other replicas are still serving.")
 
 
+def _kept_heap() -> heap.HeapKeeper:
+    """A replica's process serves like the single server and keeps its heap the same way
+    (llmpack/heap.py): set before the replica allocates what it serves with."""
+    heap.tune()
+    keeper = heap.HeapKeeper()
+    keeper.start()
+    return keeper
+
+
 class LlmpackReplica:
     """One engine and the single-machine app. `model` must be readable at the same path on every
     node (shared storage, or the same copy): checked here with its size, so a node without it says so."""
 
     def __init__(self, model: ModelFile, size: int, config: Any, options: dict, served: ServedApp) -> None:
-        import ray   # lazy: the driver imports this module before Ray is set up
+        import ray  # lazy: the driver imports this module before Ray is set up
         from ray import serve
 
+        self.heap = _kept_heap()
         path = Path(model.path)
         node = ray.get_runtime_context().get_node_id()[:12]
         if not path.is_file() or path.stat().st_size != size:
@@ -123,6 +134,7 @@ class Ingress:
     """Ray's HTTP proxy -> the chosen replica's `handle`, streamed back as it comes."""
 
     def __init__(self, replicas: Any, options: dict, served: ServedApp) -> None:
+        self.heap = _kept_heap()
         self.replicas = replicas.options(stream=True)
         self.plain = replicas
         self.port = options["port"]
@@ -173,7 +185,7 @@ class Ingress:
                         headers={"Cache-Control": "no-store"})
 
     async def _ask(self, call: HttpCall, replica: str) -> Answer:
-        from ray.serve.context import _set_request_context   # lazy: see _is_gone (pinned ray 2.60.0)
+        from ray.serve.context import _set_request_context  # lazy: see _is_gone (pinned ray 2.60.0)
 
         # Ray matches a routing decision to its request by the request's internal id, which every
         # call made for one HTTP request inherits: each call gets its own (this task's context only)
@@ -190,7 +202,7 @@ class Ingress:
 
 def replica_ids() -> list[str]:
     """The ids of the replicas Ray has alive now (their actors' names end with them)."""
-    import ray   # lazy: the driver imports this module before Ray is set up
+    import ray  # lazy: the driver imports this module before Ray is set up
 
     prefix = f"SERVE_REPLICA::{APP_NAME}#replica#"
     return sorted(a["name"].removeprefix(prefix) for a in ray.util.list_named_actors(all_namespaces=True)
@@ -213,7 +225,7 @@ async def _rest(stream: Any, sse: bool) -> AsyncIterator[bytes]:
 
 
 def _is_gone(exc: BaseException) -> bool:
-    from ray import exceptions as rex   # lazy: the driver imports this module before Ray is set up
+    from ray import exceptions as rex  # lazy: the driver imports this module before Ray is set up
 
     return isinstance(exc, (rex.RayActorError, rex.ActorDiedError, rex.ActorUnavailableError,
                             rex.NodeDiedError, rex.WorkerCrashedError))

@@ -5,13 +5,13 @@ none of them imports another's helpers."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from flask import current_app, request
-
 from llmpack.runtime.core.errors import ApiError, bad
 from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.server.http.metrics import Metrics
@@ -50,12 +50,38 @@ def json_body() -> Any:
         raise ApiError(415, "The request body must be JSON, sent with 'Content-Type: application/json'.",
                        code="unsupported_media_type")
     raw = request.get_data(cache=False)   # 413 past MAX_CONTENT_LENGTH
+    if too_deep(raw):
+        raise bad(None, f"The request body is nested more than {MAX_JSON_DEPTH} levels deep.")
     try:
         return json.loads(raw, parse_constant=_no_constant)
     except RecursionError:
         raise bad(None, "The request body is nested too deeply.") from None
     except ValueError as exc:   # includes UnicodeDecodeError
         raise bad(None, f"The request body is not valid JSON: {str(exc)[:200]}") from None
+
+
+# The deepest JSON a request may be. A tool's JSON schema nests two levels per object level, and
+# serde_json's default is 128; what is deeper comes from no real client. Checked before parsing,
+# because json's scanner recurses in C down to Python's recursion limit: a body 5,000 brackets
+# deep touched some 80 KiB of the stack of whichever of waitress's threads took it, and those pages
+# stay resident for the thread's life, so a stream of them grew the server's memory (issue 46).
+MAX_JSON_DEPTH = 128
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+def too_deep(raw: bytes) -> bool:
+    """Whether `raw` nests arrays and objects more than MAX_JSON_DEPTH deep (brackets inside
+    strings do not count), found without recursing. One count for any real body: only one with
+    more brackets than the limit is scanned."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return False
+    depth = 0
+    for bracket in _BRACKETS.findall(_STRING.sub(b'""', raw)):
+        depth += 1 if bracket in b"[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            return True
+    return False
 
 
 def _declared_json(headers: Any) -> bool:

@@ -5,11 +5,9 @@ for the offline LLM. The server calls `build_model` on a background thread while
 the loading progress."""
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -87,19 +85,6 @@ def model_key(path: Path, name: str | None, sha256: str | None = None) -> str:
         return stem[:10]
     size = path.stat().st_size if path.exists() else 0
     return hashlib.sha256(f"{name}|{path.name}|{size}".encode()).hexdigest()[:10]
-
-
-def return_freed_memory() -> None:
-    """Give the OS back the heap memory freed while loading (the GGUF header parse, the tokenizer's
-    tables, Python's start-up garbage). glibc keeps freed memory for reuse, where it counts as the
-    idle server's resident memory; Windows' heap returns it by itself."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):   # not glibc (musl has no malloc_trim)
-        return
-    trim(0)
 
 
 def _projector(src: ModelFile, config: ServeConfig) -> dict:

@@ -12,7 +12,7 @@ from typing import Callable
 import waitress
 from waitress import wasyncore
 
-from llmpack import signals
+from llmpack import heap, signals
 from llmpack.errors import LlmpackError
 from llmpack.progress import PhaseBars
 from llmpack.runtime.hardware.placement import startup_line
@@ -22,7 +22,7 @@ from llmpack.runtime.server.config import ServeConfig
 from llmpack.runtime.server.http.options import ServerOptions
 from llmpack.runtime.server.http.security import is_loopback
 from llmpack.runtime.server.http.state import MESSAGES, ServerState
-from llmpack.runtime.server.lifecycle.prepare import Progress, build_model, return_freed_memory
+from llmpack.runtime.server.lifecycle.prepare import Progress, build_model
 from llmpack.runtime.server.lifecycle.sockets import bind_socket, url_for, waitress_settings
 
 # How long Ctrl+C waits for the preparing thread. The model load gives up at its next progress
@@ -62,6 +62,8 @@ class Server:
         self.closed = threading.Event()   # set when close() has finished (a closing console window waits on it)
         self._preparing: threading.Thread | None = None
         self._console = PhaseBars(MESSAGES, enabled=not quiet)   # extracting, loading
+        heap.tune()   # before the model and the requests allocate: llmpack/heap.py
+        self.heap = heap.HeapKeeper()
 
     # -- model
     def progress(self, phase: str, fraction: float, unpack: dict | None = None) -> bool:
@@ -105,7 +107,7 @@ class Server:
             model.engine.shutdown()
             return
         self.state.set_ready(model)
-        return_freed_memory()
+        self.heap.start()   # gives back what loading freed, then what bursts of requests leave
         self._console.close()
         if model.backend:
             self._say(startup_line(model.backend, verbose=self.config.verbose))
@@ -156,6 +158,7 @@ class Server:
             return
         self._closed = True
         self._stop.set()
+        self.heap.stop()
         self.state.active.close()
         deadline = time.monotonic() + 3
         while len(self.state.active) and time.monotonic() < deadline:
