@@ -13,15 +13,10 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from helpers.ports import free_port
 
 __all__ = ["SERVERS", "friendly_mcp", "hostile_mcp", "mcp_config", "start_mcp", "free_port"]
 SERVERS = Path(__file__).resolve().parent / "mcp_servers.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_mcp(kind: str) -> tuple[subprocess.Popen, str]:

@@ -5,19 +5,15 @@ a number, not a timing: nothing in this file depends on how fast the machine is.
 from __future__ import annotations
 
 import pytest
-from engine_invariants import check_consistency, run_checked
 
+from engine_invariants import check_consistency, run_checked
+from helpers.sampling import greedy
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
-from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.engine.step_sizer import MIN_PROMPT_TOKENS, StepSizer
 
 TARGET_MS = 200
 INJECTED = dict(tok_s=1000.0, decode_s=0.05)    # -> (0.2 - 0.05) s x 1000 tok/s = 150 prompt tokens a step
 ROOM = 150
-
-
-def greedy(max_tokens: int) -> SamplingParams:
-    return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
 
 
 def prompt(i: int, n: int) -> list[int]:

@@ -4,7 +4,7 @@
 // The page shows them under the answer, in a reader's words ("Read from contract.pdf: pages
 // 11–13 and 217"), from the moment the reply starts, and keeps that line in the saved chat (the
 // reply's stats.read, plain text, at most 200 characters: chats.py keeps stats that size).
-import { el } from "./util.js";
+import { part } from "./util.js";
 
 const MAX_TEXT = 200;   // runtime/chats/chat_shape.py MAX_STAT_TEXT (a saved chat's stats text)
 
@@ -56,17 +56,9 @@ export function readText(files) {
 /** Show (or remove) the "Read from …" line of an assistant message node. */
 export function showRead(node, m) {
   const text = m.read || (m.stats && m.stats.read) || "";
-  let line = node.querySelector(":scope > .message-read");
-  if (!text) {
-    if (line) line.remove();
-    return;
-  }
-  if (!line) {
-    line = el("div", "message-read");
-    line.setAttribute("data-testid", "message-read");
-    const footer = node.querySelector(":scope > .message-footer");
-    node.insertBefore(line, footer);
-  }
+  const line = part(node, text, "div", "message-read",
+    (l) => node.insertBefore(l, node.querySelector(":scope > .message-footer")));
+  if (!line) return;
   line.textContent = text;
   line.title = "This file is too long to read whole, so for each question the model reads the parts that "
     + "match it. These are the parts it read for this answer.";

@@ -8,7 +8,7 @@ import { showTools } from "./toolblocks.js";
 import { renderMarkdown } from "./markdown.js";
 import { INTERRUPTED } from "./save.js";
 import { state, ui } from "./state.js";
-import { copyWithFeedback, el } from "./util.js";
+import { copyWithFeedback, el, part } from "./util.js";
 import { cutLine, editButton, gaugeWords, systemBar, versionNav } from "./versions.js";
 import { countOf, durationText, speedText } from "./words.js";
 
@@ -231,18 +231,11 @@ export function fillMessage(node, m) {
 /** A reasoning model's thinking, folded above the answer as "Thinking… (12 s)"; updated in place
  * while it streams, so a block the reader opened stays open. */
 function showThinking(node, content, m) {
-  let box = node.querySelector(":scope > .thinking");
-  if (!m.thinking) {
-    if (box) box.remove();
-    return;
-  }
-  if (!box) {
-    box = el("details", "thinking");
-    box.setAttribute("data-testid", "thinking");
-    box.appendChild(el("summary"));
-    box.appendChild(el("div", "thinking-text"));
-    content.before(box);
-  }
+  const box = part(node, m.thinking, "details", "thinking", (b) => {
+    b.append(el("summary"), el("div", "thinking-text"));
+    content.before(b);
+  });
+  if (!box) return;
   const secs = (m.stats && typeof m.stats.thinking_seconds === "number") ? m.stats.thinking_seconds : m.thinking_seconds;
   box.firstChild.textContent = "Thinking… (" + (secs || 0) + " s)";
   box.lastChild.textContent = m.thinking;

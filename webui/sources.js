@@ -10,7 +10,7 @@
 // contradicts ("[p. 96]" for a fact on page 97) is struck through, with the right place after it
 // as a button that opens it, so the wrong number cannot be read as the source.
 import { findRange, slicePoints, utf16At } from "./replytext.js";
-import { el } from "./util.js";
+import { el, part } from "./util.js";
 
 const MAX_SOURCES = 100;          // chat_sources.MAX_SOURCES
 const MAX_TEXT = 20_000;          // chat_sources.MAX_SOURCE_TEXT: a place's text is cut around its quote
@@ -70,17 +70,10 @@ function placeWords(s) {
 
 /** Show (or remove) the sources of an assistant message node, and mark the model's contradicted page marks. */
 export function showSources(node, m) {
-  let row = node.querySelector(":scope > .message-sources");
   const groups = m.sources && m.sources.length && !(node.classList.contains("streaming")) ? groupSources(m.sources) : [];
-  if (!groups.length) {
-    if (row) row.remove();
-    return;
-  }
-  if (!row) {
-    row = el("div", "message-sources");
-    row.setAttribute("data-testid", "message-sources");
-    node.insertBefore(row, node.querySelector(":scope > .message-footer"));
-  }
+  const row = part(node, groups.length, "div", "message-sources",
+    (r) => node.insertBefore(r, node.querySelector(":scope > .message-footer")));
+  if (!row) return;
   row.replaceChildren(el("span", "sources-title", groups.length === 1 ? "Source" : "Sources"));
   const content = node.querySelector(":scope > .content");
   for (const g of groups) {

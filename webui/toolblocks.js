@@ -4,7 +4,7 @@
 // a javascript: link in it shows as the characters it is. Blocks are updated in place while the
 // reply streams, so one the reader opened stays open.
 import { renderMarkdown } from "./markdown.js";
-import { el } from "./util.js";
+import { el, part } from "./util.js";
 
 const STATUS = {
   queued: "waiting to run", waiting: "waiting for your answer", running: "running…", ok: "",
@@ -56,16 +56,8 @@ function fillCall(box, c) {
 
 /** Draw (or update) `m.rounds` above `content`, the answer. */
 export function showTools(node, content, m) {
-  let box = node.querySelector(":scope > .tool-rounds");
-  if (!m.rounds || !m.rounds.length) {
-    if (box) box.remove();
-    return;
-  }
-  if (!box) {
-    box = el("div", "tool-rounds");
-    box.setAttribute("data-testid", "tool-rounds");
-    content.before(box);
-  }
+  const box = part(node, m.rounds && m.rounds.length, "div", "tool-rounds", (b) => content.before(b));
+  if (!box) return;
   const want = [];
   for (const r of m.rounds) {
     if (r.content && r.content.trim()) want.push({ said: r.content });

@@ -37,6 +37,24 @@ export function el(tag, className, text) {
   return node;
 }
 
+/** The part of a message `node` drawn in the child with class `className`: made when `wanted`
+ * and missing (a `tag` with that class as its class and data-testid, put in place by
+ * `place(child)`), removed when not wanted (then null). Each part (thinking, tool rounds, sources,
+ * "Read from…") is updated in place, so a block the reader opened stays open while the reply streams. */
+export function part(node, wanted, tag, className, place) {
+  let child = node.querySelector(":scope > ." + className);
+  if (!wanted) {
+    if (child) child.remove();
+    return null;
+  }
+  if (!child) {
+    child = el(tag, className);
+    child.setAttribute("data-testid", className);
+    place(child);
+  }
+  return child;
+}
+
 /** A value kept in this browser's localStorage (fallback when it is missing, unreadable or blocked). */
 export function loadJSON(key, fallback) {
   try {

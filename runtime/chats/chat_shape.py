@@ -24,8 +24,9 @@ import time
 from typing import Any
 
 from llmpack.runtime.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
-from llmpack.runtime.chats.chat_sources import SourceError, clean_sources
-from llmpack.runtime.chats.chat_tools import RoundError, clean_rounds
+from llmpack.runtime.chats.chat_fields import FieldError
+from llmpack.runtime.chats.chat_sources import clean_sources
+from llmpack.runtime.chats.chat_tools import clean_rounds
 
 ROLES = ("system", "user", "assistant")
 MODES = ("chat", "complete")
@@ -105,12 +106,12 @@ def _message(m: Any, i: int) -> dict:
     if m.get("sources") is not None and m["role"] == "assistant":   # the server's sources (chat_sources.py)
         try:
             item["sources"] = clean_sources(m["sources"])
-        except SourceError as exc:
+        except FieldError as exc:
             raise ChatError(f"messages[{i}].sources{exc}") from None
     if m.get("rounds") and m["role"] == "assistant":   # the tool calls before the answer (chat_tools.py)
         try:
             item["rounds"] = clean_rounds(m["rounds"])
-        except RoundError as exc:
+        except FieldError as exc:
             raise ChatError(f"messages[{i}].rounds{exc}") from None
     return item
 

@@ -6,7 +6,7 @@ show the same places: [{"file", "file_id", "page", "section", "lines", "label", 
 "context", "quote_start", "quote_end", "reply_start", "reply_end", "model_mark", "mark_right"}].
 An empty list is kept too (the reply read files and the server found no clear support: nothing
 is shown). Offsets count characters (code points), as the server counts them. A bad entry raises
-SourceError saying what to fix after the field's name ("[2].page must be ..."); chat_shape puts
+FieldError saying what to fix after the field's name ("[2].page must be ..."); chat_shape puts
 the message's name before it.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import html
 import re
 from typing import Any
 
-from llmpack.runtime.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
+from llmpack.runtime.chats.chat_fields import FieldError, each, fields, text
 
 MAX_SOURCES = 100            # webui/sources.js MAX_SOURCES: one per sentence of a long reply, with room
 MAX_SOURCE_TEXT = 20_000     # a place's text (the server's places are chunks of about 1,200 characters)
@@ -26,49 +26,37 @@ NAMES = ("file_id", "section", "model_mark")
 OFFSETS = ("quote_start", "quote_end", "reply_start", "reply_end")
 
 
-class SourceError(ValueError):
-    """A saved source the store refuses; the message starts with where in the list it is."""
-
-
 def clean_sources(sources: Any) -> list[dict]:
     """The sources as stored: known fields only, each checked."""
-    if not isinstance(sources, list) or len(sources) > MAX_SOURCES:
-        raise SourceError(f" must be a list of at most {MAX_SOURCES} sources")
-    return [_source(s, f"[{k}]") for k, s in enumerate(sources)]
+    return each(sources, MAX_SOURCES, "sources", _source)
 
 
 def _source(s: Any, where: str) -> dict:
-    if not isinstance(s, dict):
-        raise SourceError(f"{where} must be an object")
+    s = fields(s, where)
     out: dict[str, Any] = {}
     for key in TEXTS:
-        limit = MAX_SOURCE_TEXT if key in ("quote", "context") else MAX_NAME
-        if not isinstance(s.get(key), str) or len(s[key]) > limit:
-            raise SourceError(f"{where}.{key} must be text of at most {limit:,} characters")
-        out[key] = scrub(s[key])
+        out[key] = text(s, key, MAX_SOURCE_TEXT if key in ("quote", "context") else MAX_NAME, where)
     for key in NAMES:
-        if s.get(key) is not None and (not isinstance(s[key], str) or len(s[key]) > MAX_NAME):
-            raise SourceError(f"{where}.{key} must be text of at most {MAX_NAME} characters, or null")
-        out[key] = scrub(s[key]) if s.get(key) is not None else None
+        out[key] = text(s, key, MAX_NAME, where, optional=True)
     for key in OFFSETS:
         out[key] = _whole(s.get(key), f"{where}.{key}")
     if out["quote_end"] < out["quote_start"] or out["reply_end"] < out["reply_start"]:
-        raise SourceError(f"{where}: an end offset comes before its start")
+        raise FieldError(f"{where}: an end offset comes before its start")
     out["page"] = None if s.get("page") is None else _whole(s["page"], f"{where}.page")
     lines = s.get("lines")
     if lines is not None and not (isinstance(lines, list) and len(lines) == 2):
-        raise SourceError(f"{where}.lines must be [first, last] or null")
+        raise FieldError(f"{where}.lines must be [first, last] or null")
     out["lines"] = None if lines is None else [_whole(n, f"{where}.lines") for n in lines]
     mark_right = s.get("mark_right")
     if mark_right is not None and not isinstance(mark_right, bool):
-        raise SourceError(f"{where}.mark_right must be true, false or null")
+        raise FieldError(f"{where}.mark_right must be true, false or null")
     out["mark_right"] = mark_right
     return out
 
 
 def _whole(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_NUMBER:
-        raise SourceError(f"{where} must be a whole number from 0 to {MAX_NUMBER:,}")
+        raise FieldError(f"{where} must be a whole number from 0 to {MAX_NUMBER:,}")
     return value
 
 

@@ -8,7 +8,7 @@ chat can go on with them.
                "status", "seconds"}]}]
 
 A result is kept as the text the page showed (it caps results at 16,000 characters; the store
-allows a little more). A bad entry raises RoundError saying what to fix after the field's name
+allows a little more). A bad entry raises FieldError saying what to fix after the field's name
 ("[0].calls[1].status must be ..."); chat_shape puts the message's name before it.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from llmpack.runtime.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
+from llmpack.runtime.chats.chat_fields import FieldError, each, fields, text
 
 MAX_ROUNDS = 16              # webui/tools.js MAX_ROUNDS is 5
 MAX_CALLS = 32               # calls in one round
@@ -27,50 +27,31 @@ MAX_CONTENT = 100_000
 STATUSES = ("ok", "error", "denied", "stopped", "queued", "waiting", "running")   # the last three: saved mid-call
 
 
-class RoundError(ValueError):
-    """A saved round the store refuses; the message starts with where in the list it is."""
-
-
 def clean_rounds(rounds: Any) -> list[dict]:
-    if not isinstance(rounds, list) or len(rounds) > MAX_ROUNDS:
-        raise RoundError(f" must be a list of at most {MAX_ROUNDS} rounds")
-    return [_round(r, f"[{i}]") for i, r in enumerate(rounds)]
+    return each(rounds, MAX_ROUNDS, "rounds", _round)
 
 
 def _round(r: Any, where: str) -> dict:
-    if not isinstance(r, dict):
-        raise RoundError(f"{where} must be an object")
-    content = r.get("content", "")
-    if not isinstance(content, str) or len(content) > MAX_CONTENT:
-        raise RoundError(f"{where}.content must be text of at most {MAX_CONTENT:,} characters")
+    r = fields(r, where)
+    content = text(r, "content", MAX_CONTENT, where) if "content" in r else ""
     calls = r.get("calls")
     if not isinstance(calls, list) or not 1 <= len(calls) <= MAX_CALLS:
-        raise RoundError(f"{where}.calls must be a list of 1 to {MAX_CALLS} calls")
-    return {"content": scrub(content), "calls": [_call(c, f"{where}.calls[{k}]") for k, c in enumerate(calls)]}
-
-
-def _text(c: dict, key: str, limit: int, where: str, *, optional: bool = False) -> str | None:
-    value = c.get(key)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or len(value) > limit:
-        raise RoundError(f"{where}.{key} must be text of at most {limit:,} characters" + (", or null" if optional else ""))
-    return scrub(value)
+        raise FieldError(f"{where}.calls must be a list of 1 to {MAX_CALLS} calls")
+    return {"content": content, "calls": [_call(c, f"{where}.calls[{k}]") for k, c in enumerate(calls)]}
 
 
 def _call(c: Any, where: str) -> dict:
-    if not isinstance(c, dict):
-        raise RoundError(f"{where} must be an object")
-    out = {"id": _text(c, "id", MAX_NAME, where), "name": _text(c, "name", MAX_NAME, where),
-           "tool": _text(c, "tool", MAX_NAME, where), "server": _text(c, "server", MAX_NAME, where, optional=True),
-           "arguments": _text(c, "arguments", MAX_ARGUMENTS, where), "result": _text(c, "result", MAX_RESULT, where)}
+    c = fields(c, where)
+    out = {"id": text(c, "id", MAX_NAME, where), "name": text(c, "name", MAX_NAME, where),
+           "tool": text(c, "tool", MAX_NAME, where), "server": text(c, "server", MAX_NAME, where, optional=True),
+           "arguments": text(c, "arguments", MAX_ARGUMENTS, where), "result": text(c, "result", MAX_RESULT, where)}
     if c.get("status") not in STATUSES:
-        raise RoundError(f"{where}.status must be one of {', '.join(STATUSES)}")
+        raise FieldError(f"{where}.status must be one of {', '.join(STATUSES)}")
     out["status"] = c["status"]
     seconds = c.get("seconds", 0)
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
             or not 0 <= seconds <= 1e7:
-        raise RoundError(f"{where}.seconds must be a number of seconds from 0 to 10,000,000")
+        raise FieldError(f"{where}.seconds must be a number of seconds from 0 to 10,000,000")
     out["seconds"] = seconds
     return out
 
