@@ -8,7 +8,12 @@ the finished stub runs its self-test under it. Three things make that work (each
 * a Windows program's standard streams are pipes, never files: CPython under Wine 8 cannot
   start with a file as stdout ("init_sys_streams: Invalid handle");
 * ``WINEDEBUG=-all`` and no ``DISPLAY``: nothing here needs a window, and Wine's own chatter
-  would bury PyInstaller's log.
+  would bury PyInstaller's log;
+* Windows 10's ``bcryptprimitives.dll``, which Wine 8 lacks, compiled into the prefix
+  (``PROCESS_PRNG_C``): the MCP SDK's pydantic-core and rpds-py are Rust, and Rust's standard
+  library (1.78 on) imports its ``ProcessPrng``, so without it they fail to load ("DLL load
+  failed") while PyInstaller collects them and in a test's PC. Real Windows 10 and 11 have it, so
+  the stub never carries it (PyInstaller leaves system32's DLLs out).
 """
 from __future__ import annotations
 
@@ -110,6 +115,23 @@ def install_files(dest: Path, files: dict[str, Path | str]) -> None:
     os.replace(tmp, dest)
 
 
+# ProcessPrng (bcryptprimitives.dll, Windows 10+): the system's random bytes, from the
+# RtlGenRandom (advapi32's SystemFunction036) that every Wine has.
+PROCESS_PRNG_C = r"""
+#include <windows.h>
+BOOLEAN WINAPI SystemFunction036(PVOID buffer, ULONG length);
+__declspec(dllexport) BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T length) {
+    while (length) {
+        ULONG n = length > 0x40000000 ? 0x40000000 : (ULONG)length;
+        if (!SystemFunction036(data, n)) return FALSE;
+        data += n;
+        length -= n;
+    }
+    return TRUE;
+}
+"""
+
+
 def windows_path(path: Path | str) -> str:
     """A Linux path as Windows programs under Wine see it: Wine maps / to drive Z:."""
     return "Z:" + str(Path(path).resolve()).replace("/", "\\")
@@ -132,6 +154,7 @@ class Wine:
         """Create the prefix once (about 10 s), set to Windows 10."""
         require("wine")
         if (self.prefix / "system.reg").is_file() and (self.prefix / ".llmpack-win10").is_file():
+            self._add_process_prng()
             return self
         self.prefix.mkdir(parents=True, exist_ok=True)
         env = self.env()
@@ -144,7 +167,21 @@ class Wine:
                        check=True, **run)
         subprocess.run(["wineserver", "-w"], env=env, timeout=120)   # registry written to disk
         (self.prefix / ".llmpack-win10").write_text("")
+        self._add_process_prng()
         return self
+
+    def _add_process_prng(self) -> None:
+        """bcryptprimitives.dll in the prefix's system32 where this Wine has none (above)."""
+        dll = self.prefix / "drive_c" / "windows" / "system32" / "bcryptprimitives.dll"
+        if (WINE_DLLS / "bcryptprimitives.dll").is_file() or dll.is_file():
+            return
+        require(MINGW_CC)
+        source = self.prefix / "process_prng.c"
+        source.write_text(PROCESS_PRNG_C)
+        proc = subprocess.run([MINGW_CC, "-shared", "-O2", "-static-libgcc", "-o", str(dll), str(source), "-ladvapi32"],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise WindowsBuildError(f"compiling bcryptprimitives.dll for Wine failed: {proc.stderr.strip()[-500:]}")
 
     def shutdown(self) -> None:
         """End every Windows process of this prefix, and its wineserver."""
