@@ -3,7 +3,8 @@ as their own processes: `python mcp_servers.py KIND TRANSPORT [PORT]`.
 
     friendly   add(a, b), secret_word(), shout(text): what a person would add
     hostile    huge() (a 50 MB result), hang() (never answers), links() (HTML, javascript: links
-               and an instruction to the model), and 500 tools
+               and an instruction to the model), stopped() (how many hang() calls the client
+               cancelled), and 500 tools
 TRANSPORT: http (Streamable HTTP at /mcp), sse (/sse) or stdio.
 """
 from __future__ import annotations
@@ -42,18 +43,29 @@ def hostile(server: FastMCP) -> None:
         """A result of 50 MB."""
         return "x" * (50 << 20)
 
+    stopped = [0]
+
     @server.tool()
     async def hang() -> str:
         """Never answers (while the server goes on answering other calls)."""
-        await anyio.sleep_forever()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():   # the client's notifications/cancelled
+            stopped[0] += 1
+            raise
         return ""
+
+    @server.tool()
+    def stopped_calls() -> int:
+        """How many hang() calls were cancelled by the client."""
+        return stopped[0]
 
     @server.tool()
     def links() -> str:
         """Markup and instructions in a result."""
         return LINKS
 
-    for i in range(497):
+    for i in range(496):
         server.add_tool(lambda: "ok", name=f"filler_{i:03d}", description="One of many tools.")
 
 

@@ -26,7 +26,7 @@ def put_servers(srv, servers: list[dict], **kw) -> requests.Response:
 
 def call(srv, server: str, tool: str, arguments: dict | None = None, **kw) -> requests.Response:
     return requests.post(srv.url + "/api/mcp/call", json={"server": server, "tool": tool, "arguments": arguments or {}},
-                         timeout=120, headers={**chat_headers(srv), **kw.pop("headers", {})}, **kw)
+                         timeout=kw.pop("timeout", 120), headers={**chat_headers(srv), **kw.pop("headers", {})}, **kw)
 
 
 def by_name(resp: requests.Response) -> dict:
@@ -99,6 +99,21 @@ def test_a_hostile_server_is_bounded_and_the_others_keep_working(tiny_chat_model
         assert servers["gone"]["status"] == "down" and "nothing answers" in servers["gone"]["error"]
         assert servers["notes"]["status"] == "up"
         assert call(srv, "gone", "add").status_code in (404, 503)
+
+
+def test_a_call_the_page_stops_is_cancelled_on_the_mcp_server(tiny_chat_model: Path, hostile_mcp: str):
+    """The page's Stop aborts its fetch; the server sees its client go and sends the MCP server
+    notifications/cancelled, so the tool stops too instead of running to the call's time limit."""
+    with live_server(tiny_chat_model) as srv:
+        put_servers(srv, [{"name": "evil", "url": hostile_mcp}])
+        before = int(call(srv, "evil", "stopped_calls").json()["text"])
+        with pytest.raises(requests.exceptions.ReadTimeout):
+            call(srv, "evil", "hang", timeout=2)   # what the page's AbortController does: the socket closes
+        deadline = time.monotonic() + 15
+        while int(call(srv, "evil", "stopped_calls").json()["text"]) == before and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert int(call(srv, "evil", "stopped_calls").json()["text"]) == before + 1
+        assert call(srv, "evil", "links").status_code == 200   # the server's session goes on
 
 
 def test_ten_servers_at_once(tiny_chat_model: Path, friendly_mcp: str):

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from apps import CHECKING, UNPACKING, App, llmpack_cli
 from doc_files import endless_pdf, make_docx, make_pdf
 from helpers.ports import free_port
@@ -34,6 +33,7 @@ from llmpack.builder.stub import get_stub
 from llmpack.builder.windows.tools import Wine, windows_path
 from llmpack.runtime.documents.extract import TIME_LIMIT_S
 from llmpack.runtime.documents.sandbox import GRACE_S, MEMORY_ENV, WORKER_FLAG
+from mcp_fixtures import *  # noqa: F401,F403 - friendly_mcp: a fixture
 
 pytestmark = pytest.mark.stub
 
@@ -107,6 +107,27 @@ def test_chat_exe_reads_its_model_in_place_and_chats_like_linux(chat_exe, pc, li
         assert saved.status_code == 200 and saved.json()["title"] == "from Wine"
     finally:
         assert ctrl_c(again) == 0, again.stderr
+
+
+def test_the_pages_mcp_tools_work_in_chat_exe(chat_exe, pc, friendly_mcp):
+    """The MCP SDK is in the Windows file as in `llmpack run`, with pywin32, which its stdio client
+    imports on Windows: a Streamable HTTP server on this machine is listed and called through the
+    built file's proxy (before, chat.exe answered 501 "no MCP support")."""
+    app = start(pc, chat_exe)
+    try:
+        app.wait_healthy()
+        headers = {"X-Llmpack-Chat": "1", "X-Llmpack-Token": chat_token(app)}
+        listed = requests.put(app.url + "/api/mcp/servers", json={"servers": [{"name": "notes", "url": friendly_mcp}]},
+                              headers=headers, timeout=120)
+        assert listed.status_code == 200, listed.text
+        [notes] = listed.json()["servers"]
+        assert notes["status"] == "up", notes
+        assert {t["name"] for t in notes["tools"]} == {"add", "secret_word", "shout"}
+        answer = requests.post(app.url + "/api/mcp/call", json={"server": "notes", "tool": "add", "arguments": {"a": 2, "b": 40}},
+                               headers=headers, timeout=120)
+        assert answer.json() == {"text": "42", "is_error": False}
+    finally:
+        assert ctrl_c(app) == 0, app.stderr
 
 
 def test_ctrl_c_while_checking_the_model_leaves_nothing_half_done(chat_exe, new_pc):

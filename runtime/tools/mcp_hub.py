@@ -17,6 +17,7 @@ costs only its own line in Settings:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import httpx
 from mcp import ClientSession, StdioServerParameters, types
@@ -47,6 +48,7 @@ MAX_SCHEMA_CHARS = 16_000
 CONNECT_TIMEOUT = 10.0
 CALL_TIMEOUT_ENV = "LLMPACK_MCP_CALL_TIMEOUT"   # seconds a tool call may take (default 60)
 DEFAULT_CALL_TIMEOUT = 60.0
+GONE_CHECK_S = 0.25   # how often a call looks whether the page that asked has hung up
 
 
 class McpCallError(Exception):
@@ -176,12 +178,25 @@ class McpHub:
 
     # ------------------------------------------------------------------ from the routes' threads
 
-    def _submit(self, coro, timeout: float):
+    def _submit(self, coro, timeout: float, gone: Callable[[], bool] | None = None):
+        """`coro`'s result, run on the hub's loop; cancelled there when `gone()` turns true (the
+        page's client hung up: its Stop) or `timeout` passes."""
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
                 threading.Thread(target=self._loop.run_forever, name="llmpack-mcp", daemon=True).start()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return future.result(min(GONE_CHECK_S, max(0.0, deadline - time.monotonic())) if gone else timeout)
+            except concurrent.futures.TimeoutError:
+                if gone is not None and gone():
+                    future.cancel()
+                    raise McpCallError(499, "The page stopped this call; the MCP server was told to cancel it.") from None
+                if time.monotonic() >= deadline:
+                    future.cancel()
+                    raise
 
     def sync(self, page: Iterable[McpServerSpec]) -> list[dict]:
         """Make the page's servers these (the configured ones stay), connect every server that is
@@ -198,14 +213,15 @@ class McpHub:
     def listing(self) -> list[dict]:
         return [link.view() for link in list(self._links.values())]
 
-    def call(self, server: str, tool: str, arguments: dict) -> str:
-        """The tool's result text; McpCallError (with the HTTP status) when there is none."""
+    def call(self, server: str, tool: str, arguments: dict, gone: Callable[[], bool] | None = None) -> str:
+        """The tool's result text; McpCallError (with the HTTP status) when there is none. When
+        `gone()` turns true the call is cancelled, and the server told so."""
         link = self._links.get(server)
         if link is None:
             raise McpCallError(404, f"No MCP server named {server!r} is configured.")
         if not any(t["name"] == tool for t in link.tools):
             raise McpCallError(404, f"The MCP server {server!r} has no tool {tool!r}.")
-        return self._submit(self._call(link, tool, arguments), self.call_timeout + 15)
+        return self._submit(self._call(link, tool, arguments), self.call_timeout + 15, gone)
 
     def close(self) -> None:
         if self._loop is None:
@@ -327,13 +343,27 @@ class McpHub:
         overflow = link.overflow or asyncio.Event()
         overflow.clear()
         t0 = time.monotonic()
-        call = asyncio.ensure_future(session.call_tool(tool, arguments,
-                                                       read_timeout_seconds=timedelta(seconds=self.call_timeout)))
+        ids: list[int] = []
+
+        async def tool_call() -> types.CallToolResult:
+            # The JSON-RPC id this request takes, to cancel it by: the SDK (1.30) numbers requests
+            # with a counter that send_request reads before its first await, so nothing comes between.
+            ids.append(session._request_id)
+            return await session.call_tool(tool, arguments, read_timeout_seconds=timedelta(seconds=self.call_timeout))
+
+        call = asyncio.ensure_future(tool_call())
         watch = asyncio.ensure_future(overflow.wait())
-        done, _ = await asyncio.wait({call, watch}, timeout=self.call_timeout + 5, return_when=asyncio.FIRST_COMPLETED)
-        watch.cancel()
+        try:
+            done, _ = await asyncio.wait({call, watch}, timeout=self.call_timeout + 5, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:   # the page's Stop: the tool stops too, where the server honours it
+            call.cancel()
+            await self._cancelled(session, ids)
+            raise
+        finally:
+            watch.cancel()
         if call not in done:
             call.cancel()
+            await self._cancelled(session, ids)
             if overflow.is_set():
                 raise McpCallError(502, f"The MCP server {link.spec.name!r} sent more than {MAX_RESPONSE_BYTES >> 20} MB "
                                    "for this call; llmpack stopped reading it.")
@@ -352,3 +382,16 @@ class McpHub:
         if result.isError:
             raise McpCallError(200, text or "The tool reported an error.")
         return text
+
+    @staticmethod
+    async def _cancelled(session: ClientSession, ids: list[int]) -> None:
+        """Tell the server that the request is cancelled (MCP's notifications/cancelled): cancelling
+        the SDK's call only stops waiting for its answer; the tool would run on."""
+        if not ids:
+            return
+        note = types.CancelledNotification(params=types.CancelledNotificationParams(
+            requestId=ids[0], reason="The user stopped this call."))
+        try:
+            await asyncio.wait_for(session.send_notification(types.ClientNotification(note)), 5)
+        except Exception:   # a server gone already cannot be told
+            pass

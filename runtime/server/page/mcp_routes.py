@@ -19,7 +19,7 @@ from __future__ import annotations
 import atexit
 import threading
 
-from flask import Blueprint, current_app, jsonify
+from flask import Blueprint, current_app, jsonify, request
 
 from llmpack.runtime.core.errors import ApiError
 from llmpack.runtime.core.params import scrub
@@ -102,7 +102,9 @@ def mcp_call():
     if not isinstance(arguments, dict):
         raise ApiError(400, "'arguments' must be a JSON object", param="arguments", code="invalid_mcp_call")
     try:
-        return jsonify({"text": hub.call(server, tool, arguments), "is_error": False})
+        # waitress notices a client that hung up (the page's Stop) while its request runs
+        gone = request.environ.get("waitress.client_disconnected")
+        return jsonify({"text": hub.call(server, tool, arguments, gone), "is_error": False})
     except McpCallError as exc:
         if exc.status == 200:   # the tool ran and said it failed: that is its result
             return jsonify({"text": exc.message, "is_error": True})
