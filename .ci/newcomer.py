@@ -14,6 +14,9 @@ uses), /dev/null is bound over each command and file a tool is made of, wherever
 `which` and the file checks then find nothing, and the machine itself is untouched.
 
     .venv/bin/python .ci/newcomer.py        (.ci/run runs it after ./dev setup)
+    .venv/bin/python .ci/newcomer.py --whole [pytest args]
+                                            the README's `./dev test`, whole, with the same tools
+                                            hidden: the newcomer's figure in the README
 """
 from __future__ import annotations
 
@@ -30,30 +33,37 @@ sys.path.insert(0, str(REPO / "tests"))
 import needs  # noqa: E402 - tests/ first
 
 HIDDEN_FLAG = "--tools-hidden"
+WHOLE_FLAG = "--whole"
+# What the README asks of every machine before `./dev setup` (it compiles llama-cpp-python): left in
+# place for the whole run, where hiding them would stand for a machine that cannot set up at all.
+PREREQUISITES = {"cc", "gcc", "g++", "c++", "cmake", "readelf", "glslc"}
 # what needs.need() says: "needs wine, gendef: apt-get install wine64 mingw-w64-tools (.ci/run installs them all)"
 SAYS_WHAT_TO_INSTALL = re.compile(r"^needs \S.*: \S.* \(\.ci/run installs them all\)$")
 
 
-def installed_paths() -> list[str]:
-    """Every file that makes a tool present: each command wherever PATH has it, each file."""
+def installed_paths(keep: frozenset[str] = frozenset()) -> list[str]:
+    """Every file that makes a tool present: each command wherever PATH has it, each file; not
+    those named in `keep`."""
     found: set[str] = set()
     dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
     for tool in needs.TOOLS:
         for part in needs.TOOLS[tool]():
             for name in part.names:
+                if name in keep:
+                    continue
                 candidates = [Path(name)] if name.startswith("/") else [Path(d) / name for d in dirs]
                 found |= {os.path.realpath(p) for p in candidates if p.is_file()}
     return sorted(found)
 
 
-def hide_and_rerun() -> int:
-    paths = installed_paths()
+def hide_and_rerun(command: list[str], keep: frozenset[str] = frozenset()) -> int:
+    """`command` with every optional tool hidden (but `keep`) and CI unset."""
+    paths = installed_paths(keep)
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     # sh -c SCRIPT sh N PATH... COMMAND...: /dev/null over the N paths, then the command
     script = ('n=$1; shift; i=0; while [ $i -lt "$n" ]; do mount --bind /dev/null "$1" || exit 97; '
               'shift; i=$((i+1)); done; exec "$@"')
-    cmd = ["unshare", "-rm", "sh", "-c", script, "sh", str(len(paths)), *paths,
-           sys.executable, str(Path(__file__).resolve()), HIDDEN_FLAG]
+    cmd = ["unshare", "-rm", "sh", "-c", script, "sh", str(len(paths)), *paths, *command]
     print(f"[newcomer] hiding {len(paths)} files of the optional tools in a mount namespace, CI unset", flush=True)
     rc = subprocess.run(cmd, env=env, cwd=REPO).returncode
     if rc == 97:
@@ -116,4 +126,12 @@ def run_hidden() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_hidden() if HIDDEN_FLAG in sys.argv[1:] else hide_and_rerun())
+    if HIDDEN_FLAG in sys.argv[1:]:
+        sys.exit(run_hidden())
+    if sys.argv[1:2] == [WHOLE_FLAG]:
+        began = time.monotonic()
+        rc = hide_and_rerun([str(REPO / "dev"), "test", *sys.argv[2:]], frozenset(PREREQUISITES))
+        print(f"[newcomer] ./dev test without the optional tools: exit code {rc}, {time.monotonic() - began:.0f} s",
+              flush=True)
+        sys.exit(rc)
+    sys.exit(hide_and_rerun([sys.executable, str(Path(__file__).resolve()), HIDDEN_FLAG]))
