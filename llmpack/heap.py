@@ -15,8 +15,8 @@ block, and glibc's defaults scatter them:
 - each thread that allocates may get an arena of its own, up to 8 per core.
 Measured in one process after 3,000 /tokenize and 3,000 generation requests of the fuzz: glibc's
 defaults left 101 MB free inside the arenas and resident memory 43 % over its start, untrimmable;
-a fixed 128 KiB threshold and two arenas left 10 MB and 7 % (docs/BENCHMARKS.md, 'Memory after
-a fuzz'). Windows' heap and macOS's return memory by themselves, and musl has neither knob: there
+a fixed 128 KiB threshold, two arenas and the keeper's trims held it to +9 % after 12,000 of
+every kind (docs/BENCHMARKS.md, 'Memory after a fuzz'). Windows' heap and macOS's return memory by themselves, and musl has neither knob: there
 this is a no-op."""
 from __future__ import annotations
 
