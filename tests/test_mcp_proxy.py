@@ -5,6 +5,7 @@ and the same-origin check); a hostile server bounded (a 50 MB result, a call tha
 markup in a result, 500 tools) while the others keep working; ten servers at once."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from llmpack.runtime.tools.mcp_stdio import Lines
 from mcp_fixtures import *  # noqa: F401,F403
+from mcp_fixtures import SERVERS
 from mcp_servers import LINKS, SECRET
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import chat_headers, live_server
@@ -114,6 +117,31 @@ def test_a_call_the_page_stops_is_cancelled_on_the_mcp_server(tiny_chat_model: P
             time.sleep(0.25)
         assert int(call(srv, "evil", "stopped_calls").json()["text"]) == before + 1
         assert call(srv, "evil", "links").status_code == 200   # the server's session goes on
+
+
+def test_a_stdio_program_that_writes_50_mb_is_bounded_and_its_session_goes_on(tiny_chat_model: Path, friendly_mcp: str,
+                                                                              tmp_path: Path):
+    """The SDK's stdio reader joined a line's chunks one copy at a time: 50 MB held the hub's loop
+    (every server waited) and its memory. runtime/tools/mcp_stdio.py skips a line over 4 MB."""
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"odd": {"command": sys.executable,
+                                                         "args": [str(SERVERS), "hostile", "stdio"]}}}))
+    with live_server(tiny_chat_model, "--mcp-config", str(config)) as srv:
+        assert by_name(put_servers(srv, [{"name": "notes", "url": friendly_mcp}]))["odd"]["status"] == "up"
+        t0 = time.monotonic()
+        huge = call(srv, "odd", "huge")
+        assert huge.status_code == 502 and "sent more than 4 MB" in huge.json()["error"]["message"], huge.text
+        assert time.monotonic() - t0 < 30
+        assert call(srv, "notes", "add", {"a": 1, "b": 2}).json()["text"] == "3"
+        assert call(srv, "odd", "links").json()["text"] == LINKS   # the same session, the next line
+
+
+def test_stdio_lines_are_split_across_chunks_and_an_overlong_one_is_dropped():
+    over = []
+    lines = Lines(10, lambda: over.append(1))
+    assert lines.feed(b'{"a"') == [] and lines.feed(b':1}\n{"b":2}\n\n{"c"') == [b'{"a":1}', b'{"b":2}']
+    assert lines.feed(b":3}" + b"x" * 20) == [] and over == [1]     # 26 bytes of one line: dropped
+    assert lines.feed(b"yyy\nok\n") == [b"ok"] and over == [1]      # its rest skipped, the next line read
 
 
 def test_ten_servers_at_once(tiny_chat_model: Path, friendly_mcp: str):

@@ -21,7 +21,6 @@ import concurrent.futures
 import json
 import logging
 import os
-import sys
 import threading
 import time
 from contextlib import AsyncExitStack
@@ -32,10 +31,10 @@ from typing import Any, Callable, Iterable
 import httpx
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.sse import sse_client
-from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from llmpack.runtime.tools.mcp_config import McpServerSpec
+from llmpack.runtime.tools.mcp_stdio import capped_stdio_client
 
 # Closing a session says goodbye to its server (an HTTP DELETE); one that is gone by then is no news.
 logging.getLogger("mcp.client.streamable_http").setLevel(logging.ERROR)
@@ -283,9 +282,9 @@ class McpHub:
     def _older(self, link: _Link, kind: str):
         spec = link.spec
         if kind == "stdio":
-            env = {**get_default_environment(), **dict(spec.env)}
-            return stdio_client(StdioServerParameters(command=spec.command or "", args=list(spec.args), env=env),
-                                errlog=sys.stderr)
+            return capped_stdio_client(StdioServerParameters(command=spec.command or "", args=list(spec.args),
+                                                             env=dict(spec.env)),
+                                       MAX_RESPONSE_BYTES, lambda: link.overflow and link.overflow.set())
         return sse_client(spec.url or "", headers=dict(spec.headers), timeout=CONNECT_TIMEOUT,
                           sse_read_timeout=24 * 3600, httpx_client_factory=self._http(link))
 
