@@ -6,8 +6,10 @@ A step holds, in this order (vLLM's chunked prefill, Sarathi-Serve's stall-free 
 2. prompt tokens, first come first served: the oldest prompt reads as much as the step allows
    (at most `prefill_chunk`, llama.cpp's n_ubatch, so a long paste reports its progress), and
    the next one starts only once it is read - unless a prompt would be read whole in this very
-   step (a short question behind a long document). So with five long documents queued, the
-   first is answered after one document's worth of reading, not five.
+   step, or is a question (at most `question_tokens`, half of n_ubatch: a chat's next turn with
+   its history cached), which goes first over as many steps as it needs. So with five long
+   documents queued, the first is answered after one document's worth of reading, not five, and a
+   chatting user's next reply does not wait for anyone's document.
 The step's budget is llama.cpp's n_batch (2048, as llama-server). While anyone is decoding it
 is also sized by time: every decoding sequence waits for the whole step, so its prompt tokens,
 picture rows and drafts are limited to what the measured speed (step_sizer.StepSizer) reads in
@@ -64,6 +66,9 @@ class Scheduler:
         self.max_num_seqs = max_num_seqs
         self.step_budget = step_budget
         self.prefill_chunk = min(prefill_chunk or step_budget, step_budget)
+        # A prompt this short is a question (a chat's next turn, its history cached), not a document:
+        # it goes before the oldest prompt's rest, over as many steps as the time budget needs.
+        self.question_tokens = self.prefill_chunk // 2
         self.is_eog = is_eog
         self.max_model_len = max_model_len or block_manager.num_blocks * block_manager.block_size
         self.waiting: deque[Sequence] = deque()
@@ -145,10 +150,10 @@ class Scheduler:
     def _schedule_prompts(self, out: SchedulerOutput, room: int, budget: int) -> None:
         """2. prompts (and recomputes), first come first served, within `room` tokens: the oldest
         that can advance reads as much as the room and `prefill_chunk` allow, and nothing after
-        it starts until it is read, except a prompt that finishes in this very step (a short
-        question behind a long document): those go first, and the oldest reads what they leave
-        (a slow machine's room may be a few dozen tokens: a question must not wait for the whole
-        document there either). `budget` (n_batch, less the decode rows) still bounds a picture, which
+        it starts until it is read, except a prompt that finishes in this very step or a question
+        (`question_tokens`): those go first, and the oldest reads what they leave. A slow
+        machine's room may be a few dozen tokens, so a question is read over several steps
+        rather than waiting for the whole document. `budget` (n_batch, less the decode rows) still bounds a picture, which
         is never split: it may overrun the time, never llama.cpp's batch."""
         scheduled = {id(c.seq) for c in out.chunks}
         while room > 0:
@@ -165,15 +170,19 @@ class Scheduler:
             if head is None:
                 return
             need = head.num_tokens - self._start(head)
-            if n < need:                     # the oldest stays partial: prompts that finish now go first
-                for seq in queue[queue.index(head) + 1:]:   # (the oldest waits a step per short one, at most)
-                    rest = seq.num_tokens - self._start(seq)
-                    if rest <= min(room, self.prefill_chunk) and self._limit(seq, self._start(seq), rest, 0) == rest:
-                        got = self._place(out, seq, rest)
-                        if got is None:
-                            break
-                        scheduled.add(id(seq))
-                        room, budget = room - got, budget - got
+            if n < need:                     # the oldest stays partial: questions go first
+                for seq in queue[queue.index(head) + 1:]:
+                    start, rest = self._start(seq), seq.num_tokens - self._start(seq)
+                    if room <= 0 or rest > max(min(room, self.prefill_chunk), self.question_tokens):
+                        continue
+                    take = self._limit(seq, start, min(rest, room), 0)
+                    if take <= 0:
+                        continue
+                    got = self._place(out, seq, take)
+                    if got is None:
+                        break
+                    scheduled.add(id(seq))
+                    room, budget = room - got, budget - got
                 n = min(n, room) if not self._is_picture(head) else n if n <= budget else 0
             got = self._place(out, head, n) if n > 0 else None
             if got is None:
