@@ -22,16 +22,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import listener_fuzz as F  # noqa: E402
+import listener_process as P  # noqa: E402
 from ggufs import CHATML_TEMPLATE, write_tiny_model  # noqa: E402
 
 SEED = 46
 REQUESTS = 10_000
 
 
-def fuzz(name: str, srv: F.Served, n: int, pids: list[int]) -> list[str]:
+def fuzz(name: str, srv: P.Served, n: int, pids: list[int]) -> list[str]:
     """The run against one listener; what went wrong, as lines."""
     target = srv.target
-    greedy = F.greedy_text(target)
+    greedy = P.greedy_text(target)
     F.run(target, 300, SEED + 1)   # warm: each route down its lazy paths
     time.sleep(3)
     before = {pid: srv.vitals(pid) for pid in pids}
@@ -45,7 +46,7 @@ def fuzz(name: str, srv: F.Served, n: int, pids: list[int]) -> list[str]:
         print(f"{name}: pid {pid} before {was}, after {now}", flush=True)
         if now["threads"] > was["threads"] or now["fds"] > was["fds"] or now["rss_kib"] > was["rss_kib"] * 1.10:
             wrong.append(f"{name}: pid {pid} grew: before {was}, after {now}")
-    if F.greedy_text(target) != greedy:
+    if P.greedy_text(target) != greedy:
         wrong.append(f"{name}: the greedy reply changed after the fuzz")
     return wrong
 
@@ -71,7 +72,7 @@ def main() -> int:
     try:
         model = write_tiny_model(root / "chat.gguf", chat_template=CHATML_TEMPLATE, seed=3)
         print(os.popen("uptime").read().strip(), flush=True)
-        with F.served(["run", str(model), "--no-browser", "--port", "0", "--ctx", "256", "--parallel", "4"],
+        with P.served(["run", str(model), "--no-browser", "--port", "0", "--ctx", "256", "--parallel", "4"],
                       {"LLMPACK_DATA_DIR": str(root / "single")}) as srv:
             wrong += fuzz("single server", srv, n, [srv.proc.pid])
         if "--no-ray" not in sys.argv:
@@ -80,7 +81,7 @@ def main() -> int:
             with socket.socket() as s:   # Ray Serve's proxy takes no port 0
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            with F.served(["serve", "--ray", str(model), "--threads", "1", "--port", str(port)], env) as srv:
+            with P.served(["serve", "--ray", str(model), "--threads", "1", "--port", str(port)], env) as srv:
                 wrong += fuzz("Ray ingress", srv, n, replicas(srv.proc.pid))
         print(os.popen("uptime").read().strip(), flush=True)
     finally:

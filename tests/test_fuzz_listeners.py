@@ -19,7 +19,9 @@ from typing import Iterator
 
 import pytest
 
+import hostile_values
 import listener_fuzz as F
+import listener_process as P
 from llmpack import heap
 from llmpack.runtime.server.app import create_app
 from llmpack.runtime.server.http.state import ServerState
@@ -31,26 +33,26 @@ HEAP_WAIT_S = 3 * heap.CHECK_S   # two of the HeapKeeper's checks, and a margin
 
 
 @pytest.fixture(scope="module")
-def served(tiny_chat_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[F.Served]:
+def served(tiny_chat_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P.Served]:
     data = tmp_path_factory.mktemp("fuzz-listeners")
-    with F.served(["run", str(tiny_chat_model), "--no-browser", "--port", "0", "--ctx", "256", "--parallel", "4"],
+    with P.served(["run", str(tiny_chat_model), "--no-browser", "--port", "0", "--ctx", "256", "--parallel", "4"],
                   {"LLMPACK_DATA_DIR": str(data)}) as srv:
         yield srv
 
 
 def test_the_fuzz_covers_every_route_of_the_server():
-    """A route added to the app without a place in listener_fuzz.ROUTES fails here."""
+    """A route added to the app without a place in hostile_values.ROUTES fails here."""
     app = create_app(ServerState())
     rules = {(method, re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule).replace("{chat_id}", "{id}")
               .replace("{response_id}", "{id}").replace("{model_id}", "{id}").replace("{digest}", "{id}")
               .replace("{filename}", "{path}"))
              for rule in app.url_map.iter_rules() for method in rule.methods - {"HEAD", "OPTIONS"}}
-    fuzzed = {(method, route) for method, route, _ in F.ROUTES}
+    fuzzed = {(method, route) for method, route, _ in hostile_values.ROUTES}
     assert rules - fuzzed == set(), "routes the fuzz does not reach"
     assert fuzzed - rules == set(), "fuzzed routes the server no longer has"
 
 
-def settle(served: F.Served, before: dict[str, int], wait_s: float = 30.0) -> dict[str, int]:
+def settle(served: P.Served, before: dict[str, int], wait_s: float = 30.0) -> dict[str, int]:
     """The server's vitals once what the fuzz left (closing connections, a sandbox worker that is
     replaced) has had time to go: waitress closes a channel on its next loop."""
     end = time.monotonic() + wait_s
@@ -61,9 +63,9 @@ def settle(served: F.Served, before: dict[str, int], wait_s: float = 30.0) -> di
         time.sleep(0.5)
 
 
-def test_every_route_survives_a_seeded_protocol_fuzz(served: F.Served, capsys: pytest.CaptureFixture):
+def test_every_route_survives_a_seeded_protocol_fuzz(served: P.Served, capsys: pytest.CaptureFixture):
     target = served.target
-    greedy = F.greedy_text(target)
+    greedy = P.greedy_text(target)
     F.run(target, 300, SEED + 1)            # warm: each route once down its lazy paths (the sandbox's workers...)
     before = settle(served, served.vitals(), 5)
     report = F.run(target, REQUESTS, SEED)
@@ -74,10 +76,10 @@ def test_every_route_survives_a_seeded_protocol_fuzz(served: F.Served, capsys: p
     after = settle(served, before)
     assert after["threads"] <= before["threads"] and after["fds"] <= before["fds"], (before, after)
     assert served.proc.poll() is None
-    assert F.greedy_text(target) == greedy   # the engine is as it was
+    assert P.greedy_text(target) == greedy   # the engine is as it was
 
 
-def test_memory_is_back_within_10_percent_after_the_fuzz(served: F.Served):
+def test_memory_is_back_within_10_percent_after_the_fuzz(served: P.Served):
     """glibc kept what the requests freed (101 MB inside its arenas after 6,000 of them, +21 % here
     after 10,000): now large blocks get their own mappings, two arenas serve all threads, and the
     server's HeapKeeper trims when it has grown (llmpack/heap.py). Its check runs every CHECK_S,
@@ -93,27 +95,27 @@ def test_memory_is_back_within_10_percent_after_the_fuzz(served: F.Served):
     assert after["rss_kib"] <= before["rss_kib"] * 1.10, (before, after)
 
 
-def test_slow_clients_do_not_take_the_threads_of_other_users(served: F.Served):
+def test_slow_clients_do_not_take_the_threads_of_other_users(served: P.Served):
     """Waitress reads a request whole before a thread takes it: 260 connections dripping their
     headers or bodies a byte every half second hold no thread, and a chat is answered as usual."""
     target = served.target
-    greedy = F.greedy_text(target)
-    with F.SlowClients(target, *SLOW) as slow:
+    greedy = P.greedy_text(target)
+    with P.SlowClients(target, *SLOW) as slow:
         time.sleep(2)
         start = time.monotonic()
         for _ in range(3):
-            assert F.greedy_text(target) == greedy
+            assert P.greedy_text(target) == greedy
         assert time.monotonic() - start < 30
         assert slow.open() == sum(SLOW)   # they were all still held while the others were served
 
 
-def test_embeddings_on_many_http_threads_leave_no_threads_behind(served: F.Served):
+def test_embeddings_on_many_http_threads_leave_no_threads_behind(served: P.Served):
     """Found by the fuzz: each embeddings call decoded on whichever of waitress's threads took it,
     and ggml's OpenMP keeps a team of threads for every thread that ever computes, so the server
     grew by n_threads - 1 idle threads per waitress thread. Now one thread of the Embedder decodes."""
     target = served.target
-    F.json_call(target, "POST", "/v1/embeddings", {"input": "warm"})
+    P.json_call(target, "POST", "/v1/embeddings", {"input": "warm"})
     before = served.vitals()["threads"]
     for k in range(40):   # a connection each: waitress hands them to its threads in turn
-        F.json_call(target, "POST", "/v1/embeddings" if k % 2 else "/api/embed", {"input": f"text {k}", "model": "m"})
+        P.json_call(target, "POST", "/v1/embeddings" if k % 2 else "/api/embed", {"input": f"text {k}", "model": "m"})
     assert served.vitals()["threads"] == before

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from listener_fuzz import bodies   # the hostile values and mutations, shared with the socket-level fuzz
+from hostile_values import bodies   # the hostile values and mutations, shared with the socket-level fuzz
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import LiveServer, live_server, wait_idle
 

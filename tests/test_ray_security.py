@@ -35,6 +35,7 @@ except ImportError:
 import psutil   # Ray's own copy (ray/thirdparty_files), on the path once Ray is imported
 
 import listener_fuzz
+import listener_process
 from ggufs import CHATML_TEMPLATE, write_tiny_model
 from helpers.ports import free_port
 
@@ -233,12 +234,12 @@ def test_the_ingress_answers_a_protocol_fuzz_and_then_serves_as_before(served, c
     no hostile request gets a 5xx or hangs there, and the replicas answer as before afterwards."""
     proc, _, _ = served
     target = listener_fuzz.Target("127.0.0.1", proc.port)
-    greedy = listener_fuzz.greedy_text(target)
+    greedy = listener_process.greedy_text(target)
     report = listener_fuzz.run(target, INGRESS_FUZZ, seed=46)
     with capsys.disabled():
         print(f"\nfuzz (Ray ingress): {report.summary()}")
     assert report.problems == [], "\n".join(report.problems[:20])
-    assert listener_fuzz.greedy_text(target) == greedy
+    assert listener_process.greedy_text(target) == greedy
     assert proc.poll() is None
 
 
