@@ -159,10 +159,14 @@ class Wine:
         self.prefix.mkdir(parents=True, exist_ok=True)
         env = self.env()
         run = dict(env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
-        proc = subprocess.run(["wineboot", "-i"], **run)
-        if proc.returncode != 0:
-            raise WindowsBuildError(f"Wine could not create its prefix {self.prefix}: "
-                                    f"{proc.stdout.decode('utf-8', 'replace')[-500:]}")
+        for _ in range(2):   # a fresh prefix's wineboot failed once in a CI run, without a word; again, it worked
+            proc = subprocess.run(["wineboot", "-i"], **run)
+            if proc.returncode == 0:
+                break
+            subprocess.run(["wineserver", "-k"], env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        else:
+            raise WindowsBuildError(f"Wine could not create its prefix {self.prefix} (wineboot exited "
+                                    f"{proc.returncode} twice): {proc.stdout.decode('utf-8', 'replace')[-500:]}")
         subprocess.run(["wine", "reg", "add", r"HKCU\Software\Wine", "/v", "Version", "/d", "win10", "/f"],
                        check=True, **run)
         subprocess.run(["wineserver", "-w"], env=env, timeout=120)   # registry written to disk
