@@ -66,6 +66,12 @@ def chat_data(chat_data: Path) -> Path:
     return chat_data
 
 
+def tool_store(page, *, off=(), on=(), servers=()) -> None:
+    """The page's tool settings (webui/tools.js), in place before its script runs."""
+    data = json.dumps({"off": {**{n: True for n in off}, **{n: False for n in on}}, "always": {}, "servers": list(servers)})
+    page.add_init_script(f"window.localStorage.setItem('llmpack.tools.v1', {json.dumps(data)});")
+
+
 def set_settings(page, model_id: str, **values) -> None:
     """Per-model settings as the page stores them, in place before its script runs."""
     data = json.dumps({"models": {model_id: values}, "api_key": ""})

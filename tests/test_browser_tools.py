@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_chat, get_chats, new_page, open_app, put_chat, set_settings
+from browser_fixtures import ARTIFACTS, get_chat, get_chats, new_page, open_app, put_chat, set_settings, tool_store
 from mcp_fixtures import *  # noqa: F401,F403
 from mcp_servers import LINKS, SECRET
 from server_fixtures import *  # noqa: F401,F403
@@ -23,12 +23,6 @@ from server_fixtures import chat_headers, live_server, write_scripted_model
 pytestmark = pytest.mark.browser
 BUILTINS = ("calculator", "date_time", "run_javascript", "search_files")
 REFUSED = "The user refused to run this tool."
-
-
-def tool_store(page, *, off=(), on=(), servers=()) -> None:
-    """The page's tool settings (webui/tools.js), in place before its script runs."""
-    data = json.dumps({"off": {**{n: True for n in off}, **{n: False for n in on}}, "always": {}, "servers": list(servers)})
-    page.add_init_script(f"window.localStorage.setItem('llmpack.tools.v1', {json.dumps(data)});")
 
 
 def ask(page, text: str) -> None:
