@@ -32,8 +32,9 @@ from typing import Callable
 CHECK_S = 2.0
 GROWTH_KIB = 4096
 # glibc's mallopt parameters (malloc.h) and the values set: blocks from 128 KiB up get their own
-# mapping, returned on free (fixing the threshold also stops it rising); two arenas, since the GIL
-# keeps Python's threads from allocating at once anyway.
+# mapping, returned on free (fixing the threshold also stops it rising); two arenas: Python's
+# threads allocate under the GIL, so more bought fragmentation, not speed, and the second keeps
+# llama.cpp's calls (which run with the GIL released) from waiting on Python's.
 M_MMAP_THRESHOLD, MMAP_THRESHOLD = -3, 128 * 1024
 M_ARENA_MAX, ARENA_MAX = -8, 2
 
