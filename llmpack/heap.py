@@ -16,15 +16,16 @@ block, and glibc's defaults scatter them:
 Measured in one process after 3,000 /tokenize and 3,000 generation requests of the fuzz: glibc's
 defaults left 101 MB free inside the arenas and resident memory 43 % over its start, untrimmable;
 a fixed 128 KiB threshold, two arenas and the keeper's trims held it to +9 % after 12,000 of
-every kind (docs/BENCHMARKS.md, 'Memory after a fuzz'). Windows' heap and macOS's return memory by themselves, and musl has neither knob: there
-this is a no-op."""
+every kind (docs/BENCHMARKS.md, 'Memory after a fuzz'). Windows' heap and macOS's return memory
+by themselves, and musl has neither knob: there this is a no-op."""
 from __future__ import annotations
 
 import ctypes
+import functools
+import os
 import sys
 import threading
 from pathlib import Path
-from typing import Callable
 
 # How often the keeper looks at the resident size, and by how much it must have grown since the
 # last trim before it trims again. A trim walks every arena's free lists under their locks (a few
@@ -39,7 +40,9 @@ M_MMAP_THRESHOLD, MMAP_THRESHOLD = -3, 128 * 1024
 M_ARENA_MAX, ARENA_MAX = -8, 2
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
+    """The C library, where it is glibc (looked up once: the keeper asks at every trim)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -48,11 +51,6 @@ def _glibc() -> ctypes.CDLL | None:
     except (OSError, AttributeError):   # not glibc
         return None
     return libc
-
-
-def _trim_function() -> Callable[[int], int] | None:
-    libc = _glibc()
-    return libc.malloc_trim if libc is not None else None
 
 
 def tune() -> bool:
@@ -67,16 +65,16 @@ def tune() -> bool:
 def resident_kib() -> int:
     """This process's resident memory in KiB (Linux), else 0."""
     try:
-        return int(Path("/proc/self/statm").read_text().split()[1]) * 4   # pages of 4 KiB
+        return int(Path("/proc/self/statm").read_text().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
     except (OSError, ValueError, IndexError):
         return 0
 
 
 def give_back_freed_heap() -> None:
     """Return the heap's free pages to the OS now (a no-op where the C library has no malloc_trim)."""
-    trim = _trim_function()
-    if trim is not None:
-        trim(0)
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 class HeapKeeper:
@@ -90,7 +88,7 @@ class HeapKeeper:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        if _trim_function() is None or self._thread is not None:
+        if _glibc() is None or self._thread is not None:
             return
         self._thread = threading.Thread(target=self._run, name="llmpack-heap", daemon=True)
         self._thread.start()

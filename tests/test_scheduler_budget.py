@@ -5,9 +5,9 @@ a number, not a timing: nothing in this file depends on how fast the machine is.
 from __future__ import annotations
 
 import pytest
-
 from engine_invariants import check_consistency, run_checked
 from helpers.sampling import greedy
+
 from llmpack.runtime.engine.engine import EngineConfig, LLMEngine
 from llmpack.runtime.engine.step_sizer import MIN_PROMPT_TOKENS, StepSizer
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import requests
+
 from apps import CHECKING, UNPACKING, App, llmpack_cli
 from doc_files import endless_pdf, make_docx, make_pdf
 from helpers.ports import free_port

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
 
-from llmpack.runtime.core.params import scrub  # lone surrogates -> U+FFFD, as requests get
+from llmpack.runtime.core.params import scrub   # lone surrogates -> U+FFFD, as requests get
 
 T = TypeVar("T")
 

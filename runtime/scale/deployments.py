@@ -56,7 +56,7 @@ class LlmpackReplica:
     node (shared storage, or the same copy): checked here with its size, so a node without it says so."""
 
     def __init__(self, model: ModelFile, size: int, config: Any, options: dict, served: ServedApp) -> None:
-        import ray  # lazy: the driver imports this module before Ray is set up
+        import ray   # lazy: the driver imports this module before Ray is set up
         from ray import serve
 
         self.heap = _kept_heap()
@@ -185,7 +185,7 @@ class Ingress:
                         headers={"Cache-Control": "no-store"})
 
     async def _ask(self, call: HttpCall, replica: str) -> Answer:
-        from ray.serve.context import _set_request_context  # lazy: see _is_gone (pinned ray 2.60.0)
+        from ray.serve.context import _set_request_context   # lazy: see _is_gone (pinned ray 2.60.0)
 
         # Ray matches a routing decision to its request by the request's internal id, which every
         # call made for one HTTP request inherits: each call gets its own (this task's context only)
@@ -202,7 +202,7 @@ class Ingress:
 
 def replica_ids() -> list[str]:
     """The ids of the replicas Ray has alive now (their actors' names end with them)."""
-    import ray  # lazy: the driver imports this module before Ray is set up
+    import ray   # lazy: the driver imports this module before Ray is set up
 
     prefix = f"SERVE_REPLICA::{APP_NAME}#replica#"
     return sorted(a["name"].removeprefix(prefix) for a in ray.util.list_named_actors(all_namespaces=True)
@@ -225,7 +225,7 @@ async def _rest(stream: Any, sse: bool) -> AsyncIterator[bytes]:
 
 
 def _is_gone(exc: BaseException) -> bool:
-    from ray import exceptions as rex  # lazy: the driver imports this module before Ray is set up
+    from ray import exceptions as rex   # lazy: the driver imports this module before Ray is set up
 
     return isinstance(exc, (rex.RayActorError, rex.ActorDiedError, rex.ActorUnavailableError,
                             rex.NodeDiedError, rex.WorkerCrashedError))

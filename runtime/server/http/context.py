@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flask import current_app, request
+
 from llmpack.runtime.core.errors import ApiError, bad
 from llmpack.runtime.core.served_model import ServedModel
 from llmpack.runtime.server.http.metrics import Metrics
