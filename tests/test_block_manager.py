@@ -301,3 +301,25 @@ def test_a_long_prefill_evicts_the_unreferenced_cache_and_keeps_its_own_hits():
     assert kv.seq_pos_max(again.llama_seq) >= 127
     for sid in ids[1:]:                            # their cells are gone, their ids free again
         assert kv.seq_pos_max(sid) == -1 and sid not in bm.parked_ids
+
+
+def test_a_long_prompt_read_in_small_chunks_evicts_the_unreferenced_cache_too():
+    """Beside decoding streams a document is read a few dozen tokens a step (issue 48's time-sized
+    steps): what counts is the prompt left to read, not the chunk, or every cached document would
+    stay in each later step's attention. A short prompt still evicts nothing."""
+    from llmpack.runtime.engine.block_manager import PREFILL_TRIM_TOKENS
+
+    kv = RecordingKV()
+    bm = BlockManager(num_blocks=64, block_size=16, num_llama_seqs=12, kv=kv)
+    for i in range(2):
+        seq = make_seq(range(1000 * i, 1000 * i + 129))
+        admit(bm, kv, seq)
+        bm.free(seq)
+    cached = lambda: sum(1 for b in bm.free_queue if b.hash is not None)   # noqa: E731
+    assert cached() == 16
+    question = make_seq(range(9000, 9000 + PREFILL_TRIM_TOKENS - 1))
+    assert bm.assign_llama_seq(question) and bm.allocate(question, [], 40)
+    assert cached() == 16                          # under PREFILL_TRIM_TOKENS in all: a chat's turn
+    document = make_seq(range(7000, 7000 + 4 * PREFILL_TRIM_TOKENS))
+    assert bm.assign_llama_seq(document) and bm.allocate(document, [], 40)
+    assert cached() == 0                           # a 40-token chunk of a long prompt

@@ -21,9 +21,11 @@ pool into fixed-size blocks of `block_size` cells for accounting, vLLM-style:
 
 Cached cells are not free in one way vLLM's are: llama.cpp attends over every cell up to the
 highest one in use, so a long prompt's prefill pays for every cached cell in the pool, even for a
-quarter of it kept (docs/BENCHMARKS.md, the 2,000-word TTFT). So before a prefill chunk of at
-least PREFILL_TRIM_TOKENS, every unreferenced cached block is evicted, as llama-server moves idle
-slots' cells out of its KV cache before a new prompt. The prompt's own hits are referenced by
+quarter of it kept (docs/BENCHMARKS.md, the 2,000-word TTFT). So before each chunk of a prompt
+with at least PREFILL_TRIM_TOKENS still to read, every unreferenced cached block is evicted, as
+llama-server moves idle slots' cells out of its KV cache before a new prompt. (The prompt's rest,
+not the chunk: beside decoding streams a document is read ~80 tokens a step on 2 cores, and
+counting by chunk kept five documents' cells, ~8,000, in every step's attention; issue 48.) The prompt's own hits are referenced by
 then, so a person continuing a long chat keeps all of it; small chunks (chats sharing a system
 prompt, each adding a message) evict nothing.
 
@@ -52,7 +54,7 @@ class KVOps(Protocol):
     def seq_pos_max(self, seq_id: int) -> int: ...
 
 
-PREFILL_TRIM_TOKENS = 256   # a prefill chunk this long first evicts the unreferenced cache
+PREFILL_TRIM_TOKENS = 256   # a prompt with this much left to read first evicts the unreferenced cache
 
 _ROOT = b"llmpack-prefix-root"
 
@@ -207,8 +209,8 @@ class BlockManager:
             seq.block_table.append(bid)
             seq.block_hashes.append(block.hash)
         seq.num_computed_tokens += len(hits) * bs
-        if num_new_tokens >= PREFILL_TRIM_TOKENS:
-            self.evict_unreferenced()
+        if num_new_tokens and seq.num_tokens - seq.num_computed_tokens >= PREFILL_TRIM_TOKENS:
+            self.evict_unreferenced()     # a long prompt, even read in small chunks beside decoding streams
         for _ in range(need):
             self._append_new_block(seq)
         self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
