@@ -5,7 +5,8 @@ of the context the file takes and offer the first N pages; a chat request's `fil
 user message's text in `expand_file_parts`: {"filename", "file_data", "file_id"?, "read"?: "auto" |
 "whole" | "excerpts"}. A file too long for the context is indexed (documents/index.py, once per
 content; `describe` does it as soon as the page attaches one and answers its `file_id`), and the
-latest question reads the parts of it that fit (documents/reading.py); `expand_file_parts` says
+latest question reads the parts of it that fit (documents/reading.py), or, asked about the whole
+file, the summaries of all its parts (documents/overview.py, core/summaries.py); `expand_file_parts` says
 which, for the response's `X-Llmpack-Read` header (READ_HEADER), and what the model was given,
 so the reply can be attributed to its places (documents/attribution.py: the `sources` field).
 
@@ -28,6 +29,7 @@ from llmpack.runtime.chat import untrusted
 from llmpack.runtime.core.errors import ApiError, bad
 from llmpack.runtime.core.files import AppFiles
 from llmpack.runtime.core.served_model import ServedModel
+from llmpack.runtime.core.summaries import EngineSummariser
 from llmpack.runtime.documents import extract as D
 from llmpack.runtime.documents import reading as Rd
 from llmpack.runtime.documents.attribution import Attribution
@@ -166,7 +168,8 @@ def expand_file_parts(messages: Any, model: ServedModel) -> tuple[Any, list[dict
     try:
         done = _indexed(lambda: Rd.arrange(messages, found, budget=budget(model.n_ctx), index=model.files.index,
                                             count=lambda text: _tokens(model, text), owner=model.model_key,
-                                            prompt_tok_s=prompt_speed(model)))
+                                            prompt_tok_s=prompt_speed(model),
+                                            summariser=EngineSummariser(model, model.files.rounds)))
     except Rd.ReadingError as exc:
         raise bad("messages", str(exc), exc.code) from None
     # what files brought in is text, never control tokens (chat/untrusted.py): each message the

@@ -9,6 +9,9 @@ every llmpack app of this user (an app may name its own folder: core/files.py):
     owners     (document, model key): which models' chats use it; `--forget` removes one model's
                rows and then every document no model owns any more
     chunks     the pieces (documents/chunks.py): ord, page, label, heading, text
+    summaries  what a model wrote of each part of a document for a question about the whole file
+               (documents/overview.py), by model and by how the file was cut (`plan`), so the
+               next such question reads them instead of the file
     chunk_text FTS5 over (heading, text, grams), external content = chunks, Porter stemming over
                unicode61 with diacritics folded, so "keeps" finds "keep" and "resume" finds "résumé";
                `grams` holds the pairs of characters of the chunk's Chinese or Japanese runs
@@ -64,6 +67,9 @@ CREATE TABLE IF NOT EXISTS chunks (
 CREATE INDEX IF NOT EXISTS chunks_by_page ON chunks (doc, page);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunk_text USING fts5(
     heading, text, grams, content='chunks', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2');
+CREATE TABLE IF NOT EXISTS summaries (
+    doc TEXT NOT NULL REFERENCES documents (id) ON DELETE CASCADE, model TEXT NOT NULL, plan TEXT NOT NULL,
+    part INTEGER NOT NULL, text TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY (doc, model, plan, part));
 """
 # A file written before `grams` existed: the column is added, filled, and the search terms rebuilt
 # (FTS5's columns cannot be altered), once; PRAGMA user_version says it was done.
@@ -286,6 +292,34 @@ class DocumentIndex:
                 f"(VALUES {','.join(['(?, ?)'] * len(wanted))})", [v for pair in wanted for v in pair]).fetchall()}
         return [rows[w] for w in wanted if w in rows]
 
+    def spread(self, keys: Sequence[str], words: Sequence[str]) -> dict[str, int]:
+        """How many chunks of documents `keys` hold each of `words` (query_terms' form): a word in
+        a few chunks points at a place, one in most of them or none says nothing of where."""
+        marks = ",".join("?" * len(keys))
+        out = {}
+        with closing(self._connect()) as con:
+            for w in words:
+                out[w] = con.execute(
+                    f"SELECT count(*) FROM chunk_text JOIN chunks c ON c.id = chunk_text.rowid WHERE chunk_text MATCH ? "
+                    f"AND c.doc IN ({marks})", ('"' + w.replace('"', '""') + '"', *keys)).fetchone()[0]
+        return out
+
+    def summaries(self, key: str, model: str) -> dict[str, dict[int, str]]:
+        """The summaries `model` wrote of document `key`'s parts: plan -> part -> text."""
+        out: dict[str, dict[int, str]] = {}
+        with closing(self._connect()) as con:
+            for plan, part, text in con.execute("SELECT plan, part, text FROM summaries WHERE doc = ? AND model = ? "
+                                                "ORDER BY created", (key, model)):
+                out.setdefault(plan, {})[part] = text
+        return out
+
+    def keep_summary(self, key: str, model: str, plan: str, part: int, text: str) -> None:
+        """Keep one part's summary (nothing when the document has been forgotten meanwhile)."""
+        with closing(self._connect()) as con, con:
+            if con.execute("SELECT 1 FROM documents WHERE id = ?", (key,)).fetchone():
+                con.execute("INSERT OR REPLACE INTO summaries VALUES (?, ?, ?, ?, ?, ?)",
+                            (key, model, plan, part, text, int(time.time() * 1000)))
+
     def first(self, key: str, n: int) -> list[Hit]:
         """The first `n` chunks: what a question that names nothing in the document gets."""
         with closing(self._connect()) as con:
@@ -313,6 +347,7 @@ class DocumentIndex:
             return 0
         with closing(self._connect()) as con, con:
             con.execute("DELETE FROM owners WHERE model = ?", (owner,))
+            con.execute("DELETE FROM summaries WHERE model = ?", (owner,))   # what that model wrote
             gone = [r[0] for r in con.execute("SELECT id FROM documents d WHERE NOT EXISTS "
                                               "(SELECT 1 FROM owners o WHERE o.doc = d.id)").fetchall()]
             for key in gone:
@@ -361,7 +396,8 @@ def _add_grams(con: sqlite3.Connection) -> None:
         if "grams" not in {r[1] for r in con.execute("PRAGMA table_info(chunks)")}:
             for statement in ADD_GRAMS:
                 con.execute(statement)
-            con.execute(SCHEMA[SCHEMA.index("CREATE VIRTUAL TABLE"):].rstrip().rstrip(";"))
+            fts = SCHEMA.index("CREATE VIRTUAL TABLE")
+            con.execute(SCHEMA[fts:SCHEMA.index(";", fts)])
             for rowid, heading, text in con.execute("SELECT id, heading, text FROM chunks").fetchall():
                 pairs = grams(heading + "\n" + text)
                 if pairs:

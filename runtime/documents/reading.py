@@ -12,7 +12,9 @@ README, "Files in chat requests"):
   often. A searched file's report says why (`"searched": "slow"` with `whole_s`, the expected wait
   when read whole), so the page can offer to read it whole;
 - `"whole"`: all of it, or HTTP 400 `attachments_too_long` when it does not fit;
-- `"excerpts"`: always searched, even when it would fit (a long chat about one manual).
+- `"excerpts"`: always searched, even when it would fit (a long chat about one manual), and
+  searched even for a question about the whole file (which `auto` answers from summaries of all
+  its parts: documents/overview.py).
 
 A searched file leaves a one-line stand-in in the message that carried it, and the parts that
 best match the *latest* user message go into that message, under the file's name, within what
@@ -26,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmpack.runtime.documents import excerpts, places
+from llmpack.runtime.documents import excerpts, overview, places
 from llmpack.runtime.documents.attribution import Attribution
 from llmpack.runtime.documents.extract import Document, DocumentError, format_message
 from llmpack.runtime.documents.index import DocumentIndex, Indexed
@@ -45,6 +47,9 @@ FIRST_WORD_S = 3.0       # the wait for a first word that `auto` keeps a file wh
 # 0.5B demo model on 2 CPU cores, so a first question on a slow computer is not the slow one.
 UNMEASURED_TOK_S = 200.0
 NOTE_TOKENS = 32         # excerpts.note's line after the excerpts (about 25 tokens)
+# Tokens of summaries a question about the whole of a file reads at most (documents/overview.py):
+# every part's summary, about 10 s of prompt on 2 CPU cores for the demo model.
+SUMMARY_ROOM = overview.MAX_PARTS * (overview.SUMMARY_TOKENS + 16)
 
 
 class ReadingError(DocumentError):
@@ -83,11 +88,14 @@ class Arranged:
 
 
 def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, count: Callable[[str], int],
-            index: DocumentIndex, owner: str, prompt_tok_s: float | None = None) -> Arranged:
+            index: DocumentIndex, owner: str, prompt_tok_s: float | None = None,
+            summariser: overview.Summariser | None = None) -> Arranged:
     """`messages` with each FileMessage's content written as text: whole files under their
     names, searched files as stand-ins, and the parts read for the latest question.
     `prompt_tok_s`: the engine's measured prompt speed (0: not measured yet), which limits what
-    `auto` reads whole to what it reads within FIRST_WORD_S; None: no limit but the budget."""
+    `auto` reads whole to what it reads within FIRST_WORD_S; None: no limit but the budget.
+    `summariser`: the engine, to answer a question about the whole of a searched file from
+    summaries of all its parts (documents/overview.py); None: such a question is searched too."""
     files = [f for m in file_messages for f in m.files]
     for f in files:
         if f.doc is not None:
@@ -118,31 +126,44 @@ def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, co
         raise ReadingError(f"the conversation already fills this model's context, so there is no room left to read "
                            f"parts of {names}: start a new chat, or send fewer or shorter files")
     docs = list({f.indexed.id: f.indexed for f in searched}.values())
-    readings = excerpts.read(index, docs, question, min(room, EXCERPT_TOKENS) - NOTE_TOKENS, count)
-    if not readings:
-        raise ReadingError(f"not even one part of {names} fits in what this model's context has left; start a new "
-                           "chat, or send fewer or shorter files")
-    target = out[last]
-    own = by_at[last].text if last in by_at else _text(target)
-    before = [(f.doc.name, f.doc.text) for f in (by_at[last].files if last in by_at else []) if id(f) in is_whole]
-    sections = [r.section() for r in readings]
-    sections[-1] = (sections[-1][0], sections[-1][1] + "\n\n" + excerpts.note(readings))
-    out[last] = {**target, "content": format_message(before + sections, own)}
     first = {}   # a searched file's first part in the request: its name, place among the files and text
     for i, f in enumerate(files):
         if id(f) not in is_whole:
             first.setdefault(f.indexed.id, (f, i))
-    # what the model read first comes first: the parts read for the question, then whole files
-    read = [p for r in readings
-            for p in places.of_hits(r.hits, first[r.doc.id][0].name, r.doc.id, first[r.doc.id][1], first[r.doc.id][0].doc)]
-    # what the model read first comes first: the parts read for the question, then whole files
-    reports = [r.report() for r in readings]
-    for r in reports:   # why it was searched: too long for the context, or too slow to read whole
-        f = first[r["file_id"]][0]
-        if f.mode == "auto" and f.doc is not None and f.cost <= budget and rate is not None:
-            r.update(searched="slow", whole_s=round(f.cost / rate, 1))
-        else:
-            r.update(searched="excerpts" if f.mode == "excerpts" else "long")
+    if summariser is not None and all(f.mode == "auto" for f in searched) and overview.about_whole(index, docs, question):
+        if all(f.doc is not None for f in searched) and sum(f.cost for f in files) <= budget:
+            # it fits, only slowly: about the whole file, the whole file is the answer's best reading
+            return arrange(messages, file_messages, budget=budget, count=count, index=index, owner=owner)
+        # too long for the context: the summaries of all its parts (documents/overview.py)
+        read_tokens = max(overview.MIN_READ_TOKENS, int((rate or UNMEASURED_TOK_S) * overview.READ_S)) // len(docs)
+        views = [overview.read(index, d, owner, count=count, read_tokens=read_tokens, summariser=summariser,
+                               part_tokens=max(256, budget - overview.SUMMARY_TOKENS - 256)) for d in docs]
+        share = (min(room, SUMMARY_ROOM) - NOTE_TOKENS) // len(views)
+        sections, note = [v.section(share, count) for v in views], ""
+        read = [p for v in views for p in v.places(first[v.doc.id][1])]
+        reports = [v.report() for v in views]
+    else:
+        readings = excerpts.read(index, docs, question, min(room, EXCERPT_TOKENS) - NOTE_TOKENS, count)
+        if not readings:
+            raise ReadingError(f"not even one part of {names} fits in what this model's context has left; start a "
+                               "new chat, or send fewer or shorter files")
+        sections, note = [r.section() for r in readings], excerpts.note(readings)
+        # what the model read first comes first: the parts read for the question, then whole files
+        read = [p for r in readings for p in places.of_hits(r.hits, first[r.doc.id][0].name, r.doc.id,
+                                                            first[r.doc.id][1], first[r.doc.id][0].doc)]
+        reports = [r.report() for r in readings]
+        for r in reports:   # why it was searched: too long for the context, or too slow to read whole
+            f = first[r["file_id"]][0]
+            if f.mode == "auto" and f.doc is not None and f.cost <= budget and rate is not None:
+                r.update(searched="slow", whole_s=round(f.cost / rate, 1))
+            else:
+                r.update(searched="excerpts" if f.mode == "excerpts" else "long")
+    target = out[last]
+    own = by_at[last].text if last in by_at else _text(target)
+    before = [(f.doc.name, f.doc.text) for f in (by_at[last].files if last in by_at else []) if id(f) in is_whole]
+    if note:
+        sections[-1] = (sections[-1][0], sections[-1][1] + "\n\n" + note)
+    out[last] = {**target, "content": format_message(before + sections, own)}
     return Arranged(out, reports, Attribution(read + whole_places, question))
 
 

@@ -36,3 +36,11 @@ def extract_route():
     doc = extract(name, data, (request.mimetype or "") if request.mimetype != "application/octet-stream" else "",
                   files=model.files)
     return jsonify(describe(doc, model))
+
+
+@bp.get("/v1/documents/reading")
+def reading_route():
+    """The rounds under way that summarise a long file for a question about all of it
+    (core/summaries.py): the page shows "page 12 of 50" while the reply waits for them."""
+    model = ready_model(app_context().state)
+    return jsonify({"reading": model.files.rounds.now()})
