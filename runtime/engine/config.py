@@ -20,7 +20,7 @@ SPECULATIVE = "auto"            # --speculative: auto | ngram | off (see specula
 N_BATCH = 2048                  # tokens one step may hold, as llama-server's n_batch
 N_UBATCH = 512                  # tokens llama.cpp computes at once; also one prompt's chunk per step
 SPECULATIVE_MODES = ("auto", "ngram", "off")
-TARGET_GAP_MS = 200             # --target-gap-ms: the step time aimed at while anyone decodes (scheduler.py)
+TARGET_GAP_MS = 700             # --target-gap-ms: the longest a step aims to take while anyone decodes (step_sizer.py)
 
 
 @dataclass
@@ -47,8 +47,8 @@ class EngineConfig:
     trace_steps: str | None = None     # a file to append one JSON line per engine step to (see step_trace.py)
     speculative: str = SPECULATIVE     # n-gram prompt-lookup drafting: "auto" | "ngram" | "off"
     gpu_memory_utilization: float = 1.0   # share of the GPU's total memory --gpu-layers auto may fill (vLLM's)
-    # while anyone decodes, a step's prompt tokens are limited to what the measured speed reads in
-    # about this long, so no stream waits seconds behind another's prompt (0: n_batch alone decides)
+    # while anyone decodes, a step's prompt tokens are limited to what the measured step time fits in
+    # at most this long, so no stream waits seconds behind another's prompt (0: n_batch alone decides)
     target_gap_ms: int = TARGET_GAP_MS
 
     def __post_init__(self) -> None:

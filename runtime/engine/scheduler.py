@@ -12,8 +12,9 @@ A step holds, in this order (vLLM's chunked prefill, Sarathi-Serve's stall-free 
    chatting user's next reply does not wait for anyone's document.
 The step's budget is llama.cpp's n_batch (2048, as llama-server). While anyone is decoding it
 is also sized by time: every decoding sequence waits for the whole step, so its prompt tokens,
-picture rows and drafts are limited to what the measured speed (step_sizer.StepSizer) reads in
-about `target_s` (--target-gap-ms, 200 ms) next to the decode rows. A picture that must be
+picture rows and drafts are limited to what fits, by the step time measured on this machine
+(step_sizer.StepSizer), in ten times the decode rows' own time and at most `target_s`
+(--target-gap-ms, 700 ms), next to the decode rows. A picture that must be
 decoded whole is never split: it goes alone, even past the time. With no one decoding,
 prompts get the whole budget.
 When blocks run out, the most recently admitted sequence
@@ -110,7 +111,7 @@ class Scheduler:
             self.drafter.start_step(len(self.running))
         budget = self._schedule_decodes(out, self.step_budget)
         if out.chunks and self.target_s:   # someone is decoding: the step is sized by time
-            extra = self.sizer.prompt_tokens(self.target_s) - sum(len(c.draft) for c in out.chunks)
+            extra = self.sizer.prompt_tokens(self.target_s, len(out.chunks)) - sum(len(c.draft) for c in out.chunks)
             out.prompt_budget = min(budget, max(extra, MIN_PROMPT_TOKENS))
         else:
             out.prompt_budget = budget
@@ -121,7 +122,7 @@ class Scheduler:
     def _schedule_decodes(self, out: SchedulerOutput, budget: int) -> int:
         """1. every decoding sequence, oldest first: its one token, plus any speculative draft (drafts
         count as extra tokens in the time budget, as prompts do). Returns the budget left."""
-        extra = self.sizer.prompt_tokens(self.target_s) if self.target_s else budget
+        extra = self.sizer.prompt_tokens(self.target_s, len(self.running)) if self.target_s else budget
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]

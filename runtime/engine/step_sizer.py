@@ -1,57 +1,104 @@
 """What one engine step costs on this computer, for this model, learned as it runs: the measure
 the scheduler sizes steps by while someone is decoding (Sarathi-Serve's stall-free batching,
-with the budget set by a time target instead of a fixed token count).
+with the budget set by time instead of a fixed token count).
 
 Every sequence that is decoding waits for the whole step its next token is in. On a CPU a
-2,048-token step of prompt takes seconds, so a step's prompt tokens are limited to what fits in
-`target_s` (EngineConfig.target_gap_ms) next to the decode rows. The model of a step is the
-simplest that holds on llama.cpp:
+2,048-token step of prompt takes seconds, so while anyone decodes a step's prompt tokens are
+limited to what fits in a time. The model of a step is a straight line, fitted to the recent
+steps by least squares:
 
-    step seconds = decode part (the running sequences' one row each, weights read once)
-                 + extra tokens / prompt speed (prompt chunks, picture rows, speculative drafts)
+    step seconds = a                  the weights read once, Python's share of the step
+                 + b x decode rows    each row's logits (Qwen2.5 0.5B: 136 M multiply-adds a row)
+                 + p (if a chunk)     a prompt chunk's one pass over the whole KV cache
+                 + c x extra tokens   prompt chunks, picture rows
 
-- `decode_s`: a moving average of the steps that held decode rows and (almost) nothing else;
-- `tok_s`: the prompt speed, a ratio of moving sums (tokens over seconds, so a big step weighs
-  more than a small one) over the steps that held extra tokens, their decode part taken off.
+Measured on 2 cores (benchmarks/step_cost.py; docs/BENCHMARKS.md, 'mixed'): Qwen2.5 0.5B with
+4 decode rows and a chunk 1,024 tokens into a document, a + 4b ~ 63 ms, p ~ 70 ms, c ~ 7.5 ms.
+So a 32-token chunk reads at ~100 tokens/s and a 512-token one at ~135: one number for "the
+prompt speed", learned from the small chunks, kept the budget at its floor; the line does not.
 
-If `decode_s` is off by some amount, the speed measured next to it is off the opposite way, and
-the step still settles at the target (budget = (target - decode_s) x tok_s): the two errors
-cancel. Both start conservative (slow prompts, a decode part of half the target); the first
-step with no one decoding - every server's first prompt - measures the speed for real.
+The time a step aims at is not one number either. A step's fixed part (a + b x rows + p) is paid
+however few prompt tokens it holds, so a step of T seconds reads documents at (1 - fixed / T) of
+their speed alone: the longer, the better for documents and the worse for every stream. A step
+aims at SHARE x its decode part - while a document is read a stream's tokens come at most ten
+times slower than alone, and documents keep ~4/5 of their speed - and never past `target_s`
+(--target-gap-ms), the bound on a stream's gap. Measured on 2 cores, 4 streams: Qwen 10 x ~70 ms
+= ~0.7 s, ~75 tokens a step; Gemma 3 270M 10 x ~40 ms = ~0.4 s; a GPU: tens of ms. (The decode
+part, not the whole fixed part: steps without a prompt measure it well, while the chunk's own
+cost p is told apart from c only by how chunk sizes vary, and the target must not wander.)
+
+The line starts from a slow guess (100 tokens/s); the first prompt read with nobody decoding -
+every server's first - measures the real speed, and each step after refines it. Old steps are
+forgotten (FORGET) so the fit follows the cache filling up and the machine getting busier. What
+a line cannot follow - each chunk of a document attends to more of it than the last, a document's
+reply decoding costs more than a chat's - the steps with a prompt measure as they go: `error_s`,
+how much longer than the line said they took lately, is taken off the next step's time. So the
+steps settle near the target even where the line is wrong (the old sizer's one speed had that; a
+Qwen run without it took 0.75-1.0 s a step aiming at 0.7). It lags a cost that keeps growing (a
+model machine: +7 % late in a document, +12 % without it); the chunk's depth as a term of the
+line would follow that, at the price of the scheduler knowing where the next chunk starts.
 """
 from __future__ import annotations
 
+import numpy as np
+
 SEED_TOK_S = 100.0          # prompt tokens per second assumed before any is measured (slow on purpose)
-SEED_WEIGHT_S = 0.1         # how many seconds of evidence the seed is worth
-ALPHA = 0.2                 # weight of each new step in the moving averages
-MIN_SAMPLE = 16             # a step with fewer extra tokens says more about decoding than about prompts
+SEED_DECODE_S = 0.05        # the decode part assumed before any step is measured
+FORGET = 0.95               # each step's weight in the fit shrinks by this at every newer step (~20 steps)
+PRIOR = 0.1                 # the seed's weight, in steps: enough to keep the fit defined, not to hold it
+ERROR_ALPHA = 0.2           # the weight of each new step with a prompt in error_s
+MIN_SAMPLE = 16             # fewer extra tokens (speculative drafts) cost like decode rows, not like a chunk
 MIN_PROMPT_TOKENS = 32      # prompts always advance at least this much, however slow decoding is
-# ... and at least as much time as the decode part: where decoding alone nearly fills the target (a
-# slow or busy machine, many streams) a step then takes at most twice the decode part - the streams
-# at worst halve their speed while a document is read - and the document is read at half the speed
-# it would be alone, not a tenth (a 2-core machine at load 6 measured 60-150 ms of decode part
-# against 90 prompt tokens/s: 200 ms left room for 5-13 tokens a step)
+SHARE = 10                  # a step aims at this many times its decode part: streams slow at most this much
+# ... and a step's prompt tokens get at least as much time as the decode part: where decoding alone
+# nearly fills the target (a slow or busy machine, many streams) a step then takes at most twice the
+# decode part - the streams at worst halve their speed while a document is read - and the document
+# is read at half the speed it would be alone, not a tenth.
 
 
 class StepSizer:
-    """Sizes a step's prompt tokens to a target time, from what this machine's steps measured (module
+    """Sizes a step's prompt tokens to a time, from what this machine's steps measured (module
     docstring). Not speculative.StepCost, which times decode-only steps by row count to choose
     draft lengths."""
 
-    def __init__(self, tok_s: float = SEED_TOK_S, decode_s: float | None = None, learn: bool = True) -> None:
-        """`learn=False` keeps the given speed and decode time (tests inject them: the budget is
-        then a pure function of the target and the step's decode rows)."""
-        self._tokens = tok_s * SEED_WEIGHT_S
-        self._seconds = SEED_WEIGHT_S
-        self.decode_s = decode_s            # None until a decode step is seen
+    def __init__(self, tok_s: float = SEED_TOK_S, decode_s: float = SEED_DECODE_S, chunk_s: float = 0.0,
+                 learn: bool = True) -> None:
+        """The seed line: a step of r decode rows and n prompt tokens takes decode_s + chunk_s +
+        n / tok_s (the rows' part is decode_s whatever r). `learn=False` keeps it (tests inject
+        it: the budget is then a pure function of the target)."""
+        self._seed = np.array([decode_s, 0.0, chunk_s, 1.0 / tok_s])
+        self.coef = self._seed.copy()          # a, b, p, c
+        self._xx = np.zeros((4, 4))            # the forgotten sums of x x^T and x y (least squares)
+        self._xy = np.zeros(4)
         self.learn = learn
+        self.error_s = 0.0                     # recent steps with a prompt: seconds taken past the line's
         self.steps_seen = 0
-        self.prompt_samples = 0             # steps that taught the prompt speed: 0 means tok_s is the seed
+        self.prompt_samples = 0                # steps that taught the prompt's cost: 0 means c is the seed
+
+    # ---- what a step costs --------------------------------------------------------------------
+    @staticmethod
+    def _row(decode_rows: int, extra_tokens: int) -> np.ndarray:
+        if extra_tokens < MIN_SAMPLE:          # drafts: logits rows beside the decode rows
+            return np.array([1.0, decode_rows + extra_tokens, 0.0, 0.0])
+        return np.array([1.0, decode_rows, 1.0, extra_tokens])
+
+    def predict(self, decode_rows: int, extra_tokens: int) -> float:
+        """Seconds a step of `decode_rows` rows and `extra_tokens` prompt tokens takes, by the fit."""
+        return float(self._row(decode_rows, extra_tokens) @ self.coef)
+
+    def decode_s(self, decode_rows: int) -> float:
+        """The decode part: a step of these rows alone."""
+        a, b, _, _ = self.coef
+        return max(0.0, a + b * decode_rows)
+
+    def fixed_s(self, decode_rows: int) -> float:
+        """What a step with these rows and a prompt chunk costs before its first prompt token."""
+        return self.decode_s(decode_rows) + max(0.0, float(self.coef[2]))
 
     @property
     def tok_s(self) -> float:
-        """The prompt speed, tokens per second."""
-        return self._tokens / self._seconds
+        """The prompt speed at the margin: a long prompt's tokens per second, fixed costs aside."""
+        return 1.0 / max(float(self.coef[3]), 1e-7)
 
     @property
     def measured_tok_s(self) -> float:
@@ -59,30 +106,35 @@ class StepSizer:
         cautious guess for sizing steps, not a figure to tell a person how long a file will take."""
         return self.tok_s if self.prompt_samples or not self.learn else 0.0
 
-    def decode_estimate(self, target_s: float) -> float:
-        return self.decode_s if self.decode_s is not None else target_s / 2
+    # ---- the budget ---------------------------------------------------------------------------
+    def step_target(self, target_s: float, decode_rows: int) -> float:
+        """The time a step with these decode rows aims at: SHARE x its decode part, at most target_s."""
+        return min(target_s, SHARE * self.decode_s(decode_rows))
 
-    def prompt_tokens(self, target_s: float) -> int:
-        """How many extra tokens (prompt, picture rows, drafts) a step with decode rows may hold to
-        take about `target_s` seconds."""
-        decode_s = self.decode_estimate(target_s)
-        room = max(target_s - decode_s, decode_s)
-        return max(MIN_PROMPT_TOKENS, int(room * self.tok_s))
+    def prompt_tokens(self, target_s: float, decode_rows: int = 1) -> int:
+        """How many extra tokens (prompt, picture rows, drafts) a step with `decode_rows` decode rows
+        may hold to take about step_target(target_s) seconds."""
+        decode_s = self.decode_s(decode_rows)
+        room = max(self.step_target(target_s, decode_rows) - self.fixed_s(decode_rows) - self.error_s, decode_s)
+        return max(MIN_PROMPT_TOKENS, int(room * self.tok_s + 1e-6))   # (0.3 - 0.07) x 1000 is 229.99...9
 
+    # ---- learning -----------------------------------------------------------------------------
     def observe(self, decode_rows: int, extra_tokens: int, seconds: float) -> None:
         """Learn from one step that held `decode_rows` decode rows and `extra_tokens` other tokens
         and took `seconds` from scheduling to its outputs."""
         if not self.learn or seconds <= 0:
             return
         self.steps_seen += 1
-        if decode_rows and extra_tokens < MIN_SAMPLE:
-            base = max(0.0, seconds - extra_tokens / self.tok_s)
-            self.decode_s = base if self.decode_s is None else (1 - ALPHA) * self.decode_s + ALPHA * base
-            return
-        if extra_tokens < MIN_SAMPLE:
-            return
-        decode_part = (self.decode_s or 0.0) if decode_rows else 0.0
-        extra_s = max(seconds - decode_part, 0.1 * seconds)
-        self.prompt_samples += 1
-        self._tokens = (1 - ALPHA) * self._tokens + ALPHA * extra_tokens
-        self._seconds = (1 - ALPHA) * self._seconds + ALPHA * extra_s
+        if extra_tokens >= MIN_SAMPLE:
+            self.prompt_samples += 1
+            miss = seconds - self.predict(decode_rows, extra_tokens)        # before the fit sees this step
+            self.error_s = (1 - ERROR_ALPHA) * self.error_s + ERROR_ALPHA * miss
+        x = self._row(decode_rows, extra_tokens)
+        self._xx = FORGET * self._xx + np.outer(x, x)
+        self._xy = FORGET * self._xy + x * seconds
+        # least squares pulled (weakly) towards the seed: where recent steps say nothing about a
+        # coefficient (decode rows never varied, no chunk for a while) it drifts back to the seed
+        prior = PRIOR * np.eye(4)
+        coef = np.linalg.solve(self._xx + prior, self._xy + prior @ self._seed)
+        coef[3] = max(coef[3], 1e-7)           # a token never costs nothing (noise must not open the gate)
+        self.coef = coef
