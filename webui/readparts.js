@@ -35,6 +35,10 @@ function pageRanges(pages) {
 
 function fileText(f) {
   const parts = f.parts || [];
+  if (f.summarised) {   // a question about all of the file: every part summarised (runtime/documents/overview.py)
+    const all = f.pages > 0 ? "all " + f.pages + " pages" : "all of it";
+    return f.filename + ": " + all + ", " + (f.skimmed ? "skimmed" : "read") + " in " + parts.length + " parts and summarised";
+  }
   const pages = parts.filter((p) => p.page > 0).map((p) => p.page);
   let where;
   if (pages.length) {

@@ -5,7 +5,7 @@ import { ApiError, readBody } from "./api.js";
 import { requestContent, restoreFiles } from "./attach.js";
 import { renderChatList } from "./chatlist.js";
 import { plainError } from "./errors.js";
-import { showPromptProgress } from "./progress.js";
+import { showPromptProgress, watchReading } from "./progress.js";
 import { planContext } from "./context.js";
 import { readFromResponse, readText } from "./readparts.js";
 import { addNotice, fillMessage, isNearBottom, markCut, placeReply, refreshLastActions, renderCurrent, scrollToBottom,
@@ -57,7 +57,10 @@ async function buildRequest(chat, gen) {
   }
   body.messages.push(...roundMessages(gen.msg));   // this reply's rounds so far
   if (gen.finalAnswer) {
-    body.messages.push({ role: "user", content: FINAL_NOTE });   // sent, never saved: the answer, from the results
+    // sent, never saved: the answer, from the results. It restates the question, since the server reads
+    // an attached long file for the latest user message (a summary of all of it, or the parts that match)
+    const asked = [...plan.send].reverse().find((m) => m.role === "user" && m.content);
+    body.messages.push({ role: "user", content: FINAL_NOTE + (asked ? " My question was: " + asked.content : "") });
     return ["/v1/chat/completions", body];
   }
   gen.tools = requestTools(chat);
@@ -132,7 +135,14 @@ export async function generate(chat, opts) {
       const [path, body] = await buildRequest(chat, gen);
       if (!path) return finishGeneration(gen, opts);
       gen.calls = [];
-      const resp = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: gen.controller.signal, cache: "no-store" });
+      const files = fileParts(body);
+      const unwatch = files.length ? watchReading(gen.node, msg, headers, files.map((f) => f.file_id).filter(Boolean)) : () => {};
+      let resp;
+      try {
+        resp = await fetch(path, { method: "POST", headers, body: JSON.stringify(body), signal: gen.controller.signal, cache: "no-store" });
+      } finally {
+        unwatch();
+      }
       if (!resp.ok) throw httpError(resp.status, await readBody(resp));
       msg.read = readText(readFromResponse(resp));   // which parts of a long file it reads, shown at once
       if (msg.read && gen.node) fillMessage(gen.node, msg);
@@ -157,6 +167,12 @@ export async function generate(chat, opts) {
     }
   }
   finishGeneration(gen, opts);
+}
+
+/** The file parts of a chat request's messages. */
+function fileParts(body) {
+  return (body.messages || []).flatMap((m) => (Array.isArray(m.content) ? m.content : []))
+    .filter((p) => p && p.type === "file" && p.file).map((p) => p.file);
 }
 
 /** The note that asks for the answer once the calls are over (never saved with the chat). */
