@@ -151,3 +151,35 @@ def test_a_csv_record_named_by_its_line_and_file_is_still_attributed(index):
     assert src["lines"] == [203, 203] and src["label"] == "inventory-26.csv · line 203"
     assert (src["model_mark"], src["mark_right"]) == ("line 203", True)
     assert att.sources(reply.replace("line 203", "line 150"))[0].mark_right is False
+
+
+# debian-reference (German), section 1.1.4, as its text file wraps it: a list item and the note under it
+ROOT_SHELL = """1.1.4. Die root-shell-Eingabeaufforderung
+
+    Hier ein paar grundlegende Methoden, um mittels root-Passwort
+    eine root-shell-Eingabeaufforderung zu bekommen:
+
+      * Geben Sie root im textbasierten Anmeldebildschirm ein.
+
+      * Tippen Sie in jeglicher Shell "su -l" ein.
+
+          + Hierdurch werden NICHT die Umgebungseinstellungen des
+            angemeldeten Benutzers beibehalten.
+
+      * Tippen Sie in jeglicher Benutzer-Shell-Eingabeaufforderung
+        "su" ein.
+"""
+
+
+def test_a_claim_joined_from_two_near_sentences_is_quoted_from_both():
+    """The demo model read the list item and its note and wrote them as one sentence: the note
+    alone holds most of that sentence's words, but not the command the person asked for. The real
+    corpus counted that half as a wrong source; the quote is now both."""
+    doc = D.Document("debian-reference.de.txt", "text", ROOT_SHELL, len(ROOT_SHELL.encode()))
+    att = Attribution(of_document(doc, 0), "Was tippt man in jeglicher Shell, um eine root-Shell zu bekommen?")
+    [src] = att.sources('In jeglicher Shell "su -l" wird NICHT die Umgebungseinstellungen des angemeldeten '
+                        'Benutzers beibehalten.')
+    assert src.quote.startswith('* Tippen Sie in jeglicher Shell "su -l" ein.') and src.quote.endswith("beibehalten.")
+    # one sentence stated alone is still quoted alone
+    [alone] = att.sources("Geben Sie root im textbasierten Anmeldebildschirm ein.")
+    assert alone.quote == "* Geben Sie root im textbasierten Anmeldebildschirm ein."

@@ -22,6 +22,10 @@ place:
 - no sentence of another place supports it as well (the same line on every page of a manual
   cannot say which page).
 
+A claim that joins two near sentences of one place (a quarter of its weight or more missing
+from the best one, half of that in a sentence at most three away) is quoted from the first of
+them to the last, so the reader finds all of it.
+
 A table-of-contents line (documents/layout.py) is never a source: it names a section, it does
 not state what the section says. A reference to a section ("Section 7", "see sections 15 and
 16", "§ 4.2") is a place, like a page mark, not a word of the claim or of the sentence, so a
@@ -47,6 +51,8 @@ MIN_COVER = 0.5          # share of a claim's weight one document sentence must 
 NUMBER_WEIGHT = 3.0      # a word with a digit: a serial, a date, an amount
 QUESTION_WEIGHT = 0.5    # a word the question used
 TIE = 1e-6
+BLEND_SHARE = 0.25       # a claim whose best sentence lacks this share of its weight may join two sentences
+BLEND_REACH = 3          # ... of the same place, this many sentences apart at most
 
 # A place as a model writes it: "[p. 96]", "[end of p. 96]", "[§ Terms]", "[lines 3-9]", "(p. 96)",
 # "page 96", "pages 3-5", "p. 96", "pp. 3-5", "line 203".
@@ -139,12 +145,14 @@ class Attribution:
     def __bool__(self) -> bool:
         return bool(self.places)
 
-    def weight(self, term: str) -> float:
+    def weight(self, term: str, asked: bool = True) -> float:
+        """How much `term` says: rare words more, numbers triple, the question's own words half
+        (`asked`: False counts them whole)."""
         n = len(self._units)
         w = math.log(1 + (n + 1) / (len(self._by_term.get(term, ())) + 1))
         if has_digit(term):
             w *= NUMBER_WEIGHT
-        return w * (QUESTION_WEIGHT if term in self.question else 1.0)
+        return w * (QUESTION_WEIGHT if asked and term in self.question else 1.0)
 
     def sources(self, reply: str) -> list[Source]:
         """The sources of `reply`'s claims that the places clearly support, in reply order."""
@@ -153,15 +161,16 @@ class Attribution:
             found = self._support(self._names.sub(" ", _SECTION_REF.sub(" ", _MARK.sub(" ", reply[a:b]))))
             if found is None:
                 continue
-            unit = self._units[found]
-            place = self.places[unit.place]
+            first, last = self._units[found[0]], self._units[found[1]]
+            place = self.places[first.place]
             mark = _MARK.search(reply, a, b)
-            out.append(Source(place, unit.start, unit.end, a, b, mark.group() if mark else None,
+            out.append(Source(place, first.start, last.end, a, b, mark.group() if mark else None,
                               _agrees(mark.group(), place) if mark else None))
         return out
 
-    def _support(self, claim: str) -> int | None:
-        """The unit that clearly supports `claim`, or None (abstain)."""
+    def _support(self, claim: str) -> tuple[int, int] | None:
+        """The units (first, last: one sentence, or a run of them) that clearly support `claim`,
+        or None (abstain)."""
         mine = set(terms(claim))
         if not mine:
             return None
@@ -191,7 +200,26 @@ class Attribution:
                 break
             if self._where(other) != where:   # as well supported elsewhere: which place is unknowable
                 return None
-        return best
+        full = {t: self.weight(t, asked=False) for t in mine}   # the question's words count whole here
+        return self._joined(best, mine - matched, full, sum(full.values()))
+
+    def _joined(self, best: int, missing: set[str], w: dict[str, float], total: float) -> tuple[int, int]:
+        """`best`, or the run of sentences from it to a near one of the same place that holds
+        the claim's words `best` lacks: a small model joins two sentences it read side by side
+        into one ("In any shell type su -l; this does NOT keep the environment" from two lines
+        of a list), and the quote is then both, not the half that holds most of the claim (the
+        real corpus's two wrong sources were such halves)."""
+        lacking = sum(w[t] for t in missing)
+        if lacking < BLEND_SHARE * total:
+            return best, best
+        place = self._units[best].place
+        near = [u for u in range(max(0, best - BLEND_REACH), min(len(self._units), best + BLEND_REACH + 1))
+                if u != best and self._units[u].place == place]
+        gain = {u: sum(w[t] for t in missing & self._units[u].terms) for u in near}
+        other = max(near, key=lambda u: (gain[u], -abs(u - best)), default=None)
+        if other is None or gain[other] < lacking / 2:
+            return best, best
+        return min(best, other), max(best, other)
 
     def _where(self, unit: int) -> tuple[str, str]:
         p = self.places[self._units[unit].place]
