@@ -18,6 +18,7 @@ indexed (sent by its file_id), and the time /v1/extract takes to read and index 
 
     ./dev bench documents [--cases 40] [--seed 90210]
     ./dev bench documents --corpus real    # benchmarks/doc_corpus.py, benchmarks/real_questions.py
+    ./dev bench documents --corpus real --whole   # and "summarise this" of its longest PDF (whole_file.py)
 
 `--corpus real` asks the questions written by reading real files (Debian's documentation
 packages: typeset PDFs, text wrapped at 72 columns, German, Japanese) and prints the same
@@ -190,7 +191,10 @@ def main() -> None:
     ap.add_argument("--ttft", type=int, default=6, help="questions on the 300-page PDF for TTFT")
     ap.add_argument("--corpus", choices=("generated", "real"), default="generated",
                     help="generated: benchmarks/document_set.py; real: Debian's documentation (doc_corpus.py)")
-    ap.add_argument("--only", default="", help="real corpus: only the questions of these kinds (comma-separated)")
+    ap.add_argument("--only", default="", help="real corpus: only the questions of these kinds (comma-separated); "
+                    "'whole': only the whole-file question")
+    ap.add_argument("--whole", action="store_true", help="real corpus: also a question about all of its longest PDF "
+                    "(benchmarks/whole_file.py)")
     args = ap.parse_args()
     if args.corpus == "real":
         from real_corpus import run_real   # lazy: the generated set needs none of it

@@ -18,6 +18,8 @@ import requests
 import doc_corpus
 from documents import _spots, ask, mark_only, pct, percentiles
 from real_questions import QUESTIONS, Question
+from whole_file import FILE as WHOLE_FILE
+from whole_file import run_whole
 
 from llmpack.demo_models import demo_model_path
 
@@ -58,6 +60,7 @@ def run_real(args) -> None:
     paths = doc_corpus.files()
     data = {name: p.read_bytes() for name, p in paths.items()}
     todo = [q for q in QUESTIONS if not args.only or q.kind in args.only.split(",")]
+    whole = args.whole or "whole" in args.only.split(",")
     from server_fixtures import live_server   # lazy: as documents.main
 
     results, times = [], []
@@ -87,7 +90,10 @@ def run_real(args) -> None:
             print(f"[{i}/{len(todo)} {time.perf_counter() - began:5.0f} s] {q.kind:10s} ttft {ttft:5.2f} s "
                   f"{'searched' if read else 'whole   '} fact {'yes' if got['fact'] else 'NO '} "
                   f"server {got['server'] or '-':9s} sources [{shown}] {re.sub(chr(10), ' ', reply)[:80]!r}", flush=True)
-    report(results, times)
+        if whole:
+            run_whole(client, paths[WHOLE_FILE])
+    if results:
+        report(results, times)
 
 
 def report(results: list, times: list[float]) -> None:

@@ -1,7 +1,7 @@
 """The engine's side of a question about the whole of a long file (documents/overview.py): the
 parts' summaries are written by this model, all parts submitted at once so the engine batches
 them, and how far the round is can be asked while the chat request waits for it (the page's
-"Reading clsguide.pdf for a question about all of it: page 12 of 50").
+"Reading clsguide.pdf to answer about all of it: 12 of 33 pages so far…").
 
 The round runs inside the chat request's preparation, before its reply starts, for every API
 room alike; the page learns its progress from `GET /v1/documents/reading` (page/extract_routes.py),
