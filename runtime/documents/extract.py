@@ -27,7 +27,7 @@ from xml.etree.ElementTree import ParseError, iterparse   # styles.xml only, aft
 from xml.parsers.expat import ExpatError, ParserCreate
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.documents import layout
+from llmpack.runtime.documents import columns, layout
 
 MAX_FILE_BYTES = 32 * 1024 * 1024
 MAX_TEXT_CHARS = 4_000_000          # far more than any context holds (about a million tokens)
@@ -145,7 +145,9 @@ def _pdf(name: str, data: bytes, deadline: float) -> Document:
         pages, total = [], 0
         for page in reader.pages:
             _check_time(name, deadline)
-            text = (page.extract_text() or "").strip()
+            seen = columns.Collector()
+            text = (page.extract_text(visitor_text=seen) or "").strip()
+            text = columns.reorder(seen.pieces, float(page.mediabox.width)) or text   # two columns drawn row by row
             total += len(text)
             if total > MAX_TEXT_CHARS:
                 raise _too_long(name, total)
