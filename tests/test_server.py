@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import SCRIPTED_REPLY, LiveServer, LockStep, live_server, sse_events, stream_post, wait_idle
 
+from llmpack.runtime.engine.config import TARGET_GAP_MS
 from llmpack.runtime.engine.sampling_params import SamplingParams
 from llmpack.runtime.core.prompt import tokenize_prompt
 
@@ -304,7 +305,7 @@ def test_16_concurrent_sdk_streams_and_metrics(chat_server: LiveServer):
     assert grew("llmpack:inter_token_latency_seconds_count") > 0
     # the engine's own: the gap between each sequence's tokens, and how long steps take (issue 48)
     assert grew("llmpack:inter_token_gap_seconds_count") >= 16 and grew("llmpack:step_seconds_count") > 0
-    assert after["llmpack:step_target_seconds"] == 0.2 and after["llmpack:prompt_tokens_per_second"] > 0
+    assert after["llmpack:step_target_seconds"] == TARGET_GAP_MS / 1e3 and after["llmpack:prompt_tokens_per_second"] > 0
     assert after["llmpack:time_to_first_token_seconds_sum"] > 0
     for name in ("llmpack:num_requests_running", "llmpack:num_requests_waiting", "llmpack:kv_cache_usage_perc",
                  "llmpack:num_preemptions_total", "llmpack:prefix_cache_hits_total"):
