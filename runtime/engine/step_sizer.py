@@ -97,7 +97,9 @@ class StepSizer:
 
     @property
     def tok_s(self) -> float:
-        """The prompt speed at the margin: a long prompt's tokens per second, fixed costs aside."""
+        """The prompt speed at the margin: a long prompt's tokens per second, fixed costs aside. Where
+        recent chunks were all about one size, the fit cannot tell p from c: the seed's pull keeps p
+        near 0 and c takes it all, so this tends to err slow (documents/ sizes reading by it)."""
         return 1.0 / max(float(self.coef[3]), 1e-7)
 
     @property
