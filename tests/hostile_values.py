@@ -23,6 +23,7 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("POST", "/v1/embeddings", {"input": "hello"}),
     ("GET", "/v1/models", None),
     ("GET", "/v1/models/{id}", None),
+    ("GET", "/v1/documents/reading", None),
     ("POST", "/tokenize", {"content": "hello", "with_pieces": True}),
     ("POST", "/detokenize", {"tokens": [1, 2, 3]}),
     ("POST", "/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
