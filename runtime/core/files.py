@@ -67,8 +67,7 @@ class ReadingRounds:
             start = self._rounds.get(doc.id, {}).get("started", time.time())
             self._rounds[doc.id] = {
                 "file_id": doc.id, "filename": doc.name, "pages": doc.pages, "parts": len(parts), "done": done,
-                "page": last.last_page if last else 0, "started": start,
-                "seconds": round(time.time() - start, 1)}
+                "page": last.last_page if last else 0, "started": start}
 
     def finish(self, doc: Indexed) -> None:
         with self._lock:

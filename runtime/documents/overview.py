@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from llmpack.runtime.documents.index import DocumentIndex, Hit, Indexed, page_refs, query_terms
-from llmpack.runtime.documents.places import Place
+from llmpack.runtime.documents.places import Place, line_range
 from llmpack.runtime.documents.words import sentences
 
 MAX_PARTS = 16           # summaries one answer reads: 16 x SUMMARY_TOKENS fits a 4k context's room
@@ -83,7 +83,6 @@ class Part:
     text: str
     page: int = 0            # its first PDF page (0: no pages)
     last_page: int = 0
-    first_line: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +173,10 @@ def about_whole(index: DocumentIndex, docs: Sequence[Indexed], question: str) ->
         return False
     if any(page_refs(question, d.pages) for d in docs if d.pages):
         return False   # "summarise page 12": search reads that page
+    if CUES.search(question) is None:
+        return False   # before any look into the index: most questions ask for no summary
     titles = " ".join(h.text[:TITLE_CHARS] for d in docs for h in index.first(d.id, 1))
     own = {w for w in query_terms(" ".join(d.name.replace("_", " ") for d in docs) + " " + titles) if len(w) > 2}
-    if CUES.search(question) is None:
-        return False
     rest = CUES.sub(" ", question)   # the words besides the asking for a summary
     words = [w for w in query_terms(rest) if w not in FILE_WORDS and w not in own and not _cjk(w)]
     if not words:
@@ -226,7 +225,7 @@ def cut(hits: Sequence[Hit], how: Plan) -> list[Part]:
         body = "\n\n".join(_with_heading(hits[i], texts[i]) for i in range(a, b + 1))[:how.chars]
         pages = [h.page for h in hits[a:b + 1] if h.page]
         out.append(Part(no, len(parts), _label(hits[a], hits[b]), body, pages[0] if pages else 0,
-                        pages[-1] if pages else 0, _first_line(hits[a].label)))
+                        pages[-1] if pages else 0))
     return out
 
 
@@ -315,20 +314,7 @@ def _with_heading(hit: Hit, text: str) -> str:
 def _label(a: Hit, b: Hit) -> str:
     if a.page:
         return f"p. {a.page}" if a.page == b.page else f"pp. {a.page}-{b.page}"
-    first, last = _first_line(a.label), _last_line(b.label)
+    first, last = line_range(a.label)[0], line_range(b.label)[1]
     if first and last:
         return f"lines {first}-{last}"
     return a.label if a.label == b.label else f"{a.label} - {b.label}"
-
-
-_LINES = re.compile(r"^lines? (\d+)(?:-(\d+))?")
-
-
-def _first_line(label: str) -> int:
-    m = _LINES.match(label)
-    return int(m.group(1)) if m else 0
-
-
-def _last_line(label: str) -> int:
-    m = _LINES.match(label)
-    return int(m.group(2) or m.group(1)) if m else 0

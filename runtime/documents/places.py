@@ -22,7 +22,7 @@ from llmpack.runtime.documents.chunks import chunk
 from llmpack.runtime.documents.extract import Document
 from llmpack.runtime.documents.index import Hit, doc_id
 
-_LINES = re.compile(r"^lines? (\d+)")
+_LINES = re.compile(r"^lines? (\d+)(?:-(\d+))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,11 @@ def of_hits(hits: Sequence[Hit], name: str, file_id: str, doc_index: int, doc: D
     return out
 
 
-def _first_line(label: str) -> int:
+def line_range(label: str) -> tuple[int, int]:
+    """(first, last) line a label names ("lines 120-161", "line 7"); (0, 0) for any other label."""
     m = _LINES.match(label)
-    return int(m.group(1)) if m else 0
+    return (int(m.group(1)), int(m.group(2) or m.group(1))) if m else (0, 0)
+
+
+def _first_line(label: str) -> int:
+    return line_range(label)[0]
