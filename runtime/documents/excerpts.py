@@ -53,13 +53,14 @@ from dataclasses import dataclass, field
 from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.extract import format_message
 from llmpack.runtime.documents.index import DocumentIndex, Hit, Indexed, page_refs
-from llmpack.runtime.documents.words import sentences, terms
+from llmpack.runtime.documents.words import DATE_WORDS, YEAR_WORDS, Matcher, answers, sentences, terms
 
 CANDIDATES = 256       # chunks BM25 hands over per question, their sentences scored (a few ms)
 WINDOW = 1             # sentences read on each side of a matched one
 MIN_SHARE = 0.5        # a sentence scoring under this share of the best one is not read for itself
 HEADING_WEIGHT = 0.5   # a question's word found in a chunk's headings, not in the sentence
 K1, B = 1.2, 0.75      # BM25's usual constants, applied to sentences (_best_sentences)
+MAX_POINTERS = 4      # index entries followed to the lines they name, per question (_ranked)
 MIN_ROOM = 32          # tokens: less room than this left in the budget and the search stops
 MARGIN = 0.98          # token counts of parts are added; the joined text may tokenize a little longer
 GAP = "\n…\n"          # between two passages of one chunk that are not next to each other
@@ -182,7 +183,7 @@ def read(index: DocumentIndex, docs: Sequence[Indexed], question: str, budget: i
         if picker.room < MIN_ROOM:
             break
         picker.whole(h)
-    for chunk, at in _best_sentences(found, question):
+    for chunk, at in _ranked(index, found, question):
         if picker.room < MIN_ROOM:
             break
         picker.passage(chunk, at)
@@ -214,26 +215,58 @@ class _Chunk:
         return [_piece(self.hit, self.spans[a][0], self.spans[b][1]) for a, b in runs]
 
 
-def _best_sentences(found: list[Hit], question: str) -> list[tuple[_Chunk, int]]:
-    """(chunk, sentence) pairs worth reading, best first, down to MIN_SHARE of the best score.
+def _ranked(index: DocumentIndex, found: list[Hit], question: str) -> list[tuple[_Chunk, int]]:
+    """The (chunk, sentence) pairs worth reading, best first (`_best_sentences`), with the place
+    each matching index entry names read at the entry's rank: a careful reader who finds "length
+    of source lines ... (line 2264)" in a book's index turns to line 2264, where the rule stands
+    in other words than the question's ("keep the length of source lines to 79 characters")."""
+    sentences_, pointers = _best_sentences(found, question)
+    chunks = {(c.hit.doc, c.hit.ord): c for _, c, _ in sentences_}
+    out: list[tuple[float, int, _Chunk, int]] = [(s, k, c, i) for k, (s, c, i) in enumerate(sentences_)]
+    for score, doc, line in pointers[:MAX_POINTERS]:
+        hit = index.at_line(doc, line)
+        if hit is None:
+            continue
+        chunk = chunks.setdefault((hit.doc, hit.ord), _Chunk(hit, sentences(hit.text) or [(0, len(hit.text))]))
+        first = int(_LINES.match(hit.label).group(1))
+        offset = 0
+        for _ in range(line - first):
+            offset = hit.text.find("\n", offset) + 1
+        at = next((i for i, (_, b) in enumerate(chunk.spans) if b > offset), len(chunk.spans) - 1)
+        out.append((score, -1, chunk, at))   # before a sentence of the same score: the reader's own choice
+    return [(c, i) for _, _, c, i in sorted(out, key=lambda x: (-x[0], x[1]))]
+
+
+def _best_sentences(found: list[Hit], question: str) -> tuple[list[tuple[float, _Chunk, int]], list[tuple[float, str, int]]]:
+    """(chunk, sentence) pairs worth reading with their scores, best first, down to MIN_SHARE of
+    the best score; and the index entries that match as well, as (score, document, line named).
     A sentence scores as BM25 would score it as a document of its own among the candidates'
     sentences: each of the question's words it holds weighs by its rarity (log(1 + N / df)),
     and a long sentence that holds them counts for less than a short one (K1, B); the chunk's
-    headings' words count HEADING_WEIGHT."""
+    headings' words count HEADING_WEIGHT. A contents line is never read for itself."""
     wanted = set(terms(question))
+    match = Matcher(wanted)   # "drückt" in the question finds "drücken" in the text (words.meet)
+    kinds = wanted & (DATE_WORDS | YEAR_WORDS)   # "date" is answered by a date (words.answers)
     chunks = [_Chunk(h, sentences(h.text) or [(0, len(h.text))]) for h in found]
     matched: list[tuple[int, int, int, frozenset[str], frozenset[str]]] = []
+    entries: list[tuple[int, int, frozenset[str], str, int]] = []
     df: dict[str, int] = defaultdict(int)
     total = 0
     for c, chunk in enumerate(chunks):
-        heading = wanted.intersection(terms(chunk.hit.heading))
+        heading = match(terms(chunk.hit.heading))
         contents = layout.contents_lines(chunk.hit.text)
         for i, (a, b) in enumerate(chunk.spans):
             if any(x <= a and b <= y for x, y in contents):
-                continue   # a contents line names the section the question is about; it does not answer
+                # a contents line names the section the question is about; it does not answer,
+                # but an index entry that names a line says where the answer is
+                line = layout.points_to(chunk.hit.text, b) if _LINES.match(chunk.hit.label) else None
+                entry = terms(layout.entry_words(chunk.hit.text[a:b])) if line else []
+                if match(entry):
+                    entries.append((len(entry), c, match(entry), chunk.hit.doc, line))
+                continue
             words = terms(chunk.hit.text[a:b])
             total += len(words)
-            own = wanted.intersection(words)
+            own = match(words) | (kinds & answers(chunk.hit.text[a:b]) if kinds else frozenset())
             for t in own:
                 df[t] += 1
             if own or heading:
@@ -244,12 +277,16 @@ def _best_sentences(found: list[Hit], question: str) -> list[tuple[_Chunk, int]]
 
     def score(length: int, own: frozenset[str], head: frozenset[str]) -> float:
         saturation = (K1 + 1) / (1 + K1 * (1 - B + B * length / mean))
-        return sum(weight[t] for t in own) * saturation + \
+        return sum(weight.get(t, math.log(1 + n)) for t in own) * saturation + \
             HEADING_WEIGHT * sum(weight.get(t, math.log(1 + n)) for t in head)
     scored = sorted(((score(length, own, head), c, i) for c, i, length, own, head in matched),
                     key=lambda x: (-x[0], x[1], x[2]))
-    best = scored[0][0] if scored else 0.0
-    return [(chunks[c], i) for s, c, i in scored if s >= MIN_SHARE * best and s > 0]
+    pointed = sorted({(doc, line): (score(length, own, frozenset()), doc, line)
+                      for length, _, own, doc, line in entries}.values(), key=lambda x: -x[0])
+    best = max(scored[0][0] if scored else 0.0, pointed[0][0] if pointed else 0.0)
+    keep = MIN_SHARE * best
+    return ([(s, chunks[c], i) for s, c, i in scored if s >= keep and s > 0],
+            [(s, doc, line) for s, doc, line in pointed if s >= keep and s > 0])
 
 
 class _Picker:
@@ -383,10 +420,10 @@ def _trimmed(hit: Hit, question: str, room: int, count: Callable[[str], int]) ->
     """`hit` cut to about `room` tokens from the sentence that holds most words of the question,
     or None when not even that fits."""
     text = hit.text
-    wanted = set(terms(question))
+    match = Matcher(set(terms(question)))
     best, at = 0, 0
     for a, b in sentences(text):
-        score = len(wanted.intersection(terms(text[a:b])))
+        score = len(match(terms(text[a:b])))
         if score > best:
             best, at = score, a
     size = len(text)

@@ -89,6 +89,7 @@ ADD_BYTES = ("ALTER TABLE documents ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0"
              "UPDATE documents SET bytes = (SELECT COALESCE(SUM(LENGTH(CAST(heading AS BLOB)) + "
              "LENGTH(CAST(text AS BLOB))), 0) FROM chunks WHERE chunks.doc = documents.id)")
 _WORD = re.compile(r"\w+", re.UNICODE)
+_LINE_LABEL = re.compile(r"^lines? (\d+)(?:-(\d+))?$")
 _PAGE_REF = re.compile(r"\b(?:pages?|pp?\.)\s*(\d{1,5})(?:\s*(?:-|–|to|and)\s*(\d{1,5}))?", re.I)
 
 
@@ -279,6 +280,18 @@ class DocumentIndex:
             rows = con.execute(f"SELECT doc, ord, page, label, heading, text FROM chunks WHERE doc = ? AND page IN "
                                f"({','.join('?' * len(pages))}) ORDER BY ord", (key, *pages)).fetchall()
         return [Hit(*r) for r in rows]
+
+    def at_line(self, key: str, line: int) -> Hit | None:
+        """The chunk of a document cut by lines ("lines 120-161") that holds `line`."""
+        with closing(self._connect()) as con:
+            for ord_, label in con.execute("SELECT ord, label FROM chunks WHERE doc = ? AND label LIKE 'line%' "
+                                           "ORDER BY ord", (key,)):
+                m = _LINE_LABEL.match(label)
+                if m and int(m.group(1)) <= line <= int(m.group(2) or m.group(1)):
+                    row = con.execute("SELECT doc, ord, page, label, heading, text FROM chunks WHERE doc = ? AND "
+                                      "ord = ?", (key, ord_)).fetchone()
+                    return Hit(*row)
+        return None
 
     def around(self, found: Sequence[tuple[str, int]]) -> list[Hit]:
         """The chunks right after and right before each of `found` ((document, ord) pairs, best

@@ -16,8 +16,11 @@ word got no source), and the same header on every page made every page a tie.
   joined ("environ-" + "ment" -> "environment", the line break moved after the word, so the
   page keeps its lines).
 - `is_contents(line)` and `contents_lines(text)`: a table-of-contents line ("2.7 General style
-  . . . . 7", or a run of numbered titles with no text between them). It names a section; it
-  does not state what the section says, so it is never the source of a claim.
+  . . . . 7", or a run of numbered titles with no text between them), or an entry of a book's
+  index as makeinfo writes one in plain text ("* length of source lines:   Formatting.   (line
+  2264)"). It names a section; it does not state what the section says, so it is never the
+  source of a claim. `points_to(text, end)`: the line such an entry names, where a careful
+  reader turns to (documents/excerpts.py reads it for a question the entry matches).
 """
 from __future__ import annotations
 
@@ -44,6 +47,11 @@ _CSV = re.compile(r",\S")
 _LEADERS = re.compile(r"(?:\.\s?){4,}\s*\d{1,4}\s*$|…{2,}\s*\d{1,4}\s*$")
 _TITLE_PAGE = re.compile(rf"^\s*{_NUMBERED}\s+[^\W\d_a-z][^,;]{{0,90}}?\s\d{{1,4}}\s*$")
 _TITLE = re.compile(rf"^\s*{_NUMBERED}\s+[^\s.].{{0,100}}$")
+# makeinfo's plain-text index and menus: "* entry:   Node.   (line 2264)", the "(line N)" alone on
+# the next line when the entry is long, and menu lines "* Node name::  what it holds"
+_INDEX_ENTRY = re.compile(r"^\* [^\s:][^:]{0,80}:(?::.{0,100}|\s{2,}\S.{0,60}?\(line\s+\d+\))\s*$|^\s+\(line\s+\d+\)\s*$")
+_LONG_ENTRY = re.compile(r"^\* [^\s:][^:]{0,80}:\s{2,}\S.{0,60}$")   # its "(line N)" alone on the next line
+_LINE_POINTER = re.compile(r"\(line\s+(\d{1,7})\)\s*$")
 _PAGE_NUMBER = re.compile(r"^\s*(?:[-–—]\s*)?(?:\d{1,4}|[ivxlcdm]{1,7})(?:\s*[-–—])?\s*$", re.I)
 _PAGE_OF = re.compile(r"^\s*(?:page|p\.|seite|página|pagina)\s*\d{1,4}(?:\s*(?:of|/|von|de|sur)\s*\d{1,4})?\s*$", re.I)
 _HYPHEN = re.compile(r"(?<![\w-])([^\W\d_]*[a-zäöüßàâçéèêëîïôûùœæ]{2})-\n([a-zäöüßàâçéèêëîïôûùœæ]+)([,.;:]?)[ \t]*")
@@ -88,7 +96,27 @@ def soft_break(text: str, at: int, margin: int | None = None) -> bool:
 
 def is_contents(line: str) -> bool:
     """A table-of-contents line with its page: "2.7 General style . . . . . 7"."""
-    return bool(_LEADERS.search(line) or _TITLE_PAGE.match(line))
+    return bool(_LEADERS.search(line) or _TITLE_PAGE.match(line) or _INDEX_ENTRY.match(line))
+
+
+def entry_words(line: str) -> str:
+    """What an index entry is about: "length of source lines" of "* length of source lines:
+    Formatting.  (line 2264)", without the section it points to, whose name is not the entry's."""
+    m = _INDEX_ENTRY.match(line)
+    return line.strip()[2:].split(":", 1)[0] if m and line.lstrip().startswith("* ") else line
+
+
+def points_to(text: str, end: int) -> int | None:
+    """The line (from 1) that the index entry ending at `end` names: its "(line N)", on its own
+    line or alone on the next one (makeinfo's long entries); None when it names none."""
+    start = text.rfind("\n", 0, end) + 1
+    stop = text.find("\n", end)
+    stop = len(text) if stop < 0 else stop
+    m = _LINE_POINTER.search(text[start:stop])
+    if m is None and _LONG_ENTRY.match(text[start:stop]) and stop < len(text):
+        after = text[stop + 1:text.find("\n", stop + 1) if "\n" in text[stop + 1:] else len(text)]
+        m = _LINE_POINTER.fullmatch(after.strip()) and _LINE_POINTER.search(after)
+    return int(m.group(1)) if m else None
 
 
 def contents_lines(text: str) -> list[tuple[int, int]]:
@@ -99,10 +127,12 @@ def contents_lines(text: str) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     run: list[tuple[int, int]] = []
     pos, blank = 0, False
-    for line in text.split("\n") + [""]:
+    lines = text.split("\n") + [""]
+    for i, line in enumerate(lines):
+        next_line = lines[i + 1] if i + 1 < len(lines) else ""
         span = (pos, pos + len(line))
         pos += len(line) + 1
-        if is_contents(line):
+        if is_contents(line) or (_LONG_ENTRY.match(line) and _LINE_POINTER.fullmatch(next_line.strip())):
             out.append(span)
             continue
         if _TITLE.match(line) and not _END_PUNCT.search(line) and len(line.strip()) <= 100:

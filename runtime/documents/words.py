@@ -19,7 +19,17 @@ from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.index import STOPWORDS
 from llmpack.runtime.documents.scripts import bigrams, split_word
 
+MIN_MEET = 5   # letters two forms of a word share at the start (`meet`)
 _WORD = re.compile(r"\w+", re.UNICODE)
+DATE_WORDS = frozenset({"date", "dated", "datum", "fecha", "日付", "日時"})
+YEAR_WORDS = frozenset({"year", "jahr", "année", "annee", "año", "anno", "jaar"})
+_MONTH = (r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|januar|februar|märz|mai|juni|juli|okt|dez|"
+          r"janvier|février|mars|avril|juin|juillet|août|octobre|décembre)[a-zé]*\.?")
+_DATE = re.compile(r"\b(?:1[5-9]|20)\d\d[-/.](?:0?[1-9]|1[0-2])[-/.](?:[0-2]?\d|3[01])\b"
+                   r"|\b(?:[0-2]?\d|3[01])[./](?:0?[1-9]|1[0-2])[./](?:1[5-9]|20)\d\d\b"
+                   rf"|\b(?:[0-3]?\d\.?\s+)?{_MONTH}\s+(?:[0-3]?\d,?\s+)?(?:1[5-9]|20)\d\d\b"
+                   r"|(?:1[5-9]|20)\d\d年\d{1,2}月(?:\d{1,2}日)?", re.I)
+_YEAR = re.compile(r"(?<![\d.])(?:1[5-9]|20)\d\d(?![\d.])")
 _END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|(?<=[。！？])[」』”’）]*\s*|[ \t]*\n\s*")
 _HYPHENATED = re.compile(r"(?<=[^\W\d_])-[ \t]*\n\s*(?=[^\W\d_])")
 _ABBREV = re.compile(r"(?:\b(?:p|pp|no|nr|e\.g|i\.e|vs|st|dr|mr|mrs|ms|fig|approx|ca|cf|etc|z\.b|bzw|vgl)\.)$", re.I)
@@ -37,6 +47,52 @@ def terms(text: str) -> list[str]:
             elif w not in STOPWORDS and (len(w) > 1 or w.isdigit()):
                 out.append(_stem(w))
     return out
+
+
+def meet(a: str, b: str) -> bool:
+    """Whether two stems (`terms`) are one word's forms: equal, or sharing a first MIN_MEET letters
+    that leave at most one letter of the shorter one over. That is how German and other inflected
+    languages vary a word at its end, which the English suffixes of `_stem` do not know: "drückt"
+    meets "drücken" and "modifie(r)" meets "modify", while "install" does not meet "instanc(e)"."""
+    if a == b:
+        return True
+    if not (a.isalpha() and b.isalpha()) or min(len(a), len(b)) <= MIN_MEET:
+        return False
+    shared = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        shared += 1
+    return shared >= MIN_MEET and shared >= min(len(a), len(b)) - 1
+
+
+class Matcher:
+    """The stems of a question that a text's stems meet (`meet`), each text word looked at once."""
+
+    def __init__(self, wanted: set[str] | frozenset[str]) -> None:
+        self.wanted = frozenset(wanted)
+        self._seen: dict[str, frozenset[str]] = {}
+
+    def __call__(self, words: list[str] | set[str]) -> frozenset[str]:
+        out: set[str] = set()
+        for w in set(words):
+            found = self._seen.get(w)
+            if found is None:
+                found = self._seen[w] = frozenset(t for t in self.wanted if meet(t, w))
+            out |= found
+        return frozenset(out)
+
+
+def answers(text: str) -> frozenset[str]:
+    """The question words (as stems) that `text` answers by its form, not its words: a date
+    ("2008-05-04", "4 May 2008", "2008年5月4日") answers "date" and "year", a year alone
+    "year". "What is the date of this version?" is answered by "LPPL Version 1.3c 2008-05-04",
+    which holds no word "date"; without this, every sentence that says "version" ranked with it."""
+    if _DATE.search(text):
+        return DATE_WORDS | YEAR_WORDS
+    if _YEAR.search(text):
+        return YEAR_WORDS
+    return frozenset()
 
 
 def has_digit(term: str) -> bool:
