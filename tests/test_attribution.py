@@ -183,3 +183,37 @@ def test_a_claim_joined_from_two_near_sentences_is_quoted_from_both():
     # one sentence stated alone is still quoted alone
     [alone] = att.sources("Geben Sie root im textbasierten Anmeldebildschirm ein.")
     assert alone.quote == "* Geben Sie root im textbasierten Anmeldebildschirm ein."
+
+
+# standards.txt (gnu-standards 2022.03.23), lines 2262-2276, as wrapped at 72 columns
+BRACES = """5.1 Formatting Your Source Code
+===============================
+
+Please keep the length of source lines to 79 characters or less, for
+maximum readability in the widest range of environments.
+
+   It is important to put the open-brace that starts the body of a C
+function in column one, so that they will start a defun.  Several tools
+look for open-braces in column one to find the beginnings of C
+functions.  These tools will not work on code not formatted that way.
+
+   Avoid putting open-brace, open-parenthesis or open-bracket in column
+one when they are inside a function, so that they won't start a defun.
+The open-brace that starts a 'struct' body can go in column one if you
+find it useful to treat that definition as a defun.
+"""
+
+
+def test_a_claim_about_what_was_asked_is_quoted_with_the_sentence_that_says_it():
+    """The demo model answered about a C function's brace with the words of the sentence about a
+    'struct' body ("... if you find it useful"). That sentence alone was its source: a wrong
+    place, since a reader finds the struct there, not the function the person asked about."""
+    doc = D.Document("standards.txt", "text", BRACES, len(BRACES.encode()))
+    att = Attribution(of_document(doc, 0), "Where should the open brace that starts a C function's body go?")
+    [src] = att.sources("The open brace that starts a C function's body should go in column one if you find it "
+                        "useful.")
+    assert src.quote.startswith("It is important to put the open-brace") and src.quote.endswith("as a defun.")
+    # the struct sentence stated as it is, asked about a struct, is quoted alone
+    att = Attribution(of_document(doc, 0), "Where can the open brace of a struct body go?")
+    [alone] = att.sources("The open-brace that starts a 'struct' body can go in column one if you find it useful.")
+    assert alone.quote.startswith("The open-brace that starts a 'struct' body")

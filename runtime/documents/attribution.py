@@ -24,7 +24,11 @@ place:
 
 A claim that joins two near sentences of one place (a quarter of its weight or more missing
 from the best one, half of that in a sentence at most three away) is quoted from the first of
-them to the last, so the reader finds all of it.
+them to the last, so the reader finds all of it. So is a claim whose best sentence lacks a word
+the question asked about (the subject: "a C function's body") that a sentence at most ASKED_REACH
+away holds with much of the claim: the model took the rest from a neighbour about something else
+("a 'struct' body can go in column one if you find it useful"), and that quote alone would show
+a reader the other thing.
 
 A table-of-contents line (documents/layout.py) is never a source: it names a section, it does
 not state what the section says. A reference to a section ("Section 7", "see sections 15 and
@@ -53,6 +57,7 @@ QUESTION_WEIGHT = 0.5    # a word the question used
 TIE = 1e-6
 BLEND_SHARE = 0.25       # a claim whose best sentence lacks this share of its weight may join two sentences
 BLEND_REACH = 3          # ... of the same place, this many sentences apart at most
+ASKED_REACH = 6          # sentences apart at most: the one that holds a word of the question the best one lacks
 
 # A place as a model writes it: "[p. 96]", "[end of p. 96]", "[§ Terms]", "[lines 3-9]", "(p. 96)",
 # "page 96", "pages 3-5", "p. 96", "pp. 3-5", "line 203".
@@ -201,7 +206,24 @@ class Attribution:
             if self._where(other) != where:   # as well supported elsewhere: which place is unknowable
                 return None
         full = {t: self.weight(t, asked=False) for t in mine}   # the question's words count whole here
+        asked = self._asked(best, (mine - matched) & self.question, mine, full)
+        if asked is not None:
+            return min(best, asked), max(best, asked)
         return self._joined(best, mine - matched, full, sum(full.values()))
+
+    def _asked(self, best: int, missing: set[str], mine: set[str], w: dict[str, float]) -> int | None:
+        """A sentence of `best`'s place, at most ASKED_REACH away, that holds the words of the
+        question the claim used and `best` lacks, and MIN_COVER of the claim as well (a rival
+        reading of it, not a table's column names): the one that holds most of the claim, then
+        the nearest. None when there is none."""
+        if not missing:
+            return None
+        place, total = self._units[best].place, sum(w.values())
+        cover = {u: sum(w[t] for t in mine & self._units[u].terms)
+                 for u in range(max(0, best - ASKED_REACH), min(len(self._units), best + ASKED_REACH + 1))
+                 if u != best and self._units[u].place == place and missing <= self._units[u].terms}
+        rivals = [u for u, c in cover.items() if c >= MIN_COVER * total]
+        return max(rivals, key=lambda u: (cover[u], -abs(u - best)), default=None)
 
     def _joined(self, best: int, missing: set[str], w: dict[str, float], total: float) -> tuple[int, int]:
         """`best`, or the run of sentences from it to a near one of the same place that holds
