@@ -19,6 +19,7 @@ indexed (sent by its file_id), and the time /v1/extract takes to read and index 
     ./dev bench documents [--cases 40] [--seed 90210]
     ./dev bench documents --corpus real    # benchmarks/doc_corpus.py, benchmarks/real_questions.py
     ./dev bench documents --corpus real --whole   # and "summarise this" of its longest PDF (whole_file.py)
+    ./dev bench documents --corpus real --read-only   # only whether each answer is in what the model reads
 
 `--corpus real` asks the questions written by reading real files (Debian's documentation
 packages: typeset PDFs, text wrapped at 72 columns, German, Japanese) and prints the same
@@ -195,7 +196,12 @@ def main() -> None:
                     "'whole': only the whole-file question")
     ap.add_argument("--whole", action="store_true", help="real corpus: also a question about all of its longest PDF "
                     "(benchmarks/whole_file.py)")
+    ap.add_argument("--read-only", action="store_true", help="real corpus: only whether each answer is in what "
+                    "the model would read (the server's search, the demo model's tokens), no model run: seconds")
     args = ap.parse_args()
+    if args.corpus == "real" and args.read_only:
+        from real_corpus import run_read
+        return run_read(args)
     if args.corpus == "real":
         from real_corpus import run_real   # lazy: the generated set needs none of it
         return run_real(args)

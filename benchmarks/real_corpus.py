@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from urllib.parse import quote
 
 import requests
@@ -52,6 +53,34 @@ def judge(q: Question, reply: str, sources: list[dict]) -> dict:
         out["server"] = ("abstained" if not fact_sources else
                          "right" if all(_right(s, q) for s in fact_sources) else "wrong")
     return out
+
+
+def run_read(args) -> None:
+    """Whether each question's answer is in what the model reads for it (documents/excerpts.py,
+    EXCERPT_TOKENS less the note, counted in the demo model's tokens), before any model runs: a
+    miss here is the search's, any other miss of `run_real` the model's."""
+    import llama_cpp
+
+    from llmpack.runtime.documents import excerpts, extract, reading
+    from llmpack.runtime.documents.index import DocumentIndex
+
+    vocab = llama_cpp.Llama(model_path=str(demo_model_path("qwen")), vocab_only=True, verbose=False)
+
+    def count(text: str) -> int:
+        return len(vocab.tokenize(text.encode(), add_bos=False, special=False))
+    index = DocumentIndex(Path(tempfile.mkdtemp(prefix="llmpack-bench-read-")) / "documents.sqlite3")
+    docs = {n: index.add(extract.extract(n, p.read_bytes()), "bench") for n, p in doc_corpus.files().items()}
+    todo = [q for q in QUESTIONS if not args.only or q.kind in args.only.split(",")]
+    missed = []
+    for i, q in enumerate(todo, 1):
+        read = excerpts.read(index, [docs[n] for n in q.files], q.question,
+                             reading.EXCERPT_TOKENS - reading.NOTE_TOKENS, count)
+        text = "\n".join(r.body() for r in read)
+        if not _spots_any(text, q.answer):
+            missed.append(q)
+            print(f"[{i}/{len(todo)}] {q.kind:10s} not read: {q.question[:80]!r}")
+    print(f"\nanswer in what the model reads: {pct(len(todo) - len(missed), len(todo))} "
+          f"({len(missed)} missed by the search)")
 
 
 def run_real(args) -> None:
