@@ -71,5 +71,5 @@ class EngineStats:
     failed_steps_total: int = 0
     step_seconds: "HistogramSnapshot | None" = None        # how long steps take
     token_gap_seconds: "HistogramSnapshot | None" = None   # between a sequence's consecutive tokens
-    target_gap_s: float = 0.0                              # the step time aimed at while anyone decodes (0: off)
+    target_gap_s: float = 0.0                              # the bound on a step's time while anyone decodes (0: off)
     prompt_tok_s: float = 0.0                              # the prompt speed the scheduler measured

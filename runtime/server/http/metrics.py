@@ -43,10 +43,10 @@ _HISTOGRAMS = [
      "step_seconds"),
 ]
 _SCHEDULER_GAUGES = [
-    ("llmpack:step_target_seconds", "The step time aimed at while anyone decodes (--target-gap-ms; 0: off).",
-     "target_gap_s"),
+    ("llmpack:step_target_seconds", "The bound on a step's time while anyone decodes (--target-gap-ms; 0: off): "
+     "a step aims at ten times its decode rows' own time, at most this.", "target_gap_s"),
     ("llmpack:prompt_tokens_per_second", "The prompt speed the scheduler measured on this computer; it sizes "
-     "a step's prompt tokens to the target.", "prompt_tok_s"),
+     "a step's prompt tokens to the step's aim.", "prompt_tok_s"),
 ]
 
 
