@@ -12,6 +12,7 @@ from llmpack.runtime.documents import index as I
 from llmpack.runtime.documents import reading as R
 from llmpack.runtime.documents.attribution import Attribution, claims
 from llmpack.runtime.documents.places import Place, of_document
+from real_excerpts import STANDARDS_FORMATTING
 
 
 def words(text: str) -> int:
@@ -186,17 +187,7 @@ def test_a_claim_joined_from_two_near_sentences_is_quoted_from_both():
 
 
 # standards.txt (gnu-standards 2022.03.23), lines 2262-2276, as wrapped at 72 columns
-BRACES = """5.1 Formatting Your Source Code
-===============================
-
-Please keep the length of source lines to 79 characters or less, for
-maximum readability in the widest range of environments.
-
-   It is important to put the open-brace that starts the body of a C
-function in column one, so that they will start a defun.  Several tools
-look for open-braces in column one to find the beginnings of C
-functions.  These tools will not work on code not formatted that way.
-
+BRACES = STANDARDS_FORMATTING + """
    Avoid putting open-brace, open-parenthesis or open-bracket in column
 one when they are inside a function, so that they won't start a defun.
 The open-brace that starts a 'struct' body can go in column one if you

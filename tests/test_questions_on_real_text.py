@@ -17,6 +17,7 @@ from llmpack.runtime.documents import extract as D
 from llmpack.runtime.documents import index as I
 from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.words import meet, terms
+from real_excerpts import STANDARDS_FORMATTING
 
 # debian-reference.de.txt (debian-reference-de 2.100), lines 1163-1182, with the no-break spaces its
 # converter left in the indentation
@@ -42,7 +43,7 @@ DEBIAN_REFERENCE_DE = (
     '\xa0\xa0\xa0 möglicherweise keine offensichtliche Möglichkeit, ein Menü zu\n'
     '    öffnen. Versuchen Sie in diesem Fall einfach einen Rechtsklick\n')
 
-# standards.txt (gnu-standards 2022.03.23), lines 498-518 and 2256-2272, and entries of its
+# standards.txt (gnu-standards 2022.03.23), lines 498-518 (and 2262-2272: real_excerpts.py), and entries of its
 # index as makeinfo writes them (lines 5582-5590), their "(line N)" renumbered for this excerpt
 STANDARDS_ROBUST = """\
    POSIX.2 specifies that 'df' and 'du' must output sizes by default in
@@ -60,18 +61,6 @@ Avoid arbitrary limits on the length or number of _any_ data structure,
 including file names, lines, files, and symbols, by allocating all data
 structures dynamically.  In most Unix utilities, "long lines are
 silently truncated".  This is not acceptable in a GNU utility.
-"""
-STANDARDS_FORMATTING = """\
-5.1 Formatting Your Source Code
-===============================
-
-Please keep the length of source lines to 79 characters or less, for
-maximum readability in the widest range of environments.
-
-   It is important to put the open-brace that starts the body of a C
-function in column one, so that they will start a defun.  Several tools
-look for open-braces in column one to find the beginnings of C
-functions.  These tools will not work on code not formatted that way.
 """
 
 
