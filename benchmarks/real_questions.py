@@ -1,5 +1,6 @@
 """Questions on the real corpus (benchmarks/doc_corpus.py), written by reading those files: each
-with its answer (alternatives split by "|", matched in the reply ignoring case and spaces) and its
+with its answer (alternatives split by "|", matched in the reply ignoring case and spaces; a number
+written in words also counts as digits) and its
 place (PDF pages as llmpack extracts them, or lines of a text file; any one of them is right).
 
 Kinds: `once` (a fact stated once), `definition`, `number` (a number in a sentence or a table),
@@ -37,7 +38,7 @@ def q(kind: str, files, question: str, answer: str, pages=(), lines=(0, 0), file
 
 QUESTIONS = [
     # ---- clsguide.pdf: LaTeX2e for class and package writers (33 pages, typeset)
-    q("once", C, "How many types of command does LaTeX have?", "three", [6]),
+    q("once", C, "How many types of command does LaTeX have?", "three|3", [6]),
     q("once", C, "To be colour safe, which LaTeX command should be used instead of the TeX primitive \\setbox?",
       "\\sbox|sbox", [6, 8]),
     q("definition", C, "What is the command \\normalcolor normally?", "\\relax|relax|does nothing", [7]),
@@ -75,7 +76,7 @@ QUESTIONS = [
     q("number", L, "Which version of the LaTeX Project Public License is this?", "1.3c", [1]),
     q("number", L, "What is the date of this version of the licence?", "2008-05-04", [1]),
     q("once", L, "After an intention announcement, how long must nobody challenge it before you can become the "
-                 "Current Maintainer?", "three months", [5]),
+                 "Current Maintainer?", "three months|3 months", [5]),
     q("definition", L, "What is a Compiled Work?", "directly usable", [2]),
     q("definition", L, "Who is the Current Maintainer if nobody is nominated?", "Copyright Holder", [2]),
     q("paraphrase", L, "Which kind of work is this licence particularly suitable for?", "TeX-related|TEX-related", [1]),
@@ -85,7 +86,7 @@ QUESTIONS = [
       lines=(580, 584)),
     q("once", S, "Which environment variable should a program check for where to make temporary files?", "TMPDIR",
       lines=(586, 588)),
-    q("number", S, "How long should a library's name prefix be?", "two characters", lines=(614, 615)),
+    q("number", S, "How long should a library's name prefix be?", "two characters|2 characters", lines=(614, 615)),
     q("once", S, "What should the --version option print?", "legal status", lines=(869, 873)),
     q("once", S, "Which two standard options should all programs support?", "--help|help", lines=(860, 864)),
     q("trap", S, "Which license should GNU manuals use?", "Free Documentation License|FDL", lines=(3196, 3198)),
@@ -93,7 +94,7 @@ QUESTIONS = [
     q("trap", S, "Why does the standard prefer if statements over conditional compilation?", "extensive checking|checking",
       lines=(422, 425)),
     q("once", S, "Which line should every Makefile contain?", "SHELL = /bin/sh|/bin/sh", lines=(3892, 3894)),
-    q("number", S, "How many spaces should follow the end of a sentence in comments?", "two", lines=(2427, 2428)),
+    q("number", S, "How many spaces should follow the end of a sentence in comments?", "two|2", lines=(2427, 2428)),
     q("paraphrase", S, "Where should the open brace that starts a C function's body go?", "column one", lines=(2268, 2270)),
     q("follow-up", S, "And what should --help output?", "brief documentation", lines=(1020, 1023),
       first="What should the --version option print?"),
