@@ -23,8 +23,9 @@ MIN_MEET = 5   # letters two forms of a word share at the start (`meet`)
 _WORD = re.compile(r"\w+", re.UNICODE)
 DATE_WORDS = frozenset({"date", "dated", "datum", "fecha", "日付", "日時"})
 YEAR_WORDS = frozenset({"year", "jahr", "année", "annee", "año", "anno", "jaar"})
-_MONTH = (r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|januar|februar|märz|mai|juni|juli|okt|dez|"
-          r"janvier|février|mars|avril|juin|juillet|août|octobre|décembre)[a-zé]*\.?")
+_MONTH = (r"(?:january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar"
+          r"|apr|jun|jul|aug|sept?|oct|nov|dec|januar|februar|märz|mai|juni|juli|oktober|dezember|janvier|février"
+          r"|mars|avril|juin|juillet|août|septembre|octobre|novembre|décembre)\b\.?")
 _DATE = re.compile(r"\b(?:1[5-9]|20)\d\d[-/.](?:0?[1-9]|1[0-2])[-/.](?:[0-2]?\d|3[01])\b"
                    r"|\b(?:[0-2]?\d|3[01])[./](?:0?[1-9]|1[0-2])[./](?:1[5-9]|20)\d\d\b"
                    rf"|\b(?:[0-3]?\d\.?\s+)?{_MONTH}\s+(?:[0-3]?\d,?\s+)?(?:1[5-9]|20)\d\d\b"
@@ -50,10 +51,11 @@ def terms(text: str) -> list[str]:
 
 
 def meet(a: str, b: str) -> bool:
-    """Whether two stems (`terms`) are one word's forms: equal, or sharing a first MIN_MEET letters
-    that leave at most one letter of the shorter one over. That is how German and other inflected
-    languages vary a word at its end, which the English suffixes of `_stem` do not know: "drückt"
-    meets "drücken" and "modifie(r)" meets "modify", while "install" does not meet "instanc(e)"."""
+    """Whether two stems (`terms`) are one word's forms: equal, or both longer than MIN_MEET letters
+    and sharing their first MIN_MEET letters and all but one of the shorter one's. That is how
+    German and other inflected languages vary a word at its end, which the English suffixes of
+    `_stem` do not know: "drückt" meets "drücken" and "modifie(r)" meets "modify", while
+    "install" does not meet "instanc(e)"."""
     if a == b:
         return True
     if not (a.isalpha() and b.isalpha()) or min(len(a), len(b)) <= MIN_MEET:
