@@ -25,6 +25,7 @@ MIN_CHUNK_CHARS = 200          # a section's tail shorter than this joins the ch
 MAX_CHUNKS = 50_000            # 4,000,000 characters (extract.MAX_TEXT_CHARS) / CHUNK_CHARS, with room
 _MD_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.M)
 _FENCE = re.compile(r"^(```|~~~)", re.M)
+_LINES = re.compile(r"^lines? (\d+)(?:-(\d+))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,13 @@ def _by_lines(text: str) -> list[tuple[str, str, int, str]]:
         last = first + text.count("\n", a, b)
         pieces.append((f"line {first}" if first == last else f"lines {first}-{last}", text[a:b], 0, ""))
     return pieces
+
+
+def line_range(label: str) -> tuple[int, int]:
+    """(first, last) line a label names ("lines 120-161", "line 7", as `_by_lines` writes them);
+    (0, 0) for any other label."""
+    m = _LINES.match(label)
+    return (int(m.group(1)), int(m.group(2) or m.group(1))) if m else (0, 0)
 
 
 def _short(title: str, limit: int = 60) -> str:

@@ -45,12 +45,12 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from llmpack.runtime.documents import layout
+from llmpack.runtime.documents.chunks import line_range
 from llmpack.runtime.documents.extract import format_message
 from llmpack.runtime.documents.index import DocumentIndex, Hit, Indexed, page_refs
 from llmpack.runtime.documents.words import DATE_WORDS, YEAR_WORDS, Matcher, answers, sentences, terms
@@ -64,7 +64,6 @@ MAX_POINTERS = 4      # index entries followed to the lines they name, per quest
 MIN_ROOM = 32          # tokens: less room than this left in the budget and the search stops
 MARGIN = 0.98          # token counts of parts are added; the joined text may tokenize a little longer
 GAP = "\n…\n"          # between two passages of one chunk that are not next to each other
-_LINES = re.compile(r"^lines? (\d+)")
 _TABLE_EXT = (".csv", ".tsv")
 
 
@@ -208,7 +207,7 @@ class _Chunk:
         """The runs read, as hits. Under one mark (a page, a section) they are in text order; a
         file cut by lines gives each run its own mark, so the best one comes first."""
         runs = self.runs
-        if _LINES.match(self.hit.label):
+        if line_range(self.hit.label)[0]:
             def rank(run: list[int]) -> int:
                 return min((k for k, i in enumerate(self.picked) if run[0] <= i <= run[1]), default=len(self.picked))
             runs = sorted(runs, key=rank)
@@ -228,7 +227,7 @@ def _ranked(index: DocumentIndex, found: list[Hit], question: str) -> list[tuple
         if hit is None:
             continue
         chunk = chunks.setdefault((hit.doc, hit.ord), _Chunk(hit, sentences(hit.text) or [(0, len(hit.text))]))
-        first = int(_LINES.match(hit.label).group(1))
+        first = line_range(hit.label)[0]
         offset = 0
         for _ in range(line - first):
             offset = hit.text.find("\n", offset) + 1
@@ -259,10 +258,11 @@ def _best_sentences(found: list[Hit], question: str) -> tuple[list[tuple[float, 
             if any(x <= a and b <= y for x, y in contents):
                 # a contents line names the section the question is about; it does not answer,
                 # but an index entry that names a line says where the answer is
-                line = layout.points_to(chunk.hit.text, b) if _LINES.match(chunk.hit.label) else None
+                line = layout.points_to(chunk.hit.text, b) if line_range(chunk.hit.label)[0] else None
                 entry = terms(layout.entry_words(chunk.hit.text[a:b])) if line else []
-                if match(entry):
-                    entries.append((len(entry), c, match(entry), chunk.hit.doc, line))
+                own = match(entry)
+                if own:
+                    entries.append((len(entry), c, own, chunk.hit.doc, line))
                 continue
             words = terms(chunk.hit.text[a:b])
             total += len(words)
@@ -386,9 +386,9 @@ def _piece(hit: Hit, start: int, end: int) -> Hit:
     piece's own lines, so a source can still say which line."""
     text = hit.text[start:end]
     label = hit.label
-    m = _LINES.match(label)
-    if m:
-        first = int(m.group(1)) + hit.text.count("\n", 0, start)
+    first = line_range(label)[0]
+    if first:
+        first += hit.text.count("\n", 0, start)
         last = first + text.count("\n")
         label = f"line {first}" if first == last else f"lines {first}-{last}"
     return Hit(hit.doc, hit.ord, hit.page, label, hit.heading, text, hit.score)

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmpack.stores import StoreFile
-from llmpack.runtime.documents.chunks import Chunk, chunk
+from llmpack.runtime.documents.chunks import Chunk, chunk, line_range
 from llmpack.runtime.documents.extract import Document, DocumentError
 from llmpack.runtime.documents.scripts import bigrams, grams, split_word
 
@@ -89,7 +89,6 @@ ADD_BYTES = ("ALTER TABLE documents ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0"
              "UPDATE documents SET bytes = (SELECT COALESCE(SUM(LENGTH(CAST(heading AS BLOB)) + "
              "LENGTH(CAST(text AS BLOB))), 0) FROM chunks WHERE chunks.doc = documents.id)")
 _WORD = re.compile(r"\w+", re.UNICODE)
-_LINE_LABEL = re.compile(r"^lines? (\d+)(?:-(\d+))?$")
 _PAGE_REF = re.compile(r"\b(?:pages?|pp?\.)\s*(\d{1,5})(?:\s*(?:-|–|to|and)\s*(\d{1,5}))?", re.I)
 
 
@@ -286,8 +285,8 @@ class DocumentIndex:
         with closing(self._connect()) as con:
             for ord_, label in con.execute("SELECT ord, label FROM chunks WHERE doc = ? AND label LIKE 'line%' "
                                            "ORDER BY ord", (key,)):
-                m = _LINE_LABEL.match(label)
-                if m and int(m.group(1)) <= line <= int(m.group(2) or m.group(1)):
+                first, last = line_range(label)
+                if first <= line <= last:
                     row = con.execute("SELECT doc, ord, page, label, heading, text FROM chunks WHERE doc = ? AND "
                                       "ord = ?", (key, ord_)).fetchone()
                     return Hit(*row)

@@ -102,8 +102,7 @@ def is_contents(line: str) -> bool:
 def entry_words(line: str) -> str:
     """What an index entry is about: "length of source lines" of "* length of source lines:
     Formatting.  (line 2264)", without the section it points to, whose name is not the entry's."""
-    m = _INDEX_ENTRY.match(line)
-    return line.strip()[2:].split(":", 1)[0] if m and line.lstrip().startswith("* ") else line
+    return line.strip()[2:].split(":", 1)[0] if line.lstrip().startswith("* ") else line
 
 
 def points_to(text: str, end: int) -> int | None:
@@ -111,12 +110,14 @@ def points_to(text: str, end: int) -> int | None:
     line or alone on the next one (makeinfo's long entries); None when it names none."""
     start = text.rfind("\n", 0, end) + 1
     stop = text.find("\n", end)
-    stop = len(text) if stop < 0 else stop
-    m = _LINE_POINTER.search(text[start:stop])
-    if m is None and _LONG_ENTRY.match(text[start:stop]) and stop < len(text):
-        after = text[stop + 1:text.find("\n", stop + 1) if "\n" in text[stop + 1:] else len(text)]
-        m = _LINE_POINTER.fullmatch(after.strip()) and _LINE_POINTER.search(after)
+    line, rest = (text[start:], "") if stop < 0 else (text[start:stop], text[stop + 1:])
+    m = _LINE_POINTER.search(line) or _long_entry(line, rest.split("\n", 1)[0])
     return int(m.group(1)) if m else None
+
+
+def _long_entry(line: str, next_line: str) -> re.Match | None:
+    """The "(line N)" alone on `next_line` when `line` is an index entry too long to hold it."""
+    return _LINE_POINTER.fullmatch(next_line.strip()) if _LONG_ENTRY.match(line) else None
 
 
 def contents_lines(text: str) -> list[tuple[int, int]]:
@@ -132,7 +133,7 @@ def contents_lines(text: str) -> list[tuple[int, int]]:
         next_line = lines[i + 1] if i + 1 < len(lines) else ""
         span = (pos, pos + len(line))
         pos += len(line) + 1
-        if is_contents(line) or (_LONG_ENTRY.match(line) and _LINE_POINTER.fullmatch(next_line.strip())):
+        if is_contents(line) or _long_entry(line, next_line):
             out.append(span)
             continue
         if _TITLE.match(line) and not _END_PUNCT.search(line) and len(line.strip()) <= 100:

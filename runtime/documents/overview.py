@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from llmpack.runtime.documents.index import DocumentIndex, Hit, Indexed, page_refs, query_terms
-from llmpack.runtime.documents.places import Place, line_range
+from llmpack.runtime.documents.chunks import line_range
+from llmpack.runtime.documents.places import Place
 from llmpack.runtime.documents.words import sentences
 
 MAX_PARTS = 16           # summaries one answer reads: 16 x SUMMARY_TOKENS fits a 4k context's room

@@ -14,15 +14,13 @@ cites ("p. 97", "§ Termination", "lines 120-161"). Two kinds of request give th
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmpack.runtime.documents.chunks import chunk
+from llmpack.runtime.documents.chunks import chunk, line_range
 from llmpack.runtime.documents.extract import Document
 from llmpack.runtime.documents.index import Hit, doc_id
 
-_LINES = re.compile(r"^lines? (\d+)(?:-(\d+))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +62,6 @@ def of_hits(hits: Sequence[Hit], name: str, file_id: str, doc_index: int, doc: D
         out.append(Place(name, file_id, doc_index, h.label, h.text, h.page, h.heading, _first_line(h.label),
                          at if at >= 0 else None))
     return out
-
-
-def line_range(label: str) -> tuple[int, int]:
-    """(first, last) line a label names ("lines 120-161", "line 7"); (0, 0) for any other label."""
-    m = _LINES.match(label)
-    return (int(m.group(1)), int(m.group(2) or m.group(1))) if m else (0, 0)
 
 
 def _first_line(label: str) -> int:
