@@ -20,7 +20,7 @@ SPECULATIVE = "auto"            # --speculative: auto | ngram | off (see specula
 N_BATCH = 2048                  # tokens one step may hold, as llama-server's n_batch
 N_UBATCH = 512                  # tokens llama.cpp computes at once; also one prompt's chunk per step
 SPECULATIVE_MODES = ("auto", "ngram", "off")
-TARGET_GAP_MS = 700             # --target-gap-ms: the longest a step aims to take while anyone decodes (step_sizer.py)
+TARGET_GAP_MS = 650             # --target-gap-ms: the time a step aims at while anyone decodes (step_sizer.py)
 
 
 @dataclass

@@ -13,10 +13,9 @@ A step holds, in this order (vLLM's chunked prefill, Sarathi-Serve's stall-free 
 The step's budget is llama.cpp's n_batch (2048, as llama-server). While anyone is decoding it
 is also sized by time: every decoding sequence waits for the whole step, so its prompt tokens,
 picture rows and drafts are limited to what fits, by the step time measured on this machine
-(step_sizer.StepSizer), in ten times the decode rows' own time and at most `target_s`
-(--target-gap-ms, 700 ms), next to the decode rows. A picture that must be
-decoded whole is never split: it goes alone, even past the time. With no one decoding,
-prompts get the whole budget.
+(step_sizer.StepSizer), in `target_s` (--target-gap-ms, 650 ms) beside the decode rows. A
+picture that must be decoded whole is never split: it goes alone, even past the time. With no
+one decoding, prompts get the whole budget.
 When blocks run out, the most recently admitted sequence
 is preempted: its blocks are released (they mostly stay in the prefix cache) and it goes back
 to the front of the queue to be recomputed, so nobody fails for lack of KV memory.

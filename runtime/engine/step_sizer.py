@@ -17,15 +17,14 @@ Measured on 2 cores (benchmarks/step_cost.py; docs/BENCHMARKS.md, 'mixed'): Qwen
 So a 32-token chunk reads at ~100 tokens/s and a 512-token one at ~135: one number for "the
 prompt speed", learned from the small chunks, kept the budget at its floor; the line does not.
 
-The time a step aims at is not one number either. A step's fixed part (a + b x rows + p) is paid
-however few prompt tokens it holds, so a step of T seconds reads documents at (1 - fixed / T) of
-their speed alone: the longer, the better for documents and the worse for every stream. A step
-aims at SHARE x its decode part - while a document is read a stream's tokens come at most ten
-times slower than alone, and documents keep ~4/5 of their speed - and never past `target_s`
-(--target-gap-ms), the bound on a stream's gap. Measured on 2 cores, 4 streams: Qwen 10 x ~70 ms
-= ~0.7 s, ~75 tokens a step; Gemma 3 270M 10 x ~40 ms = ~0.4 s; a GPU: tens of ms. (The decode
-part, not the whole fixed part: steps without a prompt measure it well, while the chunk's own
-cost p is told apart from c only by how chunk sizes vary, and the target must not wander.)
+A step aims at the target gap (`target_s`, --target-gap-ms), as Sarathi-Serve sizes its budget by
+the latency goal. A step's fixed part (a + b x rows + p) is paid however few prompt tokens it
+holds, and on a CPU a bigger chunk reads each token faster besides (benchmarks/step_cost.py), so a
+shorter step reads documents slower and gets less done in all. Aiming shorter than the bound (ten
+times the decode part, until 2026-12-06) lost on Gemma both ways: documents' first word later and
+fewer tokens a second than at the bound (docs/BENCHMARKS.md, 'mixed'). A stream waits one step per
+token, so the bound is what it feels while someone's document is read; the steps overshoot their
+aim by about a tenth at p99.
 
 The line starts from a slow guess (100 tokens/s); the first prompt read with nobody decoding -
 every server's first - measures the real speed, and each step after refines it. Old steps are
@@ -49,11 +48,10 @@ PRIOR = 0.1                 # the seed's weight, in steps: enough to keep the fi
 ERROR_ALPHA = 0.2           # the weight of each new step with a prompt in error_s
 MIN_SAMPLE = 16             # fewer extra tokens (speculative drafts) cost like decode rows, not like a chunk
 MIN_PROMPT_TOKENS = 32      # prompts always advance at least this much, however slow decoding is
-SHARE = 10                  # a step aims at this many times its decode part: streams slow at most this much
-# ... and a step's prompt tokens get at least as much time as the decode part: where decoding alone
-# nearly fills the target (a slow or busy machine, many streams) a step then takes at most twice the
-# decode part - the streams at worst halve their speed while a document is read - and the document
-# is read at half the speed it would be alone, not a tenth.
+# A step's prompt tokens get at least as much time as the decode part: where decoding alone nearly
+# fills the target (a slow or busy machine, many streams) a step then takes at most twice the decode
+# part - the streams at worst halve their speed while a document is read - and the document is read
+# at half the speed it would be alone, not a tenth.
 
 
 class StepSizer:
@@ -109,15 +107,11 @@ class StepSizer:
         return self.tok_s if self.prompt_samples or not self.learn else 0.0
 
     # ---- the budget ---------------------------------------------------------------------------
-    def step_target(self, target_s: float, decode_rows: int) -> float:
-        """The time a step with these decode rows aims at: SHARE x its decode part, at most target_s."""
-        return min(target_s, SHARE * self.decode_s(decode_rows))
-
     def prompt_tokens(self, target_s: float, decode_rows: int = 1) -> int:
         """How many extra tokens (prompt, picture rows, drafts) a step with `decode_rows` decode rows
-        may hold to take about step_target(target_s) seconds."""
+        may hold to take about target_s seconds."""
         decode_s = self.decode_s(decode_rows)
-        room = max(self.step_target(target_s, decode_rows) - self.fixed_s(decode_rows) - self.error_s, decode_s)
+        room = max(target_s - self.fixed_s(decode_rows) - self.error_s, decode_s)
         return max(MIN_PROMPT_TOKENS, int(room * self.tok_s + 1e-6))   # (0.3 - 0.07) x 1000 is 229.99...9
 
     # ---- learning -----------------------------------------------------------------------------

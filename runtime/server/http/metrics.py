@@ -43,8 +43,8 @@ _HISTOGRAMS = [
      "step_seconds"),
 ]
 _SCHEDULER_GAUGES = [
-    ("llmpack:step_target_seconds", "The bound on a step's time while anyone decodes (--target-gap-ms; 0: off): "
-     "a step aims at ten times its decode rows' own time, at most this.", "target_gap_s"),
+    ("llmpack:step_target_seconds", "The time a step aims at while anyone decodes (--target-gap-ms; 0: off): "
+     "other prompts are read in pieces that fit beside the decode rows.", "target_gap_s"),
     ("llmpack:prompt_tokens_per_second", "The prompt speed the scheduler measured on this computer; it sizes "
      "a step's prompt tokens to the step's aim.", "prompt_tok_s"),
 ]
