@@ -88,6 +88,8 @@ def test_the_header_details_are_reachable_from_the_keyboard(browser, scripted_mo
         assert shown["model-name"] == ("Scripted Helper", srv.model_id) or srv.model_id == "Scripted Helper"
         assert "8,192 tokens" in shown["ctx-size"][1] and "6 of 18 layers" in shown["backend"][1]
 
+        if width > 800:   # once started, the page puts the cursor in the prompt (not on a phone)
+            page.wait_for_function("document.activeElement?.dataset.testid === 'prompt'")
         page.locator("[data-testid=skip-link]").focus()
         stops = []
         while not stops or stops[-1]["id"] != "new-chat":
