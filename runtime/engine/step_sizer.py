@@ -45,7 +45,9 @@ SEED_TOK_S = 100.0          # prompt tokens per second assumed before any is mea
 SEED_DECODE_S = 0.05        # the decode part assumed before any step is measured
 FORGET = 0.95               # each step's weight in the fit shrinks by this at every newer step (~20 steps)
 PRIOR = 0.1                 # the seed's weight, in steps: enough to keep the fit defined, not to hold it
-ERROR_ALPHA = 0.2           # the weight of each new step with a prompt in error_s
+ERROR_ALPHA = 0.2           # the weight of each new step with a prompt in error_s ...
+ERROR_ALPHA_LATE = 0.5      # ... and of one that took longer than that already allowed for: a late step is
+                            # what a stream feels, so the next one is made shorter at once, a longer one slowly
 MIN_SAMPLE = 16             # fewer extra tokens (speculative drafts) cost like decode rows, not like a chunk
 MIN_PROMPT_TOKENS = 32      # prompts always advance at least this much, however slow decoding is
 # A step's prompt tokens get at least as much time as the decode part: where decoding alone nearly
@@ -124,7 +126,8 @@ class StepSizer:
         if extra_tokens >= MIN_SAMPLE:
             self.prompt_samples += 1
             miss = seconds - self.predict(decode_rows, extra_tokens)        # before the fit sees this step
-            self.error_s = (1 - ERROR_ALPHA) * self.error_s + ERROR_ALPHA * miss
+            alpha = ERROR_ALPHA_LATE if miss > self.error_s else ERROR_ALPHA
+            self.error_s = (1 - alpha) * self.error_s + alpha * miss
         x = self._row(decode_rows, extra_tokens)
         self._xx = FORGET * self._xx + np.outer(x, x)
         self._xy = FORGET * self._xy + x * seconds
