@@ -162,6 +162,17 @@ def test_steps_settle_at_the_target_where_the_line_is_wrong():
     assert max(late) <= 1.3 * target, (target, late)                                  # +-10 % noise on top
 
 
+def test_a_late_step_shortens_the_next_at_once_and_an_early_one_lengthens_it_slowly():
+    """Every stream waits for a step that runs late, none for one that ends early: half of a
+    step's lateness is taken off the next step's time, a fifth of its earliness is given back."""
+    late, early = StepSizer(), StepSizer()
+    line = late.predict(4, 200)
+    late.observe(4, 200, line + 0.2)
+    early.observe(4, 200, line - 0.2)
+    assert late.error_s == pytest.approx(0.1) and early.error_s == pytest.approx(-0.04)
+    assert late.prompt_tokens(0.7, 4) < StepSizer().prompt_tokens(0.7, 4) < early.prompt_tokens(0.7, 4)
+
+
 def test_the_fit_follows_a_machine_that_gets_busier():
     """Someone else starts a build: every step takes twice as long. Within ~50 steps the steps are
     back under the bound (fewer tokens each), not twice over it."""
