@@ -31,9 +31,10 @@ every server's first - measures the real speed, and each step after refines it. 
 forgotten (FORGET) so the fit follows the cache filling up and the machine getting busier. What
 a line cannot follow - each chunk of a document attends to more of it than the last, a document's
 reply decoding costs more than a chat's - the steps with a prompt measure as they go: `error_s`,
-how much longer than the line said they took lately, is taken off the next step's time. So the
-steps settle near the target even where the line is wrong (the old sizer's one speed had that; a
-Qwen run without it took 0.75-1.0 s a step aiming at 0.7). It lags a cost that keeps growing (a
+how much longer than the line said they took lately, is taken off the next step's time (a late
+step counts more than an early one: every stream waits for it). So the steps settle near the
+target even where the line is wrong (the old sizer's one speed had that; a Qwen run without it
+took 0.75-1.0 s a step aiming at 0.7). It lags a cost that keeps growing (a
 model machine: +7 % late in a document, +12 % without it); the chunk's depth as a term of the
 line would follow that, at the price of the scheduler knowing where the next chunk starts.
 """
