@@ -66,9 +66,10 @@ def chat_data(chat_data: Path) -> Path:
     return chat_data
 
 
-def tool_store(page, *, off=(), on=(), servers=()) -> None:
+def tool_store(page, *, off=(), on=(), servers=(), with_files: bool = False) -> None:
     """The page's tool settings (webui/tools.js), in place before its script runs."""
-    data = json.dumps({"off": {**{n: True for n in off}, **{n: False for n in on}}, "always": {}, "servers": list(servers)})
+    data = json.dumps({"off": {**{n: True for n in off}, **{n: False for n in on}}, "withFiles": with_files,
+                       "always": {}, "servers": list(servers)})
     page.add_init_script(f"window.localStorage.setItem('llmpack.tools.v1', {json.dumps(data)});")
 
 

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, get_chat, get_chats, last_reply, new_page, tool_store
+from browser_fixtures import ARTIFACTS, get_chat, get_chats, last_reply, new_page
 from doc_files import PNG_1PX, make_pdf
 from server_fixtures import *  # noqa: F401,F403
 from server_fixtures import LiveServer, chat_headers, live_server, wait_until
@@ -187,10 +187,6 @@ def _export(srv: LiveServer, chat_id: str) -> str:
 def test_the_instruct_model_reads_an_attached_pdf(browser, instruct_server: LiveServer):
     ctx = browser.new_context(viewport={"width": 1280, "height": 860})
     page = new_page(ctx)
-    # Reading the file whole, not the tools: with the built-in tools offered (on by default for a
-    # model whose template knows tools), the 0.5B demo model answered this once in three CI runs
-    # with a calculator call of its own invention ("1 + 2 * 3 / 4"), not the file's line.
-    tool_store(page, off=("calculator", "date_time", "run_javascript", "search_files"))
     try:
         page.goto(instruct_server.server.page_url)
         page.wait_for_selector("#app:not([hidden])")

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import (ARTIFACTS, ask, fits, get_chat, get_chats, last_reply, new_page, open_app, set_settings,
-                              tool_store)
+from browser_fixtures import ARTIFACTS, ask, fits, get_chat, get_chats, last_reply, new_page, open_app, set_settings
 from doc_files import make_pdf
 from long_docs import contract_pages
 from server_fixtures import *  # noqa: F401,F403
@@ -142,9 +141,6 @@ def test_a_question_about_all_of_a_long_pdf_shows_its_reading_and_draws_on_every
         ctx = browser.new_context(viewport={"width": width, "height": height})
         page = new_page(ctx)
         set_settings(page, instruct_server.model_id, temperature=0)
-        # the file, not the tools: offered the built-ins, the 0.5B model once called the calculator
-        # for "Summarise this document."
-        tool_store(page, off=("calculator", "date_time", "run_javascript", "search_files"))
         try:
             open_app(page, instruct_server)
             page.set_input_files("[data-testid=attach-file]",

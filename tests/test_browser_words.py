@@ -89,7 +89,7 @@ def test_the_header_details_are_reachable_from_the_keyboard(browser, scripted_mo
         assert "8,192 tokens" in shown["ctx-size"][1] and "6 of 18 layers" in shown["backend"][1]
 
         if width > 800:   # once started, the page puts the cursor in the prompt (not on a phone)
-            page.wait_for_function("document.activeElement?.dataset.testid === 'prompt'")
+            wait_until(lambda: page.evaluate("document.activeElement.id") == "prompt")
         page.locator("[data-testid=skip-link]").focus()
         stops = []
         while not stops or stops[-1]["id"] != "new-chat":

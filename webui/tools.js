@@ -22,13 +22,14 @@ const JS_TIME_MS = 5000;
 const TOOLS_KEY = "llmpack.tools.v1";
 export const REFUSED = "The user refused to run this tool. Do not call it again for this request; answer without it.";
 
-/** What this browser keeps about tools: built-ins turned off (true) or on (false) in Settings, MCP tools
- * always allowed, servers added. */
-export const toolStore = { off: {}, always: {}, servers: [] };
+/** What this browser keeps about tools: built-ins turned off (true) or on (false) in Settings, whether
+ * they are offered in chats with files too (`withFiles`), MCP tools always allowed, servers added. */
+export const toolStore = { off: {}, withFiles: false, always: {}, servers: [] };
 {
   const s = loadJSON(TOOLS_KEY, null);
   if (s && typeof s === "object") {
     if (s.off && typeof s.off === "object") toolStore.off = s.off;
+    if (typeof s.withFiles === "boolean") toolStore.withFiles = s.withFiles;
     if (s.always && typeof s.always === "object") toolStore.always = s.always;
     if (Array.isArray(s.servers)) toolStore.servers = s.servers.filter((x) => x && typeof x.url === "string");
   }
@@ -76,7 +77,7 @@ export const BUILTINS = [
     run: (args, signal) => runJavaScript(String(args.code ?? ""), signal),
   },
   {
-    name: "search_files", label: "Search attached files", hint: "Finds passages in the files attached to this chat.",
+    name: "search_files", label: "Search attached files", hint: "Finds passages in the files attached to a chat (with \"Also in chats with files\").",
     description: "Search the files attached to this chat for passages about a question; returns the best passages with "
       + "their file and page.",
     parameters: object({ query: { type: "string", description: "What to look for, in a few words" } }, ["query"]),
@@ -91,12 +92,17 @@ export function builtinOn(name) {
   return typeof toolStore.off[name] === "boolean" ? !toolStore.off[name] : state.toolsNative;
 }
 
-/** The tools a request in `chat` offers the model: {specs: OpenAI `tools`, byName: name -> entry}. */
+/** The tools a request in `chat` offers the model: {specs: OpenAI `tools`, byName: name -> entry}.
+ * In a chat with files the built-ins are offered only when Settings says so (`withFiles`): the app
+ * reads the files for every question itself, and the tool block costs a small model answers (the
+ * demo model on 62 questions about real files: 44 facts against 50, and one wrong source;
+ * docs/BENCHMARKS.md). The person's own MCP servers are offered as everywhere. */
 export function requestTools(chat) {
   const byName = new Map();
   const specs = [];
+  const builtins = toolStore.withFiles || chatFiles(chat).length === 0;
   for (const t of BUILTINS) {
-    if (!builtinOn(t.name) || (t.available && !t.available(chat))) continue;
+    if (!builtins || !builtinOn(t.name) || (t.available && !t.available(chat))) continue;
     byName.set(t.name, { builtin: t, label: t.label });
     specs.push({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } });
   }

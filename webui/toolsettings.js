@@ -26,6 +26,20 @@ function builtinList() {
     row.append(cb, text);
     box.appendChild(row);
   }
+  const row = el("label", "radio tool-toggle");
+  const cb = el("input");
+  cb.type = "checkbox";
+  cb.checked = toolStore.withFiles;
+  cb.setAttribute("data-testid", "tools-with-files");
+  cb.addEventListener("change", () => {
+    toolStore.withFiles = cb.checked;
+    saveToolStore();
+  });
+  const text = el("span", "", "Also in chats with files ");
+  text.appendChild(el("span", "muted", "The app reads your files for each question itself; a small model answers "
+    + "questions about them better without tools offered."));
+  row.append(cb, text);
+  box.appendChild(row);
 }
 
 function allowedList() {
