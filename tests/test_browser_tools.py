@@ -105,6 +105,10 @@ def test_a_chat_with_files_offers_the_built_in_tools_only_when_settings_say_so(b
     offered = {t["function"]["name"] for t in sent[-1].get("tools", [])}
     assert offered == (set(BUILTINS) if with_files else set()), offered
     assert page.locator("[data-testid=tools-with-files]").is_checked() == with_files
+    if not with_files:                                         # turned on in Settings, it is kept
+        page.click("#settings-button")
+        page.check("[data-testid=tools-with-files]")
+        assert json.loads(page.evaluate("localStorage.getItem('llmpack.tools.v1')"))["withFiles"] is True
     assert page.problems == []
     ctx.close()
 

@@ -8,38 +8,33 @@ import { el, toast } from "./util.js";
 
 const MAX_SERVERS = 16;
 
+/** One checkbox of Settings › Tools: `label`, a muted `hint`, and `set(checked)` kept in the store. */
+function toggle(testid, label, hint, checked, set) {
+  const row = el("label", "radio tool-toggle");
+  const cb = el("input");
+  cb.type = "checkbox";
+  cb.checked = checked;
+  cb.setAttribute("data-testid", testid);
+  cb.addEventListener("change", () => {
+    set(cb.checked);
+    saveToolStore();
+  });
+  const text = el("span", "", label + " ");
+  text.appendChild(el("span", "muted", hint));
+  row.append(cb, text);
+  return row;
+}
+
 function builtinList() {
   const box = ui.toolsBuiltin;
   box.replaceChildren();
   for (const t of BUILTINS) {
-    const row = el("label", "radio tool-toggle");
-    const cb = el("input");
-    cb.type = "checkbox";
-    cb.checked = builtinOn(t.name);
-    cb.setAttribute("data-testid", "tool-on-" + t.name);
-    cb.addEventListener("change", () => {
-      toolStore.off[t.name] = !cb.checked;
-      saveToolStore();
-    });
-    const text = el("span", "", t.label + " ");
-    text.appendChild(el("span", "muted", t.hint));
-    row.append(cb, text);
-    box.appendChild(row);
+    box.appendChild(toggle("tool-on-" + t.name, t.label, t.hint, builtinOn(t.name), (on) => { toolStore.off[t.name] = !on; }));
   }
-  const row = el("label", "radio tool-toggle");
-  const cb = el("input");
-  cb.type = "checkbox";
-  cb.checked = toolStore.withFiles;
-  cb.setAttribute("data-testid", "tools-with-files");
-  cb.addEventListener("change", () => {
-    toolStore.withFiles = cb.checked;
-    saveToolStore();
-  });
-  const text = el("span", "", "Also in chats with files ");
-  text.appendChild(el("span", "muted", "The app reads your files for each question itself; a small model answers "
-    + "questions about them better without tools offered."));
-  row.append(cb, text);
-  box.appendChild(row);
+  const why = "The app reads your files for each question itself; a small model answers questions about them "
+    + "better without tools offered.";
+  box.appendChild(toggle("tools-with-files", "Also in chats with files", why, toolStore.withFiles,
+    (on) => { toolStore.withFiles = on; }));
 }
 
 function allowedList() {
