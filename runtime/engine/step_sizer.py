@@ -35,8 +35,9 @@ how much longer than the line said they took lately, is taken off the next step'
 step counts more than an early one: every stream waits for it). So the steps settle near the
 target even where the line is wrong (the old sizer's one speed had that; a Qwen run without it
 took 0.75-1.0 s a step aiming at 0.7). It lags a cost that keeps growing (a
-model machine: +7 % late in a document, +12 % without it); the chunk's depth as a term of the
-line would follow that, at the price of the scheduler knowing where the next chunk starts.
+model machine: +7 % late in a document, +12 % without it). The chunk's depth as a fifth term of
+the line, with the engine telling where each chunk starts, was tried: it aimed no better on a model
+machine and made the real steps shorter (docs/BENCHMARKS.md, 'mixed').
 """
 from __future__ import annotations
 
