@@ -111,7 +111,8 @@ def run_model(key: str, binary: Path, args: argparse.Namespace) -> dict:
     model = demo_model_path(key)
     print(f"\n## {model.name}\n{platform.machine()}, {os.cpu_count()} cores, load average {load()} (1/5/15 min) "
           f"before; llama-server {binary.name} -c {CTX} -np {PARALLEL} -kvu -t {os.cpu_count()}; "
-          f"llmpack run --ctx {CTX} --parallel {PARALLEL} --gpu-layers 0 {args.server_args}".rstrip(), flush=True)
+          f"llmpack run --ctx {CTX} --parallel {PARALLEL} --gpu-layers 0 {args.server_args}".rstrip()
+          + f", CPU variant {os.environ.get('LLMPACK_CPU_VARIANT')}", flush=True)
     servers, rows, measured = {}, [], []
     doc: dict = {"model": model.name, "rows": rows}
     trace = Path(f"{args.trace}.{key}") if args.trace else None
@@ -183,6 +184,9 @@ def main() -> int:
                     help="run llmpack with --trace-steps FILE.<model> and print each workload's step-trace summary")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop both servers on the way out
+    # equal kernels: llama-server is built for AVX2 (servers.py); left to choose, llmpack takes this
+    # CPU's best variant (zen4's AVX-512 read 2.0x llama-server's single stream on 2026-12-06)
+    os.environ.setdefault("LLMPACK_CPU_VARIANT", "haswell")
     binary = find_llama_server() or build_llama_server()
     if args.build_only:
         print(binary)
