@@ -1,9 +1,8 @@
 """Nobody waits behind someone else's prompt (issue 48): while anyone decodes, a step holds only
 the prompt tokens that fit, by the step time measured on this machine, in the target gap beside
-the decode rows; prompts are read first come, first served. Through the
-engine the cost is injected (StepSizer with learn=False), so every budget there is a number, not
-a timing; the learning is tested against model machines built from what 2 cores measured
-(benchmarks/step_cost.py). Nothing in this file depends on how fast the machine is."""
+the decode rows; prompts are read first come, first served. Through the engine the cost is
+injected (StepSizer with learn=False), so every budget there is a number, not a timing; the
+learning is tested against model machines built from what 2 cores measured (benchmarks/step_cost.py). Nothing in this file depends on how fast the machine is."""
 from __future__ import annotations
 
 import random

@@ -22,7 +22,6 @@ from llmpack.runtime.documents.extract import Document
 from llmpack.runtime.documents.index import Hit, doc_id
 
 
-
 @dataclass(frozen=True, slots=True)
 class Place:
     file: str              # the file's name as sent
