@@ -96,9 +96,15 @@ def _norm(s: str) -> str:
 
 
 def _spots(reply: str, answer: str) -> list[int]:
-    """Where the answer stands in the reply (ignoring case, spaces and thousands commas)."""
-    low = reply.lower()
-    pattern = r"[\s,]*".join(map(re.escape, _norm(answer)))
+    """Where the answer stands in the reply (ignoring case, spaces and thousands commas), as a
+    word of its own where it begins or ends with a letter or digit: "NewDocumentCommand" is not
+    in "RenewDocumentCommand", nor "200" in "2008". (A Japanese answer has no such edges.)"""
+    low, norm = reply.lower(), _norm(answer)
+    pattern = r"[\s,]*".join(map(re.escape, norm))
+    if norm[:1].isascii() and norm[:1].isalnum():
+        pattern = r"(?<![a-z0-9])" + pattern
+    if norm[-1:].isascii() and norm[-1:].isalnum():
+        pattern += r"(?![a-z0-9])"
     return [m.start() for m in re.finditer(pattern, low)]
 
 

@@ -106,3 +106,18 @@ def test_peers_judges_issue_30s_targets():
     assert met is False and "0.83x (>= 0.95)" in words                                                 # bare loop
     assert verdict("long", None, "only", stats(10, 4.0), stats(12, 4.1), None)[1] is True
     assert verdict("1 stream", None, None, stats(70, 0.1), stats(80, 0.1), None)[1] is None
+
+
+def test_the_documents_judge_counts_an_answer_only_as_a_word_of_its_own():
+    """benchmarks/documents.py's `_spots`: a reply naming another command that contains the
+    answer ("RenewDocumentCommand" for "NewDocumentCommand") or a longer number does not hold
+    the fact; spaces, case and thousands commas aside, and answers without word edges, it does."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from documents import _spots
+
+    assert _spots("The command `NewDocumentCommand` issues an error", "NewDocumentCommand") == [13]
+    assert _spots("The command `RenewDocumentCommand` issues an error", "NewDocumentCommand") == []
+    assert _spots("It was released in 2008.", "200") == [] and _spots("about 200 packages", "200") == [6]
+    assert _spots("Lines of 1,200 words", "1200") == [9] and _spots("Use \\sbox instead", "\\sbox") == [4]
+    assert _spots("Both --help and --version", "help") == [7]
+    assert _spots("パスワードを他人に教えてはいけません", "教え") == [9]
