@@ -208,3 +208,25 @@ def test_a_claim_about_what_was_asked_is_quoted_with_the_sentence_that_says_it()
     att = Attribution(of_document(doc, 0), "Where can the open brace of a struct body go?")
     [alone] = att.sources("The open-brace that starts a 'struct' body can go in column one if you find it useful.")
     assert alone.quote.startswith("The open-brace that starts a 'struct' body")
+
+
+def test_read_as_two_passages_side_by_side_the_claim_is_sourced_to_the_one_about_what_was_asked():
+    """A 384-token reading of standards.txt gave the function's sentence and the struct's as two
+    passages (lines 2268-2271 and 2273-2279), and the same reply was sourced to the struct's
+    alone. A quote cannot span two passages, so the source is the one that names the subject;
+    passages that are not side by side are not so joined."""
+    function, struct = BRACES.split("\n\n   Avoid")
+    function = function.split("\n\n   ")[-1]
+    struct = "Avoid" + struct
+
+    def att(struct_line: int) -> Attribution:
+        places = [Place("standards.txt", "doc-s", 0, "lines 2268-2271", function, first_line=2268),
+                  Place("standards.txt", "doc-s", 0, f"lines {struct_line}-{struct_line + 3}", struct,
+                        first_line=struct_line)]
+        return Attribution(places, "Where should the open brace that starts a C function's body go?")
+
+    claim = "The open brace that starts a C function's body should go in column one if you find it useful."
+    [src] = att(2273).sources(claim)
+    assert src.place.label == "lines 2268-2271" and src.quote.startswith("It is important to put the open-brace")
+    [far] = att(2400).sources(claim)   # not beside it: no rival there, the struct's sentence as before
+    assert far.place.label == "lines 2400-2403"

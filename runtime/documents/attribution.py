@@ -28,7 +28,8 @@ them to the last, so the reader finds all of it. So is a claim whose best senten
 the question asked about (the subject: "a C function's body") that a sentence at most ASKED_REACH
 away holds with much of the claim: the model took the rest from a neighbour about something else
 ("a 'struct' body can go in column one if you find it useful"), and that quote alone would show
-a reader the other thing.
+a reader the other thing. When the two were read as passages side by side, the source is the
+sentence that holds the subject.
 
 A table-of-contents line (documents/layout.py) is never a source: it names a section, it does
 not state what the section says. A reference to a section ("Section 7", "see sections 15 and
@@ -58,6 +59,7 @@ TIE = 1e-6
 BLEND_SHARE = 0.25       # a claim whose best sentence lacks this share of its weight may join two sentences
 BLEND_REACH = 3          # ... of the same place, this many sentences apart at most
 ASKED_REACH = 6          # sentences apart at most: the one that holds a word of the question the best one lacks
+BESIDE_LINES = 3         # lines between two passages of a text file that count as read side by side
 
 # A place as a model writes it: "[p. 96]", "[end of p. 96]", "[§ Terms]", "[lines 3-9]", "(p. 96)",
 # "page 96", "pages 3-5", "p. 96", "pp. 3-5", "line 203".
@@ -207,21 +209,28 @@ class Attribution:
                 return None
         full = {t: self.weight(t, asked=False) for t in mine}   # the question's words count whole here
         asked = self._asked(best, (mine - matched) & self.question, mine, full)
-        if asked is not None:
+        if asked is not None and self._units[asked].place == self._units[best].place:
             return min(best, asked), max(best, asked)
+        if asked is not None:   # a passage beside best's: a quote cannot span two, so the one with the subject
+            unstated = {t for t in mine - self._units[asked].terms - self.question if has_digit(t)}
+            return None if unstated else (asked, asked)
         return self._joined(best, mine - matched, full, sum(full.values()))
 
     def _asked(self, best: int, missing: set[str], mine: set[str], w: dict[str, float]) -> int | None:
-        """A sentence of `best`'s place, at most ASKED_REACH away, that holds the words of the
-        question the claim used and `best` lacks, and MIN_COVER of the claim as well (a rival
-        reading of it, not a table's column names): the one that holds most of the claim, then
-        the nearest. None when there is none."""
+        """A sentence near `best` that holds the words of the question the claim used and `best`
+        lacks, and MIN_COVER of the claim as well (a rival reading of it, not a table's column
+        names): the one that holds most of the claim, then the nearest. Near: at most ASKED_REACH
+        sentences away in `best`'s place, or in a passage read beside it (`_beside`: a shorter
+        reading cut the GNU standards' C-function sentence and the struct sentence after it
+        into two). None when there is none."""
         if not missing:
             return None
         place, total = self._units[best].place, sum(w.values())
-        cover = {u: sum(w[t] for t in mine & self._units[u].terms)
-                 for u in range(max(0, best - ASKED_REACH), min(len(self._units), best + ASKED_REACH + 1))
-                 if u != best and self._units[u].place == place and missing <= self._units[u].terms}
+        beside = {i for i, p in enumerate(self.places) if i != place and _beside(p, self.places[place])}
+        near = [u for u in range(max(0, best - ASKED_REACH), min(len(self._units), best + ASKED_REACH + 1))
+                if u != best and self._units[u].place == place]
+        near += [u for u, x in enumerate(self._units) if x.place in beside]
+        cover = {u: sum(w[t] for t in mine & self._units[u].terms) for u in near if missing <= self._units[u].terms}
         rivals = [u for u, c in cover.items() if c >= MIN_COVER * total]
         return max(rivals, key=lambda u: (cover[u], -abs(u - best)), default=None)
 
@@ -265,6 +274,17 @@ def claims(reply: str) -> list[tuple[int, int]]:
             elif lead is None:
                 lead = a
     return [(a, b) for a, b in out]
+
+
+def _beside(a: Place, b: Place) -> bool:
+    """Whether two places read are passages of one file at most BESIDE_LINES lines apart (plain
+    text cut by lines) or on one page."""
+    if a.file_id != b.file_id:
+        return False
+    if a.first_line and b.first_line:
+        lo, hi = sorted((a, b), key=lambda p: p.first_line)
+        return hi.first_line - (lo.first_line + lo.text.count("\n")) <= BESIDE_LINES
+    return bool(a.page) and a.page == b.page
 
 
 def _names(text: str) -> frozenset[str]:
