@@ -14,9 +14,9 @@
    left widens the passages read, best first, towards their whole chunks.
 
 Passages rather than whole chunks because of prompt time: on 2 CPU cores the 0.5B demo model
-reads about 200 prompt tokens a second, and EXCERPT_TOKENS (documents/reading.py) is sized for
-a first word within 3 s; that is two whole chunks, or eight passages, which find the fact far
-more often when the question shares only a few words with it (docs/BENCHMARKS.md, documents).
+reads 100-200 prompt tokens a second, and EXCERPT_TOKENS (documents/reading.py) is 384 tokens;
+that is one or two whole chunks, or several passages, which find the fact far more often when
+the question shares only a few words with it (docs/BENCHMARKS.md, documents).
 
 What is picked is written best first (`_best_first`): the best passage's chunk, then the chunks
 after and before it, each under the place a reader would cite and closed by an end mark, so the

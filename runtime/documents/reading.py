@@ -37,11 +37,13 @@ READ_MODES = ("auto", "whole", "excerpts")
 PER_MESSAGE = 8          # tokens a chat template adds around each message (ChatML: 5), counted generously
 MIN_EXCERPT_ROOM = 64    # tokens: less than this left for a searched file and the request is refused
 # Tokens of excerpts one question reads at most, however large the context: the prompt time of
-# a question about a long file. On 2 CPU cores the 0.5B demo model reads ~200 prompt tokens a
-# second: 2,048 tokens of excerpts took 11 s to the first word, 512 take ~2 s. Read as passages
-# (excerpts.py), 512 tokens hold the sentence that answers and the sentences around it, and
-# several other candidates; benchmarks/documents.py measures the fact in the reply at this size.
-EXCERPT_TOKENS = 512
+# a question about a long file. On 2 CPU cores the 0.5B demo model reads 100-200 prompt tokens a
+# second (AVX2 / AVX-512): 2,048 tokens of excerpts took 11 s to the first word. Read as passages
+# (excerpts.py), 384 tokens hold the sentence that answers and the sentences around it, and a few
+# other candidates; on the real corpus the demo model stated more facts from 384 than from 512
+# (fewer near-misses to copy instead) and still had the answer in what it read for 60 of 62
+# (docs/BENCHMARKS.md, "A slower computer, and a shorter reading").
+EXCERPT_TOKENS = 384
 FIRST_WORD_S = 3.0       # the wait for a first word that `auto` keeps a file whole for
 # The prompt speed assumed before the engine has measured one (the first request of a launch): the
 # 0.5B demo model on 2 CPU cores, so a first question on a slow computer is not the slow one.
