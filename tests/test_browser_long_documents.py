@@ -6,6 +6,7 @@ index. Then the instruct demo model answers from page 217 and names it. Screensh
 artifacts/. The HTTP side is tests/test_long_documents.py."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -131,7 +132,7 @@ def test_a_question_about_all_of_a_long_pdf_shows_its_reading_and_draws_on_every
         browser, instruct_server: LiveServer, chat_data):
     """"Summarise this document." of a 24-page handbook too long for the context: while each part
     is summarised the reply says how far the reading is (no silent minute), and the line under
-    the answer says the whole file was read in parts. Asked again at 390 px, the kept summaries
+    the answer says the whole file was read (or skimmed, on a slow computer) in parts. Asked again at 390 px, the kept summaries
     answer at once. (What the 0.5B model makes of them is measured, not asserted: BENCHMARKS,
     documents; tests/test_overview.py checks every part's summary is in the answer's prompt.)"""
     from test_overview import handbook_pages
@@ -157,7 +158,10 @@ def test_a_question_about_all_of_a_long_pdf_shows_its_reading_and_draws_on_every
                 page.screenshot(path=str(ARTIFACTS / f"long-doc-{width}-whole-reading.png"))
             page.wait_for_selector("[data-testid=stop]", state="hidden", timeout=600_000)
             read = reply.locator("[data-testid=message-read]").inner_text()
-            assert read.startswith("Read from handbook.pdf: all 24 pages, read in ") and "summarised" in read, read
+            # read whole or skimmed as this computer's measured prompt speed allows (overview.READ_S):
+            # an AVX2-only 2-core CI machine, at ~100 tokens/s, skims it
+            assert re.match(r"Read from handbook\.pdf: all 24 pages, (read|skimmed) in \d+ parts and summarised",
+                            read), read
             assert reply.locator(".content").inner_text().strip()
             page.screenshot(path=str(ARTIFACTS / f"long-doc-{width}-whole-answer.png"))
             fits(page, width)
