@@ -132,8 +132,8 @@ def test_a_question_about_all_of_a_long_pdf_shows_its_reading_and_draws_on_every
         browser, instruct_server: LiveServer, chat_data):
     """"Summarise this document." of a 24-page handbook too long for the context: while each part
     is summarised the reply says how far the reading is (no silent minute), and the line under
-    the answer says the whole file was read (or skimmed, on a slow computer) in parts. Asked again at 390 px, the kept summaries
-    answer at once. (What the 0.5B model makes of them is measured, not asserted: BENCHMARKS,
+    the answer says the whole file was read (or skimmed, on a slow computer) in parts. Asked
+    again at 390 px, the kept summaries answer at once. (What the 0.5B model makes of them is measured, not asserted: BENCHMARKS,
     documents; tests/test_overview.py checks every part's summary is in the answer's prompt.)"""
     from test_overview import handbook_pages
 
