@@ -115,6 +115,14 @@ def test_contents_lines_are_recognised_and_headings_with_text_are_not():
     assert units(lines[4]) == [lines[4]]
 
 
+def test_a_contents_list_that_runs_to_the_end_of_a_chunk_is_still_contents():
+    # the GNU standards' contents fill the file's first chunk and go on in the next: the titles
+    # at the chunk's end have no text under them, so they are contents too, not headings
+    top = STANDARDS[:STANDARDS.index("3.5 Conditional")].rstrip()
+    found = {top[a:b] for a, b in layout.contents_lines(top)}
+    assert {"1 About the GNU Coding Standards", "  2.2 Accepting Contributions"} <= found
+
+
 def place(text: str, page: int, name: str = "clsguide.pdf") -> Place:
     return Place(name, "doc-" + name, 0, f"p. {page}", text, page)
 

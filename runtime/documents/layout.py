@@ -21,6 +21,9 @@ word got no source), and the same header on every page made every page a tie.
   2264)"). It names a section; it does not state what the section says, so it is never the
   source of a claim. `points_to(text, end)`: the line such an entry names, where a careful
   reader turns to (documents/excerpts.py reads it for a question the entry matches).
+- `is_title(line)` and `is_underline(line)`: a numbered title, and the "=====" a text file sets
+  under a heading (documents/chunks.py starts a piece at a heading, excerpts.py reads a heading
+  with its section's first sentences).
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ _CSV = re.compile(r",\S")
 _LEADERS = re.compile(r"(?:\.\s?){4,}\s*\d{1,4}\s*$|…{2,}\s*\d{1,4}\s*$")
 _TITLE_PAGE = re.compile(rf"^\s*{_NUMBERED}\s+[^\W\d_a-z][^,;]{{0,90}}?\s\d{{1,4}}\s*$")
 _TITLE = re.compile(rf"^\s*{_NUMBERED}\s+[^\s.].{{0,100}}$")
+_UNDERLINE = re.compile(r"^\s*(?:={3,}|-{3,}|~{3,}|\*{3,})\s*$")
 # makeinfo's plain-text index and menus: "* entry:   Node.   (line 2264)", the "(line N)" alone on
 # the next line when the entry is long, and menu lines "* Node name::  what it holds"
 _INDEX_ENTRY = re.compile(r"^\* [^\s:][^:]{0,80}:(?::.{0,100}|\s{2,}\S.{0,60}?\(line\s+\d+\))\s*$|^\s+\(line\s+\d+\)\s*$")
@@ -136,7 +140,7 @@ def contents_lines(text: str) -> list[tuple[int, int]]:
         if is_contents(line) or _long_entry(line, next_line):
             out.append(span)
             continue
-        if _TITLE.match(line) and not _END_PUNCT.search(line) and len(line.strip()) <= 100:
+        if is_title(line):
             run.append(span)
             blank = False
             continue
@@ -148,7 +152,20 @@ def contents_lines(text: str) -> list[tuple[int, int]]:
         if len(run) >= CONTENTS_RUN:
             out += run
         run, blank = [], False
+    if len(run) >= CONTENTS_RUN:   # titles to the end of the text: a contents page cut where a chunk ends
+        out += run
     return sorted(out)
+
+
+def is_title(line: str) -> bool:
+    """A numbered title on a line of its own, "3.5 Conditional Compilation": a heading where text
+    follows it, a contents line where more titles do."""
+    return bool(_TITLE.match(line)) and not _END_PUNCT.search(line) and len(line.strip()) <= 100
+
+
+def is_underline(line: str) -> bool:
+    """The row of "=" or "-" a plain-text file sets under a heading."""
+    return bool(_UNDERLINE.match(line))
 
 
 def clean_pages(pages: list[str]) -> list[str]:
