@@ -6,18 +6,22 @@ one, measured on the corpus's 62 questions (docs/BENCHMARKS.md, real corpus):
 - German inflects a word at its end: "drückt" in the question, "drücken" in the text;
 - a book's index says where a rule stands ("length of source lines ... (line 2264)"), and the rule
   says it in other words than the question ("How long should source lines be at most?");
-- a date answers "what is the date", though the sentence never says "date".
+- a date answers "what is the date", though the sentence never says "date";
+- a heading names its section but does not say what it says, and a file cut into pieces used to
+  leave a heading at one piece's end and its section in the next;
+- a letter asked about ("argument type m") is the first word of its entry in a list.
 """
 from __future__ import annotations
 
 import pytest
 
+from llmpack.runtime.documents import chunks
 from llmpack.runtime.documents import excerpts as E
 from llmpack.runtime.documents import extract as D
 from llmpack.runtime.documents import index as I
 from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.words import meet, terms
-from real_excerpts import STANDARDS_FORMATTING
+from real_excerpts import STANDARDS_CONDITIONAL, STANDARDS_FORMATTING, USRGUIDE_TYPES
 
 # debian-reference.de.txt (debian-reference-de 2.100), lines 1163-1182, with the no-break spaces its
 # converter left in the indentation
@@ -149,3 +153,24 @@ def test_an_index_entry_is_never_read_for_itself(index):
 def test_a_question_for_a_date_reads_the_date(index):
     passage = best_passage(index, "lppl.txt", LPPL, "What is the date of this version of the licence?")
     assert "2008-05-04" in passage
+
+
+def test_a_heading_begins_the_piece_that_holds_its_section():
+    pieces = chunks.split(STANDARDS_CONDITIONAL)
+    assert len(pieces) == 2
+    assert pieces[1].startswith("3.5 Conditional Compilation\n=====") and "Conditional Compilation" not in pieces[0]
+
+
+def test_a_question_that_matches_a_heading_reads_the_start_of_its_section(index):
+    # read for itself, the heading came with the "#endif" before it and its underline, and no answer
+    question = "Why does the standard prefer if statements over conditional compilation?"
+    passage = best_passage(index, "standards.txt", STANDARDS_CONDITIONAL, question)
+    assert passage.startswith("3.5 Conditional Compilation") and "more extensive checking" in passage
+
+
+def test_a_letter_asked_about_reads_the_entry_that_starts_with_it(index):
+    # without the letter, "denote" and "argument" found r's entry ("this denotes a 'required' ...")
+    passage = best_passage(index, "usrguide.txt", USRGUIDE_TYPES, "What does the argument type m denote?")
+    assert passage.startswith("m A standard mandatory argument")
+    passage = best_passage(index, "usrguide.txt", USRGUIDE_TYPES, "What does the v argument type read?")
+    assert passage.startswith("v Reads an argument")

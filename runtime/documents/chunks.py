@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.extract import Document
 
 CHUNK_CHARS = 1200
@@ -54,13 +55,14 @@ def split(text: str, size: int = CHUNK_CHARS) -> list[str]:
 
 def spans(text: str, size: int = CHUNK_CHARS) -> list[tuple[int, int]]:
     """(start, end) of the pieces of `text`, at most `size` characters each, cut at the largest
-    boundary that fits: a blank line, a line break, a sentence end, a space. No piece is empty
+    boundary that fits: a blank line, a line break, a sentence end, a space; before a heading
+    rather than after it (`_before_heading`). No piece is empty
     or starts or ends with white space; a last piece shorter than MIN_CHUNK_CHARS joins the one
     before it."""
     out: list[tuple[int, int]] = []
     start, end = _skip(text, 0), len(text.rstrip())
     while end - start > size:
-        cut = start + _cut_at(text[start:start + size + 1], size)
+        cut = _before_heading(text, start, start + _cut_at(text[start:start + size + 1], size), size)
         out.append((start, len(text[:cut].rstrip())))
         start = _skip(text, cut)
     if start < end:
@@ -69,6 +71,23 @@ def spans(text: str, size: int = CHUNK_CHARS) -> list[tuple[int, int]]:
         else:
             out.append((start, end))
     return out
+
+
+def _before_heading(text: str, start: int, cut: int, size: int) -> int:
+    """`cut`, or the start of the heading the piece would end with ("3.5 Conditional Compilation",
+    underlined or not), so that a heading begins the piece that holds its section: cut after it,
+    the section's first sentences went to the next chunk and a question that matched the heading
+    read the heading alone (the GNU standards' "prefer if statements" question)."""
+    lines = text[start:cut].rstrip().split("\n")
+    k = len(lines) - 1
+    if k >= 1 and layout.is_underline(lines[k]):
+        k -= 1
+        title = lines[k].strip()
+        heading = bool(title) and len(title) <= 100 and not layout.is_underline(title) and not title.endswith(".")
+    else:
+        heading = layout.is_title(lines[k])
+    at = start + sum(len(line) + 1 for line in lines[:k])
+    return at if heading and at - start > size // 3 else cut
 
 
 def _skip(text: str, at: int) -> int:

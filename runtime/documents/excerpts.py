@@ -9,12 +9,15 @@
    of the school in Fenwick Cross is ..." (it ranked 28th of 64 in the documents benchmark).
    Each candidate's sentences (and lines: a table row, a CSV record) are scored by the
    question's words they hold *together*, each word weighed by how rare it is among those
-   sentences, the chunk's headings counting half. The model reads passages: a matched sentence
-   with WINDOW sentences either side, best first, down to MIN_SHARE of the best score; room still
-   left widens the passages read, best first, towards their whole chunks.
+   sentences, the chunk's headings counting half, and so do the words of a heading inside the
+   chunk for the sentences under it. The model reads passages: a matched sentence with WINDOW
+   sentences either side (a heading: the sentences after it), best first, down to MIN_SHARE of
+   the best score; room still left widens the passages read, best first, towards their whole
+   chunks. A letter the question asks about ("the argument type m") counts as a word, and
+   rare where it starts a sentence, as in a list of types or options (`_label`).
 
 Passages rather than whole chunks because of prompt time: on 2 CPU cores the 0.5B demo model
-reads 100-200 prompt tokens a second, and EXCERPT_TOKENS (documents/reading.py) is 384 tokens;
+reads 100-200 prompt tokens a second, and EXCERPT_TOKENS (documents/reading.py) is 320 tokens;
 that is one or two whole chunks, or several passages, which find the fact far more often when
 the question shares only a few words with it (docs/BENCHMARKS.md, documents).
 
@@ -243,7 +246,8 @@ def _best_sentences(found: list[Hit], question: str) -> tuple[list[tuple[float, 
     sentences: each of the question's words it holds weighs by its rarity (log(1 + N / df)),
     and a long sentence that holds them counts for less than a short one (K1, B); the chunk's
     headings' words count HEADING_WEIGHT. A contents line is never read for itself."""
-    wanted = set(terms(question))
+    wanted = set(terms(question, letters=True))
+    wanted |= {_label(w) for w in wanted if len(w) == 1}
     match = Matcher(wanted)   # "drückt" in the question finds "drücken" in the text (words.meet)
     kinds = wanted & (DATE_WORDS | YEAR_WORDS)   # "date" is answered by a date (words.answers)
     chunks = [_Chunk(h, sentences(h.text) or [(0, len(h.text))]) for h in found]
@@ -252,9 +256,11 @@ def _best_sentences(found: list[Hit], question: str) -> tuple[list[tuple[float, 
     df: dict[str, int] = defaultdict(int)
     total = 0
     for c, chunk in enumerate(chunks):
-        heading = match(terms(chunk.hit.heading))
+        heading = section = match(terms(chunk.hit.heading))
         contents = layout.contents_lines(chunk.hit.text)
         for i, (a, b) in enumerate(chunk.spans):
+            if layout.is_underline(chunk.hit.text[a:b]):
+                continue
             if any(x <= a and b <= y for x, y in contents):
                 # a contents line names the section the question is about; it does not answer,
                 # but an index entry that names a line says where the answer is
@@ -264,13 +270,19 @@ def _best_sentences(found: list[Hit], question: str) -> tuple[list[tuple[float, 
                 if own:
                     entries.append((len(entry), c, own, chunk.hit.doc, line))
                 continue
-            words = terms(chunk.hit.text[a:b])
+            title = _heading(chunk, i)
+            if title:   # names what follows: its words count for its section's sentences too
+                section = heading | match(terms(chunk.hit.text[a:b]))
+            words = terms(chunk.hit.text[a:b], letters=True)
+            if words and len(words[0]) == 1:   # "m  A standard mandatory argument": the letter's own entry
+                words.append(_label(words[0]))
             total += len(words)
             own = match(words) | (kinds & answers(chunk.hit.text[a:b]) if kinds else frozenset())
             for t in own:
                 df[t] += 1
-            if own or heading:
-                matched.append((c, i, len(words), frozenset(own), frozenset(heading - own)))
+            head = heading if title else section
+            if own or head:
+                matched.append((c, i, len(words), frozenset(own), frozenset(head - own)))
     n = sum(len(c.spans) for c in chunks)
     mean = total / n if n else 1.0
     weight = {t: math.log(1 + n / d) for t, d in df.items()}
@@ -287,6 +299,35 @@ def _best_sentences(found: list[Hit], question: str) -> tuple[list[tuple[float, 
     keep = MIN_SHARE * best
     return ([(s, chunks[c], i) for s, c, i in scored if s >= keep and s > 0],
             [(s, doc, line) for s, doc, line in pointed if s >= keep and s > 0])
+
+
+def _label(letter: str) -> str:
+    """The term of a sentence that starts with `letter` standing alone: an entry of a list of
+    argument types, options or variables names it first. Asked "what does the argument type m
+    denote?", the entry "m  A standard mandatory argument ..." holds only "argument" of the other
+    words, and "m" stands in every code example; as its first word the letter is rare."""
+    return letter + ":"
+
+
+def _heading(chunk: _Chunk, i: int) -> bool:
+    """Whether sentence `i` of `chunk` is a heading: a numbered title, or a line underlined.
+    A heading says what its section is about, not what the section says: read with the sentence
+    before it (the end of another section) and its underline, it answered nothing. So its words
+    also count for its section's sentences (HEADING_WEIGHT), and it is read with the sentences
+    after it (`_Picker.passage`)."""
+    a, b = chunk.spans[i]
+    line = chunk.hit.text[a:b]
+    if "\n" in line:
+        return False
+    return layout.is_title(line) or (_underlined(chunk, i) and len(line) <= 100)
+
+
+def _underlined(chunk: _Chunk, i: int) -> int:
+    """1 if sentence `i` of `chunk` has an underline ("=====") as the next sentence, else 0."""
+    if i + 1 >= len(chunk.spans):
+        return 0
+    a, b = chunk.spans[i + 1]
+    return int(layout.is_underline(chunk.hit.text[a:b]))
 
 
 class _Picker:
@@ -320,7 +361,10 @@ class _Picker:
         if chunk.hit.doc in self.tables and chunk.hit.ord == 0 and at == 0:   # the column names: in the heading
             return
         window = 0 if chunk.hit.doc in self.tables else WINDOW
-        for lo, hi in ((max(0, at - window), min(len(chunk.spans) - 1, at + window)), (at, at)):
+        lo, hi = max(0, at - window), min(len(chunk.spans) - 1, at + window)
+        if _heading(chunk, at):   # a heading is read with the start of its section, not the end of the one before
+            lo, hi = at, min(len(chunk.spans) - 1, at + 2 * window + _underlined(chunk, at))
+        for lo, hi in ((lo, hi), (at, at)):
             if self._try(chunk, lo, hi):
                 chunk.picked.append(at)
                 return

@@ -38,10 +38,19 @@ _NUMBER_ONLY = re.compile(r"\s*[A-Z]?\d{1,3}(?:\.\d{1,3})*\.")
 _INITIAL = re.compile(r"(?:^|[\s(])[A-Z]\.$")   # "Donald E. Knuth"
 
 
-def terms(text: str) -> list[str]:
-    """The words of `text` that carry meaning, as rough stems."""
+def terms(text: str, letters: bool = False) -> list[str]:
+    """The words of `text` that carry meaning, as rough stems. With `letters`, a letter standing
+    alone is one too, as written ("argument type m", "the option -l"; not the "s" of "it's" nor
+    a stop word): excerpts.py looks for the sentence that names it, as a list of argument types or
+    options does ("m  A standard mandatory argument")."""
     out = []
-    for word in _WORD.findall(_HYPHENATED.sub("", text.lower())):
+    joined = _HYPHENATED.sub("", text)
+    for m in _WORD.finditer(joined):
+        word = m.group().lower()
+        if letters and len(word) == 1 and word.isalpha() and word.isascii() and word not in STOPWORDS \
+                and joined[m.start() - 1:m.start()] not in ("'", "’"):
+            out.append(m.group())
+            continue
         for w, cjk in split_word(word):
             if cjk:
                 out += bigrams(w)
