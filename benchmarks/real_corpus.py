@@ -45,7 +45,7 @@ def _right(src: dict, q: Question) -> bool:
 
 
 def judge(q: Question, reply: str, sources: list[dict]) -> dict:
-    spots = _spots_any(reply, q.answer)
+    spots = [] if q.unless and re.search(q.unless, reply, re.I) else _spots_any(reply, q.answer)
     fact_sources = [s for s in sources if any(s["reply_start"] <= p < s["reply_end"] for p in spots)]
     out = {"fact": bool(spots), "mark_only": mark_only(reply), "server": None,
            "wrong_sources": [s["label"] for s in fact_sources if not _right(s, q)]}

@@ -25,15 +25,17 @@ class Question:
     pages: tuple[int, ...] = ()      # PDF pages that state it
     lines: tuple[int, int] = (0, 0)  # text lines that state it (first, last)
     first: str = ""                  # follow-up: the question asked before, in the same chat
+    unless: str = ""                 # a reply matching this holds the answer's words in another sense: no fact
 
 
 C, U, L, S = "clsguide.pdf", "usrguide.pdf", "lppl.pdf", "standards.txt"
 DE, JA = "debian-reference.de.txt", "debian-reference.ja.txt"
 
 
-def q(kind: str, files, question: str, answer: str, pages=(), lines=(0, 0), file: str = "", first: str = "") -> Question:
+def q(kind: str, files, question: str, answer: str, pages=(), lines=(0, 0), file: str = "", first: str = "",
+      unless: str = "") -> Question:
     files = (files,) if isinstance(files, str) else tuple(files)
-    return Question(kind, files, question, answer, file or files[0], tuple(pages), tuple(lines), first)
+    return Question(kind, files, question, answer, file or files[0], tuple(pages), tuple(lines), first, unless)
 
 
 QUESTIONS = [
@@ -78,7 +80,10 @@ QUESTIONS = [
     q("once", L, "After an intention announcement, how long must nobody challenge it before you can become the "
                  "Current Maintainer?", "three months|3 months", [5]),
     q("definition", L, "What is a Compiled Work?", "directly usable", [2]),
-    q("definition", L, "Who is the Current Maintainer if nobody is nominated?", "Copyright Holder", [2]),
+    # clause 3(b) on p. 5, "the Current Maintainer is not reachable and the Copyright Holder agrees ...",
+    # names the Copyright Holder too, but as someone who agrees, not as who the maintainer is
+    q("definition", L, "Who is the Current Maintainer if nobody is nominated?", "Copyright Holder", [2],
+      unless="not reachable"),
     q("paraphrase", L, "Which kind of work is this licence particularly suitable for?", "TeX-related|TEX-related", [1]),
     # ---- standards.txt: the GNU Coding Standards, plain text wrapped at 72 columns
     q("number", S, "How long should source lines be at most?", "79", lines=(2265, 2266)),

@@ -121,3 +121,19 @@ def test_the_documents_judge_counts_an_answer_only_as_a_word_of_its_own():
     assert _spots("Lines of 1,200 words", "1200") == [9] and _spots("Use \\sbox instead", "\\sbox") == [4]
     assert _spots("Both --help and --version", "help") == [7]
     assert _spots("パスワードを他人に教えてはいけません", "教え") == [9]
+
+
+def test_the_real_corpus_judge_does_not_count_the_answers_words_in_another_clause():
+    """benchmarks/real_corpus.py's `judge`: asked who the Current Maintainer is when nobody is
+    nominated, a reply that copies LPPL clause 3(b) ("... not reachable and the Copyright Holder
+    agrees ...") holds the answer's words but not the fact, and its source is not judged."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from real_corpus import judge
+    from real_questions import QUESTIONS
+
+    q = next(q for q in QUESTIONS if q.question.startswith("Who is the Current Maintainer"))
+    source = {"file": "lppl.pdf", "page": 5, "label": "lppl.pdf · p. 5", "reply_start": 0, "reply_end": 200}
+    copied = judge(q, "The Current Maintainer is not reachable and the Copyright Holder agrees that ...", [source])
+    assert copied["fact"] is False and copied["server"] is None and copied["wrong_sources"] == []
+    stated = judge(q, "If nobody is nominated, it is the Copyright Holder.", [{**source, "page": 2}])
+    assert stated["fact"] is True and stated["server"] == "right"
