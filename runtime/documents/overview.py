@@ -1,7 +1,7 @@
 """Questions about the whole of a file too long to read whole: "summarise this", "what is this
 about", "list every chapter".
 
-A searched file gives a question the 384 tokens that best match it. A question about the whole
+A searched file gives a question the 320 tokens that best match it. A question about the whole
 file matches no part better than another, so search gave its beginning, and the answer spoke
 of the first pages only (GPT4All's LocalDocs, LM Studio and Open WebUI answer so too). Such a
 question is answered in two rounds here:

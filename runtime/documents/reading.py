@@ -39,11 +39,12 @@ MIN_EXCERPT_ROOM = 64    # tokens: less than this left for a searched file and t
 # Tokens of excerpts one question reads at most, however large the context: the prompt time of
 # a question about a long file. On 2 CPU cores the 0.5B demo model reads 100-200 prompt tokens a
 # second (AVX2 / AVX-512): 2,048 tokens of excerpts took 11 s to the first word. Read as passages
-# (excerpts.py), 384 tokens hold the sentence that answers and the sentences around it, and a few
-# other candidates; on the real corpus the demo model stated more facts from 384 than from 512
-# (fewer near-misses to copy instead) and still had the answer in what it read for 60 of 62
-# (docs/BENCHMARKS.md, "A slower computer, and a shorter reading").
-EXCERPT_TOKENS = 384
+# (excerpts.py), 320 tokens hold the sentence that answers and the sentences around it, and a few
+# other candidates. On the real corpus the demo model stated more facts from 384 than from 512,
+# and more from 320 than from 384 (fewer near-misses to copy instead), with the answer in what it
+# read for all 62 questions at 320 and 384, 60 at 288 (docs/BENCHMARKS.md, "A slower computer,
+# and a shorter reading" and "Headings, letters and 320 tokens").
+EXCERPT_TOKENS = 320
 FIRST_WORD_S = 3.0       # the wait for a first word that `auto` keeps a file whole for
 # The prompt speed assumed before the engine has measured one (the first request of a launch): the
 # 0.5B demo model on 2 CPU cores, so a first question on a slow computer is not the slow one.
