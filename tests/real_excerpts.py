@@ -86,3 +86,19 @@ next occurrence, in a way similar to the argument of the LATEX2ε command
 \\verb. Thus a v-type argument is read between two identical characters,
 which cannot be any of %, \\, #, {, } or ␣.
 """
+
+# fntguide.pdf (texlive-latex-base-doc 2022), the series values of p. 5 and the author commands of
+# p. 8, as pypdf extracts them
+FNTGUIDE_SERIES = """\
+Examples for series values are then:
+m Medium weight and width
+b Bold weight, medium width
+bx Bold extended
+sb Semi-bold, medium width
+sbx Semi-bold extended
+c Medium weight, condensed width
+
+\\textmd{..} or \\mdseries series m
+\\textbf{..} or \\bfseries series bx
+\\textit{..} or \\itshape shape it
+"""

@@ -9,7 +9,7 @@ one, measured on the corpus's 62 questions (docs/BENCHMARKS.md, real corpus):
 - a date answers "what is the date", though the sentence never says "date";
 - a heading names its section but does not say what it says, and a file cut into pieces used to
   leave a heading at one piece's end and its section in the next;
-- a letter asked about ("argument type m") is the first word of its entry in a list.
+- a code asked about ("argument type m", "series value bx") is the first word of its entry in a list.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from llmpack.runtime.documents import extract as D
 from llmpack.runtime.documents import index as I
 from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.words import meet, terms
-from real_excerpts import STANDARDS_CONDITIONAL, STANDARDS_FORMATTING, USRGUIDE_TYPES
+from real_excerpts import FNTGUIDE_SERIES, STANDARDS_CONDITIONAL, STANDARDS_FORMATTING, USRGUIDE_TYPES
 
 # debian-reference.de.txt (debian-reference-de 2.100), lines 1163-1182, with the no-break spaces its
 # converter left in the indentation
@@ -174,3 +174,10 @@ def test_a_letter_asked_about_reads_the_entry_that_starts_with_it(index):
     assert passage.startswith("m A standard mandatory argument")
     passage = best_passage(index, "usrguide.txt", USRGUIDE_TYPES, "What does the v argument type read?")
     assert passage.startswith("v Reads an argument")
+
+
+def test_a_short_code_asked_about_reads_its_entry_not_a_line_that_also_names_it(index):
+    # "series" and "bx" both stand in p. 8's "\textbf{..} or \bfseries series bx", which says nothing of
+    # what bx means; the entry "bx Bold extended" holds the code alone, as its first word
+    passage = best_passage(index, "fntguide.txt", FNTGUIDE_SERIES, "What does the series value bx mean?")
+    assert "bx Bold extended" in passage and "bfseries" not in passage

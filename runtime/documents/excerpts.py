@@ -13,8 +13,8 @@
    chunk for the sentences under it. The model reads passages: a matched sentence with WINDOW
    sentences either side (a heading: the sentences after it), best first, down to MIN_SHARE of
    the best score; room still left widens the passages read, best first, towards their whole
-   chunks. A letter the question asks about ("the argument type m") counts as a word, and
-   rare where it starts a sentence, as in a list of types or options (`_label`).
+   chunks. A code the question asks about ("the argument type m", "the series bx") counts as a
+   word, and a rare one where it starts a sentence, as in a list of types or options (`_codes`).
 
 Passages rather than whole chunks because of prompt time: on 2 CPU cores the 0.5B demo model
 reads 100-200 prompt tokens a second, and EXCERPT_TOKENS (documents/reading.py) is 320 tokens;
@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from dataclasses import dataclass, field
 from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.chunks import line_range
 from llmpack.runtime.documents.extract import format_message
-from llmpack.runtime.documents.index import DocumentIndex, Hit, Indexed, page_refs
+from llmpack.runtime.documents.index import STOPWORDS, DocumentIndex, Hit, Indexed, page_refs
 from llmpack.runtime.documents.words import DATE_WORDS, YEAR_WORDS, Matcher, answers, sentences, terms
 
 CANDIDATES = 256       # chunks BM25 hands over per question, their sentences scored (a few ms)
@@ -64,10 +65,12 @@ MIN_SHARE = 0.5        # a sentence scoring under this share of the best one is 
 HEADING_WEIGHT = 0.5   # a question's word found in a chunk's headings, not in the sentence
 K1, B = 1.2, 0.75      # BM25's usual constants, applied to sentences (_best_sentences)
 MAX_POINTERS = 4      # index entries followed to the lines they name, per question (_ranked)
+MAX_CODE = 3           # characters: a lower-case word this short asked about may be a code (`_codes`)
 MIN_ROOM = 32          # tokens: less room than this left in the budget and the search stops
 MARGIN = 0.98          # token counts of parts are added; the joined text may tokenize a little longer
 GAP = "\n…\n"          # between two passages of one chunk that are not next to each other
 _TABLE_EXT = (".csv", ".tsv")
+_WORD = re.compile(r"\w+")
 
 
 @dataclass(slots=True)
@@ -246,8 +249,8 @@ def _best_sentences(found: list[Hit], question: str) -> tuple[list[tuple[float, 
     sentences: each of the question's words it holds weighs by its rarity (log(1 + N / df)),
     and a long sentence that holds them counts for less than a short one (K1, B); the chunk's
     headings' words count HEADING_WEIGHT. A contents line is never read for itself."""
-    wanted = set(terms(question, letters=True))
-    wanted |= {_label(w) for w in wanted if len(w) == 1}
+    codes = _codes(question)
+    wanted = set(terms(question, letters=True)) | {_label(c) for c in codes}
     match = Matcher(wanted)   # "drückt" in the question finds "drücken" in the text (words.meet)
     kinds = wanted & (DATE_WORDS | YEAR_WORDS)   # "date" is answered by a date (words.answers)
     chunks = [_Chunk(h, sentences(h.text) or [(0, len(h.text))]) for h in found]
@@ -274,8 +277,9 @@ def _best_sentences(found: list[Hit], question: str) -> tuple[list[tuple[float, 
             if title:   # names what follows: its words count for its section's sentences too
                 section = heading | match(terms(chunk.hit.text[a:b]))
             words = terms(chunk.hit.text[a:b], letters=True)
-            if words and len(words[0]) == 1:   # "m  A standard mandatory argument": the letter's own entry
-                words.append(_label(words[0]))
+            first = _WORD.search(chunk.hit.text, a, b) if codes else None
+            if first and first.group() in codes and not chunk.hit.text[a:first.start()].strip(" \t•-*"):
+                words.append(_label(first.group()))   # "m A standard mandatory argument": m's own entry
             total += len(words)
             own = match(words) | (kinds & answers(chunk.hit.text[a:b]) if kinds else frozenset())
             for t in own:
@@ -301,12 +305,28 @@ def _best_sentences(found: list[Hit], question: str) -> tuple[list[tuple[float, 
             [(s, doc, line) for s, doc, line in pointed if s >= keep and s > 0])
 
 
-def _label(letter: str) -> str:
-    """The term of a sentence that starts with `letter` standing alone: an entry of a list of
-    argument types, options or variables names it first. Asked "what does the argument type m
-    denote?", the entry "m  A standard mandatory argument ..." holds only "argument" of the other
-    words, and "m" stands in every code example; as its first word the letter is rare."""
-    return letter + ":"
+def _codes(question: str) -> frozenset[str]:
+    """The short codes a question asks about, as written: a letter standing alone ("the argument
+    type m"), or a word of at most MAX_CODE lower-case letters and digits that is not a stop word
+    ("the series value bx", "phv"). A list of types, options or values starts each entry with
+    its code ("m A standard mandatory argument", "bx Bold extended"); asked "what does the
+    argument type m denote?", m's entry holds only "argument" of the question's other words,
+    and m stands in every code example, but as the first word of a sentence it is rare (`_label`).
+    Capitalised words are left out: a sentence starting with "GNU" or "Use" is no entry."""
+    out = set()
+    for m in _WORD.finditer(question):
+        w = m.group()
+        if question[m.start() - 1:m.start()] in ("'", "’") or w.lower() in STOPWORDS:
+            continue
+        if (len(w) == 1 and w.isascii() and w.isalpha()) or \
+                (len(w) <= MAX_CODE and w.isascii() and w.isalnum() and w == w.lower() and not w.isdigit()):
+            out.add(w)
+    return frozenset(out)
+
+
+def _label(code: str) -> str:
+    """The term of a sentence whose first word is `code` (`_codes`)."""
+    return code + ":"
 
 
 def _heading(chunk: _Chunk, i: int) -> bool:
