@@ -47,6 +47,7 @@ FILES = {
     "clsguide.pdf": ("texlive-latex-base-doc", "usr/share/doc/texlive-doc/latex/base/clsguide.pdf"),
     "usrguide.pdf": ("texlive-latex-base-doc", "usr/share/doc/texlive-doc/latex/base/usrguide.pdf"),
     "lppl.pdf": ("texlive-latex-base-doc", "usr/share/doc/texlive-doc/latex/base/lppl.pdf"),
+    "fntguide.pdf": ("texlive-latex-base-doc", "usr/share/doc/texlive-doc/latex/base/fntguide.pdf"),   # held out
     "standards.txt": ("gnu-standards", "usr/share/doc/gnu-standards/standards.text.gz"),
     "debian-reference.de.txt": ("debian-reference-de", "usr/share/debian-reference/debian-reference.de.txt.gz"),
     "debian-reference.ja.txt": ("debian-reference-ja", "usr/share/debian-reference/debian-reference.ja.txt.gz"),
@@ -103,8 +104,8 @@ def path(name: str) -> Path:
     return out
 
 
-def files() -> dict[str, Path]:
-    return {name: path(name) for name in FILES}
+def files(names: set[str] | None = None) -> dict[str, Path]:
+    return {name: path(name) for name in FILES if names is None or name in names}
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ indexed (sent by its file_id), and the time /v1/extract takes to read and index 
     ./dev bench documents --corpus real    # benchmarks/doc_corpus.py, benchmarks/real_questions.py
     ./dev bench documents --corpus real --whole   # and "summarise this" of its longest PDF (whole_file.py)
     ./dev bench documents --corpus real --read-only   # only whether each answer is in what the model reads
+    ./dev bench documents --corpus real --held-out    # questions on places the search was not tuned on
 
 `--corpus real` asks the questions written by reading real files (Debian's documentation
 packages: typeset PDFs, text wrapped at 72 columns, German, Japanese) and prints the same
@@ -204,6 +205,8 @@ def main() -> None:
                     "(benchmarks/whole_file.py)")
     ap.add_argument("--read-only", action="store_true", help="real corpus: only whether each answer is in what "
                     "the model would read (the server's search, the demo model's tokens), no model run: seconds")
+    ap.add_argument("--held-out", action="store_true", help="real corpus: the held-out questions "
+                    "(real_questions.HELD_OUT: files and places the search rules were not made on) instead")
     args = ap.parse_args()
     if args.corpus == "real" and args.read_only:
         from real_corpus import run_read

@@ -18,7 +18,7 @@ import requests
 
 import doc_corpus
 from documents import _spots, ask, mark_only, pct, percentiles
-from real_questions import QUESTIONS, Question
+from real_questions import HELD_OUT, QUESTIONS, Question
 from whole_file import FILE as WHOLE_FILE
 from whole_file import run_whole
 
@@ -55,6 +55,13 @@ def judge(q: Question, reply: str, sources: list[dict]) -> dict:
     return out
 
 
+def _todo(args) -> list[Question]:
+    """The questions asked: the development set, or with --held-out the questions written after
+    the search rules were made, on places they were not made on (real_questions.HELD_OUT)."""
+    asked = HELD_OUT if getattr(args, "held_out", False) else QUESTIONS
+    return [q for q in asked if not args.only or q.kind in args.only.split(",")]
+
+
 def run_read(args) -> None:
     """Whether each question's answer is in what the model reads for it (documents/excerpts.py,
     EXCERPT_TOKENS less the note, counted in the demo model's tokens), before any model runs: a
@@ -69,8 +76,9 @@ def run_read(args) -> None:
     def count(text: str) -> int:
         return len(vocab.tokenize(text.encode(), add_bos=False, special=False))
     index = DocumentIndex(Path(tempfile.mkdtemp(prefix="llmpack-bench-read-")) / "documents.sqlite3")
-    docs = {n: index.add(extract.extract(n, p.read_bytes()), "bench") for n, p in doc_corpus.files().items()}
-    todo = [q for q in QUESTIONS if not args.only or q.kind in args.only.split(",")]
+    todo = _todo(args)
+    docs = {n: index.add(extract.extract(n, p.read_bytes()), "bench")
+            for n, p in doc_corpus.files({n for q in todo for n in q.files}).items()}
     missed = []
     for i, q in enumerate(todo, 1):
         read = excerpts.read(index, [docs[n] for n in q.files], q.question,
@@ -86,10 +94,10 @@ def run_read(args) -> None:
 def run_real(args) -> None:
     os.environ["LLMPACK_DATA_DIR"] = tempfile.mkdtemp(prefix="llmpack-bench-real-")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(), flush=True)
-    paths = doc_corpus.files()
-    data = {name: p.read_bytes() for name, p in paths.items()}
-    todo = [q for q in QUESTIONS if not args.only or q.kind in args.only.split(",")]
+    todo = _todo(args)
     whole = args.whole or "whole" in args.only.split(",")
+    paths = doc_corpus.files({n for q in todo for n in q.files} | ({WHOLE_FILE} if whole else set()))
+    data = {name: p.read_bytes() for name, p in paths.items()}
     from server_fixtures import live_server   # lazy: as documents.main
 
     results, times = [], []
