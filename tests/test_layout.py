@@ -11,6 +11,7 @@ from llmpack.runtime.documents.attribution import Attribution
 from llmpack.runtime.documents.places import Place
 from llmpack.runtime.documents.scripts import grams
 from llmpack.runtime.documents.words import sentences, terms
+from real_excerpts import STANDARDS_CONDITIONAL
 
 # clsguide.pdf, p. 2, as pypdf extracts it: lines broken at the margin, one word hyphenated
 CLSGUIDE_P2 = """1.1 Writing classes and packages for LATEX 2ε
@@ -36,21 +37,7 @@ STANDARDS = """GNU Coding Standards
 2 Keeping Free Software Free
   2.1 Referring to Proprietary Programs
   2.2 Accepting Contributions
-3.5 Conditional Compilation
-===========================
-
-When supporting configuration options already known when building your
-program we prefer using 'if (... )' over conditional compilation, as in
-the former case the compiler is able to perform more extensive checking
-of all possible code paths.
-
-   For example, please write
-
-       if (HAS_FOO)
-         ...
-       else
-         ...
-"""
+""" + STANDARDS_CONDITIONAL[STANDARDS_CONDITIONAL.index("3.5 Conditional Compilation"):]
 
 
 def units(text: str) -> list[str]:
