@@ -322,8 +322,10 @@ window.fetch = async (...args) => {
 
 
 def test_a_finished_reply_leaves_no_network_error_behind(scripted_model: Path, page):
-    failed, errors = [], []
-    page.on("requestfailed", lambda r: failed.append(f"{r.url} {r.failure}"))
+    failed, errors, pending = [], [], set()
+    page.on("request", lambda r: pending.add(r))
+    page.on("requestfinished", lambda r: pending.discard(r))
+    page.on("requestfailed", lambda r: (pending.discard(r), failed.append(f"{r.url} {r.failure}")))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.add_init_script(COUNT_CANCELS)
     with live_server(scripted_model) as srv:
@@ -335,6 +337,11 @@ def test_a_finished_reply_leaves_no_network_error_behind(scripted_model: Path, p
                 chat_once(page, text)
         assert page.evaluate("window.__cancelledReplies") == 0   # whatever the timing, nothing was cut short
         wait_until(lambda: len(get_chats(srv)) == 1 and get_chats(srv)[0]["n_messages"] == 4)
+        # the save made while the reply streamed can land before the one made when it ends: a reload
+        # while that one is in flight aborts it (the reload's own doing; the keepalive save on the way
+        # out covers it), so reload once the page has nothing in flight (page.evaluate lets the
+        # request events in)
+        wait_until(lambda: page.evaluate("0") == 0 and not pending)
         page.reload()   # and the page's own requests since then came back whole too
         page.wait_for_selector("#app:not([hidden])")
         assert failed == [] and errors == [], (failed, errors)
