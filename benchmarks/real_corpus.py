@@ -58,7 +58,7 @@ def judge(q: Question, reply: str, sources: list[dict]) -> dict:
 def _todo(args) -> list[Question]:
     """The questions asked: the development set, or with --held-out the questions written after
     the search rules were made, on places they were not made on (real_questions.HELD_OUT)."""
-    asked = HELD_OUT if getattr(args, "held_out", False) else QUESTIONS
+    asked = HELD_OUT if args.held_out else QUESTIONS
     return [q for q in asked if not args.only or q.kind in args.only.split(",")]
 
 

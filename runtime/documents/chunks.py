@@ -82,10 +82,7 @@ def _before_heading(text: str, start: int, cut: int, size: int) -> int:
     k = len(lines) - 1
     if k >= 1 and layout.is_underline(lines[k]):
         k -= 1
-        title = lines[k].strip()
-        heading = bool(title) and len(title) <= 100 and not layout.is_underline(title) and not title.endswith(".")
-    else:
-        heading = layout.is_title(lines[k])
+    heading = layout.is_heading(lines[k], lines[k + 1] if k + 1 < len(lines) else "")
     at = start + sum(len(line) + 1 for line in lines[:k])
     return at if heading and at - start > size // 3 else cut
 

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +56,8 @@ from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.chunks import line_range
 from llmpack.runtime.documents.extract import format_message
 from llmpack.runtime.documents.index import STOPWORDS, DocumentIndex, Hit, Indexed, page_refs
-from llmpack.runtime.documents.words import DATE_WORDS, YEAR_WORDS, Matcher, answers, sentences, terms
+from llmpack.runtime.documents.words import (DATE_WORDS, WORD, YEAR_WORDS, Matcher, answers, elided, sentences,
+                                             terms)
 
 CANDIDATES = 256       # chunks BM25 hands over per question, their sentences scored (a few ms)
 WINDOW = 1             # sentences read on each side of a matched one
@@ -70,7 +70,6 @@ MIN_ROOM = 32          # tokens: less room than this left in the budget and the 
 MARGIN = 0.98          # token counts of parts are added; the joined text may tokenize a little longer
 GAP = "\n…\n"          # between two passages of one chunk that are not next to each other
 _TABLE_EXT = (".csv", ".tsv")
-_WORD = re.compile(r"\w+")
 
 
 @dataclass(slots=True)
@@ -277,7 +276,7 @@ def _best_sentences(found: list[Hit], question: str) -> tuple[list[tuple[float, 
             if title:   # names what follows: its words count for its section's sentences too
                 section = heading | match(terms(chunk.hit.text[a:b]))
             words = terms(chunk.hit.text[a:b], letters=True)
-            first = _WORD.search(chunk.hit.text, a, b) if codes else None
+            first = WORD.search(chunk.hit.text, a, b) if codes else None
             if first and first.group() in codes and not chunk.hit.text[a:first.start()].strip(" \t•-*"):
                 words.append(_label(first.group()))   # "m A standard mandatory argument": m's own entry
             total += len(words)
@@ -314,9 +313,9 @@ def _codes(question: str) -> frozenset[str]:
     and m stands in every code example, but as the first word of a sentence it is rare (`_label`).
     Capitalised words are left out: a sentence starting with "GNU" or "Use" is no entry."""
     out = set()
-    for m in _WORD.finditer(question):
+    for m in WORD.finditer(question):
         w = m.group()
-        if question[m.start() - 1:m.start()] in ("'", "’") or w.lower() in STOPWORDS:
+        if elided(question, m.start()) or w.lower() in STOPWORDS:
             continue
         if (len(w) == 1 and w.isascii() and w.isalpha()) or \
                 (len(w) <= MAX_CODE and w.isascii() and w.isalnum() and w == w.lower() and not w.isdigit()):
@@ -336,10 +335,8 @@ def _heading(chunk: _Chunk, i: int) -> bool:
     also count for its section's sentences (HEADING_WEIGHT), and it is read with the sentences
     after it (`_Picker.passage`)."""
     a, b = chunk.spans[i]
-    line = chunk.hit.text[a:b]
-    if "\n" in line:
-        return False
-    return layout.is_title(line) or (_underlined(chunk, i) and len(line) <= 100)
+    below = chunk.spans[i + 1] if i + 1 < len(chunk.spans) else (b, b)
+    return layout.is_heading(chunk.hit.text[a:b], chunk.hit.text[below[0]:below[1]])
 
 
 def _underlined(chunk: _Chunk, i: int) -> int:

@@ -21,8 +21,8 @@ word got no source), and the same header on every page made every page a tie.
   2264)"). It names a section; it does not state what the section says, so it is never the
   source of a claim. `points_to(text, end)`: the line such an entry names, where a careful
   reader turns to (documents/excerpts.py reads it for a question the entry matches).
-- `is_title(line)` and `is_underline(line)`: a numbered title, and the "=====" a text file sets
-  under a heading (documents/chunks.py starts a piece at a heading, excerpts.py reads a heading
+- `is_title(line)`, `is_underline(line)` and `is_heading(line, below)`: a numbered title, the
+  "=====" a text file sets under a heading, and either kind of heading (documents/chunks.py starts a piece at a heading, excerpts.py reads a heading
   with its section's first sentences).
 """
 from __future__ import annotations
@@ -166,6 +166,15 @@ def is_title(line: str) -> bool:
 def is_underline(line: str) -> bool:
     """The row of "=" or "-" a plain-text file sets under a heading."""
     return bool(_UNDERLINE.match(line))
+
+
+def is_heading(line: str, below: str = "") -> bool:
+    """Whether `line` (one line; `below`: the line under it) is a heading: a numbered title, or a
+    short line that ends no sentence with an underline below it."""
+    if "\n" in line:
+        return False
+    return is_title(line) or (is_underline(below) and 0 < len(line.strip()) <= 100 and not is_underline(line)
+                              and not _END_PUNCT.search(line))
 
 
 def clean_pages(pages: list[str]) -> list[str]:

@@ -20,7 +20,7 @@ from llmpack.runtime.documents.index import STOPWORDS
 from llmpack.runtime.documents.scripts import bigrams, split_word
 
 MIN_MEET = 5   # letters two forms of a word share at the start (`meet`)
-_WORD = re.compile(r"\w+", re.UNICODE)
+WORD = re.compile(r"\w+", re.UNICODE)
 DATE_WORDS = frozenset({"date", "dated", "datum", "fecha", "日付", "日時"})
 YEAR_WORDS = frozenset({"year", "jahr", "année", "annee", "año", "anno", "jaar"})
 _MONTH = (r"(?:january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar"
@@ -45,10 +45,10 @@ def terms(text: str, letters: bool = False) -> list[str]:
     options does ("m  A standard mandatory argument")."""
     out = []
     joined = _HYPHENATED.sub("", text)
-    for m in _WORD.finditer(joined):
+    for m in WORD.finditer(joined):
         word = m.group().lower()
         if letters and len(word) == 1 and word.isalpha() and word.isascii() and word not in STOPWORDS \
-                and joined[m.start() - 1:m.start()] not in ("'", "’"):
+                and not elided(joined, m.start()):
             out.append(m.group())
             continue
         for w, cjk in split_word(word):
@@ -57,6 +57,11 @@ def terms(text: str, letters: bool = False) -> list[str]:
             elif w not in STOPWORDS and (len(w) > 1 or w.isdigit()):
                 out.append(_stem(w))
     return out
+
+
+def elided(text: str, start: int) -> bool:
+    """Whether the word at `start` is the tail of a contraction ("s" of "it's", "re" of "you're")."""
+    return text[start - 1:start] in ("'", "’")
 
 
 def meet(a: str, b: str) -> bool:
