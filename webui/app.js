@@ -22,7 +22,7 @@ import { wireSync } from "./sync.js";
 import { addMessage } from "./tree.js";
 import { showModelInfo, wireBaseNotice } from "./header.js";
 import { markdownReady } from "./markdown.js";
-import { clearNotices, onCopyClick, renderCurrent, showUserMessage } from "./render.js";
+import { clearNotices, onCopyClick, renderCurrent, showUserMessage, updateModeUi } from "./render.js";
 import { apiKey, closeSettings, fillSettings, loadSettings, SAMPLING_KEYS, syncSettings, wireSettings } from "./settings.js";
 import { NARROW, state, ui } from "./state.js";
 import { saveChat, setLeaving } from "./save.js";
@@ -113,6 +113,7 @@ async function onReady(h) {
   showMicrophone();
   state.baseModel = h.base_model === true;
   state.newMode = state.baseModel ? "complete" : "chat";
+  updateModeUi();   // with the base-model notice, before any await: the two never disagree on screen
   const d = h.defaults && typeof h.defaults === "object" ? h.defaults : {};   // the server's, never a copy
   state.defaults = { system_prompt: typeof h.system_prompt === "string" ? h.system_prompt : "" };
   for (const k of SAMPLING_KEYS) state.defaults[k] = d[k] === null ? null : num(d[k]);
