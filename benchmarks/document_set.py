@@ -210,10 +210,11 @@ def _case(m: Maker, kind: str, phrasing: str, i: int) -> Case:
                     m.question(phrasing, q, para, "section"), a, Where(name, section=titles[0]))
     if kind == "html":
         text, q, para, a = m.fact()
-        data, line = m.html(rng.choice([40, 120, 300]), text)
+        data, _ = m.html(rng.choice([40, 120, 300]), text)
         name = f"bulletin-{i}.html"
-        return Case(kind, phrasing, [(name, data, "text/html")], m.question(phrasing, q, para, "line"), a,
-                    Where(name, line=line))
+        # read as a browser shows it (documents/webpage.py), the page is one section under its <h1>
+        return Case(kind, phrasing, [(name, data, "text/html")], m.question(phrasing, q, para, "section"), a,
+                    Where(name, section="Town bulletin"))
     if kind == "csv":
         town, facility = rng.choice(m.towns), rng.choice(FACILITIES)
         serial = f"{rng.choice('KLMNPRST')}{rng.choice('KLMNPRST')}-{rng.randrange(1000, 9999)}"

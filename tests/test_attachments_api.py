@@ -93,6 +93,25 @@ def test_a_file_part_is_the_documented_text_in_the_prompt(chat_server: LiveServe
     assert with_file.model == chat_server.model_id
 
 
+def test_a_web_page_is_read_as_the_text_it_shows(chat_server: LiveServer):
+    """A saved page (text/html, as the chat page sends an .html file) is its text, under the same
+    documented shape, in /v1/extract as in a file part; its scripts and styles are not read."""
+    page = (b"<!doctype html><html><head><title>Memo</title><style>p { color: red }</style>"
+            b"<script>var secret = 'ALBATROSS';</script></head><body><p>The code word is PELICAN.</p></body></html>")
+    doc = extract(chat_server, "memo.html", page, "text/html").json()
+    assert (doc["kind"], doc["text"]) == ("html", "Memo\nThe code word is PELICAN.")
+    client = chat_server.openai()
+    with_file = client.chat.completions.create(
+        model="anything", max_tokens=1, temperature=0,
+        messages=[{"role": "user", "content": [{"type": "text", "text": "What is the code word?"},
+                                               file_part("memo.html", page, "text/html")]}])
+    inline = client.chat.completions.create(
+        model="anything", max_tokens=1, temperature=0,
+        messages=[{"role": "user", "content": "## File: memo.html\n\nMemo\nThe code word is PELICAN.\n\n---\n\n"
+                                              "What is the code word?"}])
+    assert with_file.usage.prompt_tokens == inline.usage.prompt_tokens > 20
+
+
 def test_file_part_errors_are_400_before_any_generation(chat_server: LiveServer):
     client = chat_server.openai()
 

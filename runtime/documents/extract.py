@@ -1,6 +1,7 @@
 """Files attached to a chat, turned into text the model can read.
 
-Types: UTF-8 text (plain, Markdown, CSV, JSON, HTML, source code) as it is; PDF through pypdf
+Types: UTF-8 text (plain, Markdown, CSV, JSON, source code) as it is; HTML as the text a browser
+shows, with its headings (documents/webpage.py; sent as text/plain, a page's source as it is); PDF through pypdf
 (pure Python, so it bundles everywhere; a 200-page text PDF takes about 0.5 s on one core);
 DOCX read straight from its XML with the standard library (`zipfile` + expat, event by event,
 no DTD: fast, and no lxml or python-docx to bundle). Images, scanned
@@ -27,14 +28,14 @@ from xml.etree.ElementTree import ParseError, iterparse   # styles.xml only, aft
 from xml.parsers.expat import ExpatError, ParserCreate
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.documents import columns, layout
+from llmpack.runtime.documents import columns, layout, webpage
 
 MAX_FILE_BYTES = 32 * 1024 * 1024
 MAX_TEXT_CHARS = 4_000_000          # far more than any context holds (about a million tokens)
 MAX_PAGES = 5000
 MAX_DOCX_XML_BYTES = 256 * 1024 * 1024   # word/document.xml, uncompressed
 TIME_LIMIT_S = 20.0
-TEXT_KINDS = ("text", "pdf", "docx")
+TEXT_KINDS = ("text", "html", "pdf", "docx")
 
 logging.getLogger("pypdf").setLevel(logging.ERROR)   # its warnings about damaged files are ours to word
 
@@ -49,11 +50,11 @@ class DocumentError(LlmpackError):
 @dataclass(slots=True)
 class Document:
     name: str
-    kind: str                 # text | pdf | docx
+    kind: str                 # text | html | pdf | docx
     text: str
     size: int                 # bytes of the file as sent
     pages: list[str] = field(default_factory=list)   # PDF: one entry per page (text joins them)
-    # DOCX: (offset in text, level 1-9, title) of each heading paragraph, for documents/chunks.py
+    # DOCX, HTML: (offset in text, level 1-9, title) of each heading, for documents/chunks.py
     headings: list[tuple[int, int, str]] = field(default_factory=list)
 
 
@@ -72,6 +73,8 @@ def extract(name: str, data: bytes, *, deadline: float | None = None, media_type
     if data.startswith(b"PK\x03\x04") and (lower.endswith(".docx") or media_type.endswith("wordprocessingml.document")
                                            or _is_docx(data)):
         return _docx(name, data, deadline)
+    if webpage.is_html(name, media_type, data):
+        return _html(name, data, deadline)
     if media_type.startswith("text/"):
         return _text(name, data)
     if lower.endswith(".pdf") or media_type == "application/pdf":
@@ -104,6 +107,28 @@ def _text(name: str, data: bytes) -> Document:
         raise DocumentError(f"{name} is binary data, not text; attach text, Markdown, CSV, JSON, HTML, source code, "
                             "PDF or DOCX files")
     return Document(name, "text", _cap(name, text.replace("\r\n", "\n")), len(data))
+
+
+# ---------------------------------------------------------------- HTML
+def _html(name: str, data: bytes, deadline: float) -> Document:
+    source = webpage.decode(data)
+    if source is None:
+        raise DocumentError(f"{name} is not UTF-8 and names no character set llmpack knows; save the page again "
+                            "as UTF-8, or as PDF or text")
+    if "\x00" in source:
+        raise DocumentError(f"{name} is binary data, not a web page; attach text, Markdown, CSV, JSON, HTML, "
+                            "source code, PDF or DOCX files")
+
+    def check(chars: int) -> None:
+        _check_time(name, deadline)
+        if chars > MAX_TEXT_CHARS:
+            raise _too_long(name, chars)
+
+    text, headings = webpage.read(source, check)
+    if not text.strip():
+        raise DocumentError(f"{name} is a web page with no text to read (only pictures or scripts?); "
+                            "copy its text in instead")
+    return Document(name, "html", _cap(name, text), len(data), headings=headings)
 
 
 def _cap(name: str, text: str) -> str:

@@ -1,7 +1,7 @@
 """The places of documents a model was given, for the server to attribute its reply to.
 
 A `Place` is one piece of text the model read, with where it is: the file, the page (PDF), the
-section (a heading of a DOCX or Markdown file) or the lines (plain text), and the label a reader
+section (a heading of a DOCX, Markdown or HTML file) or the lines (plain text), and the label a reader
 cites ("p. 97", "§ Termination", "lines 120-161"). Two kinds of request give them:
 
 - a file read whole: its chunks (documents/chunks.py), so a whole 30-page PDF still points at
