@@ -9,7 +9,9 @@ one, measured on the corpus's 62 questions (docs/BENCHMARKS.md, real corpus):
 - a date answers "what is the date", though the sentence never says "date";
 - a heading names its section but does not say what it says, and a file cut into pieces used to
   leave a heading at one piece's end and its section in the next;
-- a code asked about ("argument type m", "series value bx") is the first word of its entry in a list.
+- a code asked about ("argument type m", "series value bx") is the first word of its entry in a list;
+- a web page marks its headings (a bold paragraph in SQLite's pages) and introduces a list with a colon;
+- "How many" asks for a number: "many" is no word of the answer ("as many keys as will fit").
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from llmpack.runtime.documents import extract as D
 from llmpack.runtime.documents import index as I
 from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.words import meet, terms
-from real_excerpts import FNTGUIDE_SERIES, STANDARDS_CONDITIONAL, STANDARDS_FORMATTING, USRGUIDE_TYPES
+from real_excerpts import (FNTGUIDE_SERIES, SQLITE_LIMITS, SQLITE_STORAGE_CLASSES, STANDARDS_CONDITIONAL,
+                           STANDARDS_FORMATTING, USRGUIDE_TYPES)
 
 # debian-reference.de.txt (debian-reference-de 2.100), lines 1163-1182, with the no-break spaces its
 # converter left in the indentation
@@ -181,3 +184,23 @@ def test_a_short_code_asked_about_reads_its_entry_not_a_line_that_also_names_it(
     # what bx means; the entry "bx Bold extended" holds the code alone, as its first word
     passage = best_passage(index, "fntguide.txt", FNTGUIDE_SERIES, "What does the series value bx mean?")
     assert "bx Bold extended" in passage and "bfseries" not in passage
+
+
+def test_a_section_title_the_file_marks_is_read_with_the_sentences_after_it(index):
+    # SQLite's limits.html titles each limit with a bold paragraph (documents/webpage.py); read as a
+    # sentence among others, the title came with the sentence after it, and the default (the second) not
+    question = "What is the default maximum length of a string or BLOB in SQLite?"
+    passage = best_passage(index, "limits.html", SQLITE_LIMITS, question, budget=120)
+    assert passage.startswith("1) Maximum length of a string or BLOB") and "1 billion" in passage
+
+
+def test_a_sentence_that_ends_with_a_colon_is_read_with_the_list_it_introduces(index):
+    # before: "... one of the following storage classes:" and "- NULL.", one class of five
+    passage = best_passage(index, "datatype3.html", SQLITE_STORAGE_CLASSES, "Which storage classes does SQLite have?",
+                           budget=200)
+    assert all(f"- {c}." in passage for c in ("NULL", "INTEGER", "REAL", "TEXT", "BLOB"))
+
+
+def test_how_many_is_no_word_of_the_answer():
+    assert I.STOPWORDS >= {"many", "much"}
+    assert terms("How many bytes long is the header?") == terms("bytes long header")

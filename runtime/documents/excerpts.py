@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,10 +67,13 @@ HEADING_WEIGHT = 0.5   # a question's word found in a chunk's headings, not in t
 K1, B = 1.2, 0.75      # BM25's usual constants, applied to sentences (_best_sentences)
 MAX_POINTERS = 4      # index entries followed to the lines they name, per question (_ranked)
 MAX_CODE = 3           # characters: a lower-case word this short asked about may be a code (`_codes`)
+MAX_LIST = 24          # sentences of a list read with the line that introduces it (`_list_after`)
 MIN_ROOM = 32          # tokens: less room than this left in the budget and the search stops
 MARGIN = 0.98          # token counts of parts are added; the joined text may tokenize a little longer
 GAP = "\n…\n"          # between two passages of one chunk that are not next to each other
 _TABLE_EXT = (".csv", ".tsv")
+_ITEM = re.compile(r"[-*•]\s|\d{1,3}[.)]\s")   # a list item's start
+_MARKS = re.compile(r"^\s*(?:#{1,6}\s+|[-*•]\s+|\d{1,3}\)\s+)")   # before a heading's words: Markdown's, a list's
 
 
 @dataclass(slots=True)
@@ -329,14 +333,41 @@ def _label(code: str) -> str:
 
 
 def _heading(chunk: _Chunk, i: int) -> bool:
-    """Whether sentence `i` of `chunk` is a heading: a numbered title, or a line underlined.
+    """Whether sentence `i` of `chunk` is a heading: a numbered title, a line underlined, or the
+    title of the section the chunk begins (a Markdown, DOCX or HTML heading, which the file marks
+    as one: "Maximum length of a string or BLOB", bold in an SQLite page).
     A heading says what its section is about, not what the section says: read with the sentence
     before it (the end of another section) and its underline, it answered nothing. So its words
     also count for its section's sentences (HEADING_WEIGHT), and it is read with the sentences
     after it (`_Picker.passage`)."""
     a, b = chunk.spans[i]
     below = chunk.spans[i + 1] if i + 1 < len(chunk.spans) else (b, b)
-    return layout.is_heading(chunk.hit.text[a:b], chunk.hit.text[below[0]:below[1]])
+    line = chunk.hit.text[a:b]
+    if chunk.hit.heading and _MARKS.sub("", line).strip() == chunk.hit.heading.rsplit(" > ", 1)[-1]:
+        return True
+    return layout.is_heading(line, chunk.hit.text[below[0]:below[1]])
+
+
+def _introduces(chunk: _Chunk, i: int) -> bool:
+    """Whether sentence `i` of `chunk` ends with a colon: "... has one of the following storage
+    classes:" says what comes after it, as a heading does, so it is read with what follows."""
+    a, b = chunk.spans[i]
+    return chunk.hit.text[a:b].rstrip().endswith(":")
+
+
+def _list_after(chunk: _Chunk, i: int) -> int:
+    """The last sentence of the list right after sentence `i` ("- NULL. The value is a NULL
+    value.", "- INTEGER. ..."): its items' sentences, up to MAX_LIST of them; `i` when no list
+    follows. A question about what a colon introduces is answered by the whole list, and the
+    first item alone answered "Which storage classes does SQLite have?" with one of five."""
+    text, last = chunk.hit.text, i
+    for j in range(i + 1, min(len(chunk.spans), i + 1 + MAX_LIST)):
+        a, _ = chunk.spans[j]
+        starts_line = "\n" in text[chunk.spans[j - 1][1]:a]
+        if starts_line and not _ITEM.match(text, a):
+            break
+        last = j
+    return last if last > i and _ITEM.match(text, chunk.spans[i + 1][0]) else i
 
 
 def _underlined(chunk: _Chunk, i: int) -> int:
@@ -379,9 +410,10 @@ class _Picker:
             return
         window = 0 if chunk.hit.doc in self.tables else WINDOW
         lo, hi = max(0, at - window), min(len(chunk.spans) - 1, at + window)
-        if _heading(chunk, at):   # a heading is read with the start of its section, not the end of the one before
+        if _heading(chunk, at) or _introduces(chunk, at):   # read with what follows, not with what came before
             lo, hi = at, min(len(chunk.spans) - 1, at + 2 * window + _underlined(chunk, at))
-        for lo, hi in ((lo, hi), (at, at)):
+        listed = max((_list_after(chunk, k) for k in range(lo, hi + 1) if _introduces(chunk, k)), default=hi)
+        for lo, hi in ((lo, max(hi, listed)), (lo, hi), (at, at)):
             if self._try(chunk, lo, hi):
                 chunk.picked.append(at)
                 return

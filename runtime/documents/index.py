@@ -80,7 +80,7 @@ ADD_GRAMS = ("ALTER TABLE chunks ADD COLUMN grams TEXT NOT NULL DEFAULT ''",
 # say what the question is about (FTS5 would weigh them down, but each still has to be looked up).
 STOPWORDS = frozenset("""a about above after again all am an and any are as at be been before being below between
 both but by can could did do does doing down during each few for from further had has have having he her here
-hers him his how i if in into is it its itself just me more most my no nor not now of off on once only or other
+hers him his how i if in into is it its itself just many me more most much my no nor not now of off on once only or other
 our ours out over own same she should so some such than that the their theirs them then there these they this
 those through to too under until up very was we were what when where which while who whom why will with would
 you your yours file document text page pages say says said tell""".split())
