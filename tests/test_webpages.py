@@ -85,6 +85,16 @@ def test_a_table_row_is_one_line_under_its_column_names():
     assert doc.headings == [(0, 2, "1.3. The Database Header")]
 
 
+def test_a_header_name_as_long_as_a_sentence_is_left_out_and_the_short_ones_kept():
+    """datatype3.html's table of affinities (sqlite3-doc): asked what VARCHAR(255) gets, the demo
+    model answered NUMERIC from the row read without its column's name "Resulting Affinity"."""
+    page = ("<table><tr><th>Example Typenames From The<br>CREATE TABLE Statement<br>or CAST Expression"
+            "<th>Resulting Affinity<th>Rule Used To Determine Affinity"
+            "<tr><td>CHARACTER(20)<br>VARCHAR(255)<br>TEXT<td>TEXT<td>2</table>")
+    assert read(page).text.split("\n")[1] == ("CHARACTER(20) VARCHAR(255) TEXT | Resulting Affinity: TEXT | "
+                                              "Rule Used To Determine Affinity: 2")
+
+
 def test_a_table_without_a_header_row_joins_its_cells_and_a_layout_table_keeps_its_paragraphs():
     assert read("<table><tr><td>a<td>b<tr><td>c<td>d</table>").text == "a | b\nc | d"
     page = "<table><tr><td>Menu</td><td><h2>News</h2><p>First story.</p><p>Second story.</p></td></tr></table>"

@@ -19,7 +19,9 @@ What is read:
 - An exponent after a digit as "2^31", not "231".
 - List items as "- item", or "1) item" in an ordered list (not "1. item": three numbered lines in a
   row are a table of contents to documents/layout.py); a table row's cells joined by " | ", a
-  table's line documents/layout.py keeps as a record.
+  table's line documents/layout.py keeps as a record, each cell under its column's name
+  ("Resulting Affinity: TEXT") when a header row of `<th>` cells names them (a name longer than
+  MAX_NAME is left out).
 
 To read the markup itself (a page's source code), attach it as text: a file sent as text/plain is
 read as it is (documents/extract.py).
@@ -231,11 +233,13 @@ class _PageText(HTMLParser):
         cells = [text for text, _ in row]
         names = self.tables[-1] if self.tables else []
         if self.tables and not names and len(cells) > 1 and all(head for _, head in row) \
-                and all(0 < len(c) <= MAX_NAME for c in cells):
-            self.tables[-1] = cells   # the header row: its names label the rows under it
+                and all(cells) and any(len(c) <= MAX_NAME for c in cells):
+            # the header row: its names label the rows under it; a name as long as a sentence
+            # ("Example Typenames From The CREATE TABLE Statement or CAST Expression") is left out
+            self.tables[-1] = [c if len(c) <= MAX_NAME else "" for c in cells]
             line = " | ".join(cells)
         elif names and len(cells) == len(names) and not all(head for _, head in row):
-            line = " | ".join(f"{n}: {v}" for n, v in zip(names, cells) if v)
+            line = " | ".join(f"{n}: {v}" if n else v for n, v in zip(names, cells) if v)
         else:
             line = " | ".join(c for c in cells if c)
         self.run.append(line)
