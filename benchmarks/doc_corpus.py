@@ -8,7 +8,11 @@ with `dpkg -x` into the cache (~/.cache/llmpack/doc-corpus), never committed.
 - standards.txt: the GNU Coding Standards as makeinfo writes plain text (gnu-standards), wrapped
   at 72 columns, its contents at the top;
 - debian-reference.de.txt, debian-reference.ja.txt: the Debian Reference in German and in
-  Japanese (debian-reference-de, -ja), indented and wrapped, the Japanese without spaces.
+  Japanese (debian-reference-de, -ja), indented and wrapped, the Japanese without spaces;
+- limits.html, fileformat2.html, datatype3.html, lockingv3.html, faq.html, lang_select.html:
+  pages of SQLite's own documentation (sqlite3-doc, public domain) as a browser saves them:
+  menus, scripts, inline SVG diagrams (lang_select.html is 1.58 MB, mostly drawings), tables of
+  fields, numbered and bold headings (the `--web` questions).
 
     python benchmarks/doc_corpus.py      # fetch, check, unpack; print the files
 """
@@ -40,6 +44,7 @@ PACKAGES = {p.name: p for p in [
     Package("gnu-standards", "2022.03.23-0.1", "2087dda531c69d8505856a45e0334746f3f25211a237c95d375eed13a7d8c201"),
     Package("debian-reference-de", "2.100", "3b0ce65fd63e75ddf8eb07ca36293425135080e690a07e06a6ac8bc8040ef0aa"),
     Package("debian-reference-ja", "2.100", "f67140e0b994409413bd5fcc8dfcce832445c99d724401f0275fa238daf30325"),
+    Package("sqlite3-doc", "3.40.1-2+deb12u2", "466e30d7066e2641fa13e56bc662a2ad521b8cc9c17dde9c9dac3d4f105e32f2"),
 ]}
 
 # name in the benchmark -> (package, path inside it; a .gz is unpacked)
@@ -51,6 +56,8 @@ FILES = {
     "standards.txt": ("gnu-standards", "usr/share/doc/gnu-standards/standards.text.gz"),
     "debian-reference.de.txt": ("debian-reference-de", "usr/share/debian-reference/debian-reference.de.txt.gz"),
     "debian-reference.ja.txt": ("debian-reference-ja", "usr/share/debian-reference/debian-reference.ja.txt.gz"),
+    **{page: ("sqlite3-doc", f"usr/share/doc/sqlite3/{page}") for page in (
+        "limits.html", "fileformat2.html", "datatype3.html", "lockingv3.html", "faq.html", "lang_select.html")},
 }
 
 

@@ -18,13 +18,13 @@ import requests
 
 import doc_corpus
 from documents import _spots, ask, mark_only, pct, percentiles
-from real_questions import HELD_OUT, QUESTIONS, Question
+from real_questions import HELD_OUT, QUESTIONS, WEB, Question
 from whole_file import FILE as WHOLE_FILE
 from whole_file import run_whole
 
 from llmpack.demo_models import demo_model_path
 
-MEDIA = {".pdf": "application/pdf", ".txt": "text/plain"}
+MEDIA = {".pdf": "application/pdf", ".txt": "text/plain", ".html": "text/html"}
 
 
 def _media(name: str) -> str:
@@ -40,6 +40,8 @@ def _right(src: dict, q: Question) -> bool:
         return False
     if q.pages:
         return src["page"] in q.pages
+    if q.sections:
+        return src.get("section") in q.sections
     lines = src.get("lines") or [0, 0]
     return bool(src.get("lines")) and lines[0] <= q.lines[1] and q.lines[0] <= lines[1]
 
@@ -56,9 +58,10 @@ def judge(q: Question, reply: str, sources: list[dict]) -> dict:
 
 
 def _todo(args) -> list[Question]:
-    """The questions asked: the development set, or with --held-out the questions written after
-    the search rules were made, on places they were not made on (real_questions.HELD_OUT)."""
-    asked = HELD_OUT if args.held_out else QUESTIONS
+    """The questions asked: the development set, with --held-out the questions written after
+    the search rules were made, on places they were not made on (real_questions.HELD_OUT), or
+    with --web the questions on saved web pages (real_questions.WEB)."""
+    asked = HELD_OUT if args.held_out else WEB if args.web else QUESTIONS
     return [q for q in asked if not args.only or q.kind in args.only.split(",")]
 
 

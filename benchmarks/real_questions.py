@@ -1,7 +1,8 @@
 """Questions on the real corpus (benchmarks/doc_corpus.py), written by reading those files: each
 with its answer (alternatives split by "|", matched in the reply ignoring case and spaces; a number
 written in words also counts as digits) and its
-place (PDF pages as llmpack extracts them, or lines of a text file; any one of them is right).
+place (PDF pages as llmpack extracts them, lines of a text file, or a web page's sections by their
+innermost heading; any one of them is right).
 
 Kinds: `once` (a fact stated once), `definition`, `number` (a number in a sentence or a table),
 `trap` (the question's words also stand in the contents or in another section's
@@ -26,6 +27,7 @@ class Question:
     lines: tuple[int, int] = (0, 0)  # text lines that state it (first, last)
     first: str = ""                  # follow-up: the question asked before, in the same chat
     unless: str = ""                 # a reply matching this holds the answer's words in another sense: no fact
+    sections: tuple[str, ...] = ()   # web pages: the innermost headings of the sections that state it
 
 
 C, U, L, S = "clsguide.pdf", "usrguide.pdf", "lppl.pdf", "standards.txt"
@@ -33,9 +35,10 @@ DE, JA = "debian-reference.de.txt", "debian-reference.ja.txt"
 
 
 def q(kind: str, files, question: str, answer: str, pages=(), lines=(0, 0), file: str = "", first: str = "",
-      unless: str = "") -> Question:
+      unless: str = "", sections=()) -> Question:
     files = (files,) if isinstance(files, str) else tuple(files)
-    return Question(kind, files, question, answer, file or files[0], tuple(pages), tuple(lines), first, unless)
+    return Question(kind, files, question, answer, file or files[0], tuple(pages), tuple(lines), first, unless,
+                    tuple(sections))
 
 
 QUESTIONS = [
@@ -155,4 +158,39 @@ HELD_OUT = [
     q("ja", JA, "ディレクトリー \"../\" は何を参照していますか?", "親ディレクトリー", lines=(1467, 1468)),
     q("ja", JA, "ファイル名は大文字と小文字を区別しますか?", "区別します", lines=(1431, 1432)),
     q("ja", JA, "ファイル名中の単語間を区別するには何を選びますか?", "ピリオド|ハイフン|下線", lines=(1488, 1489)),
+]
+
+
+# Web pages (`--web`): SQLite's documentation as sqlite3-doc ships it, written on 2026-12-07 by
+# reading the pages after documents/webpage.py was made on them. The right place is a section
+# (its innermost heading). The string limit is a trap: the SQL statement limit's section states
+# the same 1,000,000,000.
+LIM, FMT, TYP, LCK, FAQ, SEL = ("limits.html", "fileformat2.html", "datatype3.html", "lockingv3.html", "faq.html",
+                                "lang_select.html")
+WEB = [
+    q("trap", LIM, "What is the default maximum length of a string or BLOB in SQLite?",
+      "1 billion|one billion|1,000,000,000", sections=["Maximum length of a string or BLOB"]),
+    q("number", LIM, "What is the default setting for SQLITE_MAX_COLUMN?", "2000",
+      sections=["Maximum Number Of Columns"]),
+    q("number", LIM, "How large can the maximum number of columns be set at compile time?", "32767",
+      sections=["Maximum Number Of Columns"]),
+    q("number", FMT, "At which offset in the database header is the page size stored?", "16",
+      sections=["1.3. The Database Header", "1.3.2. Page Size"]),
+    q("number", FMT, "How many bytes long is the database file header?", "100",
+      sections=["1.3. The Database Header", "1.6. B-tree Pages"]),
+    q("paraphrase", TYP, "Which storage class holds a floating point number?", "REAL",
+      sections=["2. Storage Classes and Datatypes"]),
+    q("definition", TYP, "What affinity does a column declared as VARCHAR(255) get?", "TEXT",
+      sections=["3.1. Determination Of Column Affinity", "3.1.1. Affinity Name Examples"]),
+    q("once", LCK, "Which lock is needed in order to write to the database file?", "EXCLUSIVE",
+      sections=["3.0 Locking", "5.0 Writing to a database file"]),
+    q("once", FAQ, "How do I create an AUTOINCREMENT field?", "INTEGER PRIMARY KEY",
+      sections=["(1) How do I create an AUTOINCREMENT field?"]),
+    q("paraphrase", FAQ, "Does SQLite limit how long a VARCHAR value can be?", "not enforce|not enforced|no limit",
+      sections=["(9) What is the maximum size of a VARCHAR in SQLite?"]),
+    q("once", SEL, "What happens to duplicate rows in a SELECT DISTINCT?", "removed|eliminated|discarded",
+      sections=["2.6. Removal of duplicate rows (DISTINCT processing)", "2. Simple Select Processing"]),
+    q("definition", SEL, "What does the LIMIT clause do?", "upper bound", sections=["5. The LIMIT clause"]),
+    q("two-files", (LIM, FAQ), "What is the default setting for SQLITE_MAX_COLUMN?", "2000", file=LIM,
+      sections=["Maximum Number Of Columns"]),
 ]
