@@ -113,8 +113,8 @@ def _text(name: str, data: bytes) -> Document:
 def _html(name: str, data: bytes, deadline: float) -> Document:
     source = webpage.decode(data)
     if source is None:
-        raise DocumentError(f"{name} is not UTF-8 and names no character set llmpack knows; save the page again "
-                            "as UTF-8, or as PDF or text")
+        raise DocumentError(f"{name} is not UTF-8 and names a character set llmpack does not know; save the page "
+                            "again as UTF-8, or as PDF or text")
     if "\x00" in source:
         raise DocumentError(f"{name} is binary data, not a web page; attach text, Markdown, CSV, JSON, HTML, "
                             "source code, PDF or DOCX files")

@@ -72,7 +72,9 @@ def is_html(name: str, media_type: str, data: bytes) -> bool:
 
 def decode(data: bytes) -> str | None:
     """The page's characters: a byte-order mark, else UTF-8, else the charset its <meta> declares
-    (a page saved in windows-1252 or Shift_JIS); None when neither reads it."""
+    (a page saved in windows-1252 or Shift_JIS), else windows-1252, as a browser reads a page
+    that declares none (the HTML standard's default for most locales: maxima-doc's
+    intromax.html is Latin-1 and says nothing). None when it declares a charset unknown here."""
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         return data.decode("utf-16", errors="replace")
     try:
@@ -80,11 +82,12 @@ def decode(data: bytes) -> str | None:
     except UnicodeDecodeError:
         pass
     m = _CHARSET.search(data[:4096])
+    if m is None:
+        return data.decode("cp1252", errors="replace")
     try:
-        codec = codecs.lookup(m.group(1).decode("ascii")) if m else None
+        return data.decode(codecs.lookup(m.group(1).decode("ascii")).name, errors="replace")
     except LookupError:
-        codec = None
-    return data.decode(codec.name, errors="replace") if codec else None
+        return None
 
 
 def read(source: str, check: Callable[[int], None]) -> tuple[str, list[tuple[int, int, str]]]:
