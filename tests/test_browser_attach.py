@@ -104,6 +104,12 @@ def test_chips_meter_and_the_too_long_dialog(browser, scripted_model: Path, widt
             assert page.evaluate("document.documentElement.scrollWidth") <= width
             problem.get_by_role("button", name="Hide this message").click()
             assert problem.count() == 0
+            attach(page, "app.html", b"<html><head><script>render()</script></head><body><img src=a.png></body></html>",
+                   "text/html")   # a saved web app: its words come from a script
+            wait_until(lambda: problems(page) == ["app.html has no text this app can read: the page may show its words "
+                                                  "only through scripts or pictures. Copy its text into your message "
+                                                  "instead."], 30)
+            problem.get_by_role("button", name="Hide this message").click()
 
             # under 512 tokens alone (a file over that is read in parts: test_browser_long_documents.py),
             # over it with notes.pdf

@@ -55,6 +55,9 @@ export function attachError(name, err) {
   if (/password/i.test(msg)) {
     return { text: `${name} is locked with a password. Open it, save a copy without the password, and attach that.`, detail };
   }
+  if (/web page with no text/i.test(msg)) {
+    return { text: `${name} has no text this app can read: the page may show its words only through scripts or pictures. Copy its text into your message instead.`, detail };
+  }
   if (/no text layer|scanned|holds no text|only pictures/i.test(msg)) {
     return { text: `${name} has no text this app can read (it looks like scanned pages or pictures). Copy its text into your message instead.`, detail };
   }

@@ -126,8 +126,8 @@ def _html(name: str, data: bytes, deadline: float) -> Document:
 
     text, headings = webpage.read(source, check)
     if not text.strip():
-        raise DocumentError(f"{name} is a web page with no text to read (only pictures or scripts?); "
-                            "copy its text in instead")
+        raise DocumentError(f"{name} is a web page with no text to read (its words may come from scripts or "
+                            "pictures); copy its text in instead")
     return Document(name, "html", _cap(name, text), len(data), headings=headings)
 
 
