@@ -94,7 +94,23 @@ def ask(page, question: str, timeout_ms: int = 120_000) -> None:
     page.fill("[data-testid=prompt]", question)
     page.keyboard.press("Enter")
     last_reply(page).wait_for()
-    page.wait_for_selector("[data-testid=stop]", state="hidden", timeout=timeout_ms)
+    reply_done(page, timeout_ms)
+
+
+def reply_done(page, timeout_ms: int) -> None:
+    """Wait until the reply is over. Past `timeout_ms` the failure shows what the reply said so
+    far and where every thread of this process was (the live servers run in it): a reply
+    still streaming, a step that never ends and a thread that holds the GIL differ there."""
+    try:
+        page.wait_for_selector("[data-testid=stop]", state="hidden", timeout=timeout_ms)
+    except sync_api.TimeoutError:
+        import faulthandler
+        import sys
+
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        text = last_reply(page).inner_text()
+        raise AssertionError(f"the reply did not end within {timeout_ms / 1000:.0f} s; it reads "
+                             f"({len(text):,} characters): {text[:400]!r} ... {text[-400:]!r}") from None
 
 
 def fits(page, width: int) -> None:

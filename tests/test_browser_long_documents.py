@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from browser_fixtures import *  # noqa: F401,F403
-from browser_fixtures import ARTIFACTS, ask, fits, get_chat, get_chats, last_reply, new_page, open_app, set_settings
+from browser_fixtures import (ARTIFACTS, ask, fits, get_chat, get_chats, last_reply, new_page, open_app, reply_done,
+                              set_settings)
 from doc_files import make_pdf
 from long_docs import contract_pages
 from server_fixtures import *  # noqa: F401,F403
@@ -156,7 +157,7 @@ def test_a_question_about_all_of_a_long_pdf_shows_its_reading_and_draws_on_every
                 wait_until(lambda: "Reading handbook.pdf to answer about all of it" in reply.inner_text(), 60)
                 assert " of 24 pages so far…" in reply.locator(".reading").inner_text()
                 page.screenshot(path=str(ARTIFACTS / f"long-doc-{width}-whole-reading.png"))
-            page.wait_for_selector("[data-testid=stop]", state="hidden", timeout=600_000)
+            reply_done(page, 600_000)
             read = reply.locator("[data-testid=message-read]").inner_text()
             # read whole or skimmed as this computer's measured prompt speed allows (overview.READ_S):
             # an AVX2-only 2-core CI machine, at ~100 tokens/s, skims it
