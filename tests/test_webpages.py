@@ -114,6 +114,8 @@ def test_a_page_in_another_character_set_is_read_in_the_one_it_declares():
     assert read_bytes(page.encode("cp1252")).text == "Café crème € 5"
     # declaring none, it is windows-1252, as a browser reads it (maxima-doc's intromax.html)
     assert read_bytes("<p>Federal University of Paran\xe1</p>".encode("latin-1")).text == "Federal University of Paraná"
+    with pytest.raises(D.DocumentError, match="binary data, not a web page"):
+        read_bytes(bytes(range(1, 256)) * 64)   # no NUL, not UTF-8, no charset: not a page either
     with pytest.raises(D.DocumentError, match="names a character set llmpack does not know"):
         D.extract("old.html", b'<meta charset="x-klingon"><p>caf\xe9</p>')
 

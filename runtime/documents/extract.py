@@ -102,8 +102,7 @@ def _text(name: str, data: bytes) -> Document:
         kind = "binary data" if b"\x00" in data[:8192] else "not UTF-8 text"
         raise DocumentError(f"{name} is {kind}; attach text (UTF-8), Markdown, CSV, JSON, HTML, source code, "
                             "PDF or DOCX files (save other text as UTF-8 first)") from None
-    controls = sum(1 for c in text[:65536] if c < " " and c not in "\t\n\r\f")
-    if "\x00" in text or controls > 0.01 * min(len(text), 65536):
+    if _binary(text):
         raise DocumentError(f"{name} is binary data, not text; attach text, Markdown, CSV, JSON, HTML, source code, "
                             "PDF or DOCX files")
     return Document(name, "text", _cap(name, text.replace("\r\n", "\n")), len(data))
@@ -115,7 +114,7 @@ def _html(name: str, data: bytes, deadline: float) -> Document:
     if source is None:
         raise DocumentError(f"{name} is not UTF-8 and names a character set llmpack does not know; save the page "
                             "again as UTF-8, or as PDF or text")
-    if "\x00" in source:
+    if _binary(source):   # bytes that are no text decode as windows-1252 too
         raise DocumentError(f"{name} is binary data, not a web page; attach text, Markdown, CSV, JSON, HTML, "
                             "source code, PDF or DOCX files")
 
@@ -129,6 +128,12 @@ def _html(name: str, data: bytes, deadline: float) -> Document:
         raise DocumentError(f"{name} is a web page with no text to read (its words may come from scripts or "
                             "pictures); copy its text in instead")
     return Document(name, "html", _cap(name, text), len(data), headings=headings)
+
+
+def _binary(text: str) -> bool:
+    """Whether decoded text is binary data: a NUL, or control characters in more than 1 % of it."""
+    controls = sum(1 for c in text[:65536] if c < " " and c not in "\t\n\r\f")
+    return "\x00" in text or controls > 0.01 * min(len(text), 65536)
 
 
 def _cap(name: str, text: str) -> str:
