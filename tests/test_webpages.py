@@ -54,6 +54,21 @@ def test_a_saved_page_is_its_text_without_scripts_styles_menus_or_drawings():
     assert doc.headings == [(0, 1, "Implementation Limits For SQLite")]   # the title, as the page has no <h1>
 
 
+def test_a_sphinx_page_has_no_menus_marked_as_navigation_and_no_permalink_marks():
+    """As Sphinx lays out Python's documentation (python3.11-doc): the related-pages bar and the
+    sidebar are <div role="navigation">, and each heading and API entry ends in a "¶" link that
+    shows only under the mouse."""
+    page = ('<div class="related" role="navigation" aria-label="related navigation"><h3>Navigation</h3>'
+            '<ul><li><a href="genindex.html">index</a></li><li><a href="next.html">next</a> |</li></ul></div>'
+            '<h2>Basic Usage<a class="headerlink" href="#basic-usage" title="Permalink to this heading">¶</a></h2>'
+            '<dl><dt id="json.dump">json.dump(obj, fp)<a class="headerlink" href="#json.dump">¶</a></dt>'
+            '<dd><p>Serialize obj as a JSON formatted stream to fp.</p></dd></dl>'
+            '<div class="sphinxsidebar" role="navigation"><h3>Previous topic</h3><p>email</p></div>')
+    doc = read(page)
+    assert doc.text.split("\n") == ["Basic Usage", "json.dump(obj, fp)", "Serialize obj as a JSON formatted stream to fp."]
+    assert doc.headings == [(0, 2, "Basic Usage")]
+
+
 def test_a_page_that_is_mostly_drawings_is_as_long_as_its_text():
     # SQLite's lang_select.html is 1.6 MB of inline SVG around 36 KB of text; read as it is, it
     # counted 916,086 tokens, and searching it found words inside path data

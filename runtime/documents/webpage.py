@@ -261,8 +261,8 @@ class _PageText(HTMLParser):
         plain, strong, self.plain, self.strong = self.plain, self.strong, 0, 0
         if self.pre:
             parts = [p.rstrip() for p in raw.strip("\n").split("\n") if p.strip()]
-        else:
-            parts = [" ".join(p.split()) for p in raw.split("\n") if p.strip()]
+        else:   # no permalink mark: "Basic Usage¶" (Sphinx, MkDocs) shows its ¶ only under the mouse
+            parts = [" ".join(p.split()).rstrip("¶ ") for p in raw.split("\n") if p.strip(" \t\n\r\f¶")]
         if not parts:
             return
         line = " ".join(" ".join(parts).split())
@@ -291,5 +291,8 @@ class _PageText(HTMLParser):
 
 
 def _hidden(attrs: list[tuple[str, str | None]]) -> bool:
-    """An element the page does not show: `hidden`, or aria-hidden="true" (icons, decorations)."""
-    return any(k == "hidden" or (k == "aria-hidden" and (v or "").strip().lower() == "true") for k, v in attrs)
+    """An element the page does not show: `hidden`, or aria-hidden="true" (icons, decorations);
+    or one that is a menu as `<nav>` is, marked role="navigation" (Sphinx's "related" and
+    sidebar `<div>`s: "index | modules | next | previous | Python »" above every page)."""
+    return any(k == "hidden" or (k == "aria-hidden" and (v or "").strip().lower() == "true")
+               or (k == "role" and (v or "").strip().lower() == "navigation") for k, v in attrs)
