@@ -12,7 +12,10 @@ with `dpkg -x` into the cache (~/.cache/llmpack/doc-corpus), never committed.
 - limits.html, fileformat2.html, datatype3.html, lockingv3.html, faq.html, lang_select.html:
   pages of SQLite's own documentation (sqlite3-doc, public domain) as a browser saves them:
   menus, scripts, inline SVG diagrams (lang_select.html is 1.58 MB, mostly drawings), tables of
-  fields, numbered and bold headings (the `--web` questions).
+  fields, numbered and bold headings (the `--web` questions);
+- json.html, functools.html, secrets.html: Python's library reference as Sphinx writes it
+  (python3.11-doc): menus as `<div role="navigation">`, a "¶" link after every heading, API
+  entries as definition lists, code examples in `<pre>` (`--web` too).
 
     python benchmarks/doc_corpus.py      # fetch, check, unpack; print the files
 """
@@ -45,6 +48,7 @@ PACKAGES = {p.name: p for p in [
     Package("debian-reference-de", "2.100", "3b0ce65fd63e75ddf8eb07ca36293425135080e690a07e06a6ac8bc8040ef0aa"),
     Package("debian-reference-ja", "2.100", "f67140e0b994409413bd5fcc8dfcce832445c99d724401f0275fa238daf30325"),
     Package("sqlite3-doc", "3.40.1-2+deb12u2", "466e30d7066e2641fa13e56bc662a2ad521b8cc9c17dde9c9dac3d4f105e32f2"),
+    Package("python3.11-doc", "3.11.2-6+deb12u9", "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be"),
 ]}
 
 # name in the benchmark -> (package, path inside it; a .gz is unpacked)
@@ -58,6 +62,8 @@ FILES = {
     "debian-reference.ja.txt": ("debian-reference-ja", "usr/share/debian-reference/debian-reference.ja.txt.gz"),
     **{page: ("sqlite3-doc", f"usr/share/doc/sqlite3/{page}") for page in (
         "limits.html", "fileformat2.html", "datatype3.html", "lockingv3.html", "faq.html", "lang_select.html")},
+    **{page: ("python3.11-doc", f"usr/share/doc/python3.11/html/library/{page}")
+       for page in ("json.html", "functools.html", "secrets.html")},
 }
 
 

@@ -164,7 +164,12 @@ HELD_OUT = [
 # Web pages (`--web`): SQLite's documentation as sqlite3-doc ships it, written on 2026-12-07 by
 # reading the pages after documents/webpage.py was made on them. The right place is a section
 # (its innermost heading). The string limit is a trap: the SQL statement limit's section states
-# the same 1,000,000,000.
+# the same 1,000,000,000. The Python pages (python3.11-doc) were added after webpage.py's Sphinx
+# rules (role="navigation", the "¶" link) were made on json.html; their questions were written
+# before any of them was asked.
+PYJ, PYF, PYS = "json.html", "functools.html", "secrets.html"
+PYJ_TOP = "json — JSON encoder and decoder"
+PYF_TOP = "functools — Higher-order functions and operations on callable objects"
 LIM, FMT, TYP, LCK, FAQ, SEL = ("limits.html", "fileformat2.html", "datatype3.html", "lockingv3.html", "faq.html",
                                 "lang_select.html")
 WEB = [
@@ -193,4 +198,18 @@ WEB = [
     q("definition", SEL, "What does the LIMIT clause do?", "upper bound", sections=["5. The LIMIT clause"]),
     q("two-files", (LIM, FAQ), "What is the default setting for SQLITE_MAX_COLUMN?", "2000", file=LIM,
       sections=["Maximum Number Of Columns"]),
+    q("once", PYJ, "Which encoding does the JSON RFC recommend as the default?", "UTF-8",
+      sections=["Character Encodings"]),
+    q("paraphrase", PYJ, "What does the json module do when an object repeats a name?", "last",
+      sections=["Repeated Names Within an Object", "Standard Compliance and Interoperability"]),
+    q("number", PYJ, "What is the default value of sort_keys?", "False", sections=["Basic Usage", "Encoders and Decoders"]),
+    q("once", PYJ, "Which module gives json a command line interface?", "json.tool",
+      sections=["Command Line Interface", "Command line options", PYJ_TOP]),
+    q("number", PYF, "What is the default maxsize of lru_cache?", "128", sections=[PYF_TOP]),
+    q("paraphrase", PYF, "How do I clear the value a cached_property stored?",
+      "deleting the attribute|delete the attribute|deletes the attribute|del", sections=[PYF_TOP]),
+    q("once", PYS, "Which function compares two strings in constant time?", "compare_digest",
+      sections=["Other functions"]),
+    q("number", PYS, "How many bytes of randomness are believed to be enough for a token?", "32",
+      sections=["How many bytes should tokens use?"]),
 ]
