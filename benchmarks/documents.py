@@ -21,7 +21,7 @@ indexed (sent by its file_id), and the time /v1/extract takes to read and index 
     ./dev bench documents --corpus real --whole   # and "summarise this" of its longest PDF (whole_file.py)
     ./dev bench documents --corpus real --read-only   # only whether each answer is in what the model reads
     ./dev bench documents --corpus real --held-out    # questions on places the search was not tuned on
-    ./dev bench documents --corpus real --web         # questions on saved web pages (SQLite's HTML docs)
+    ./dev bench documents --corpus real --web         # questions on saved web pages (SQLite's and Python's HTML docs)
 
 `--corpus real` asks the questions written by reading real files (Debian's documentation
 packages: typeset PDFs, text wrapped at 72 columns, German, Japanese) and prints the same
@@ -209,7 +209,7 @@ def main() -> None:
     ap.add_argument("--held-out", action="store_true", help="real corpus: the held-out questions "
                     "(real_questions.HELD_OUT: files and places the search rules were not made on) instead")
     ap.add_argument("--web", action="store_true", help="real corpus: the questions on saved web pages "
-                    "(real_questions.WEB: sqlite3-doc's HTML) instead")
+                    "(real_questions.WEB: sqlite3-doc's and python3.11-doc's HTML) instead")
     args = ap.parse_args()
     if args.corpus == "real" and args.read_only:
         from real_corpus import run_read
