@@ -137,3 +137,19 @@ def test_the_real_corpus_judge_does_not_count_the_answers_words_in_another_claus
     assert copied["fact"] is False and copied["server"] is None and copied["wrong_sources"] == []
     stated = judge(q, "If nobody is nominated, it is the Copyright Holder.", [{**source, "page": 2}])
     assert stated["fact"] is True and stated["server"] == "right"
+
+
+def test_a_web_page_answer_is_judged_by_the_section_that_states_it():
+    """benchmarks/real_corpus.py's `judge` for `--web`: the string limit's 1,000,000,000 is also
+    the SQL statement limit's, so only the string limit's section is the right place."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from real_corpus import judge
+    from real_questions import WEB
+
+    q = next(q for q in WEB if "string or BLOB" in q.question)
+    reply = "The default maximum length is 1,000,000,000 bytes."
+    source = {"file": "limits.html", "page": None, "section": "Maximum length of a string or BLOB",
+              "label": "limits.html · § Maximum length of a string or BLOB", "reply_start": 0, "reply_end": len(reply)}
+    assert judge(q, reply, [source])["server"] == "right"
+    other = {**source, "section": "Maximum Length Of An SQL Statement"}
+    assert judge(q, reply, [other])["server"] == "wrong"
