@@ -9,7 +9,8 @@ about is what the page says.
 
 What is read:
 - Text outside `<script>`, `<style>`, `<svg>`, `<template>`, `<noscript>`, `<nav>`, `<select>`,
-  iframes and objects, and outside elements marked `hidden` or `aria-hidden="true"`.
+  iframes and objects, and outside elements marked `hidden`, `aria-hidden="true"` or
+  `role="navigation"` (a menu, as `<nav>` is); no "¶" permalink at a line's end.
 - The page's `<title>` first, a level-1 heading when the body has no `<h1>` of its own.
 - One paragraph a line: a block element (`<p>`, `<div>`, `<li>`, a table row ...) starts a new
   line, white space inside it collapses to one space, `<br>` breaks the line, `<pre>` keeps its
