@@ -121,6 +121,26 @@ def test_a_verbatim_answer_of_a_wrapped_sentence_gets_its_source():
     assert src.place.page == 2 and src.quote.endswith("the formatting of it.") and src.quote.startswith("LATEX is")
 
 
+def test_a_passage_that_starts_inside_a_typeset_line_keeps_its_first_sentence_whole():
+    """A question reads a page's sentences from where one starts, often inside a line: what the
+    model read of lppl.pdf's page 2 (the LaTeX licence, texlive-latex-base-doc) begins with
+    "In particular, the", a line as short as the cut made it. The sentence still runs on to the
+    next lines, so the source quotes all of it, not "act of running ..." (the chat page then
+    highlighted a sentence without its start). A short first line before a capital stays a heading."""
+    passage = ("In particular, the\nact of running the Work is not restricted and no requirements are made\n"
+               "concerning any offers of support for the Work.\n"
+               "2. You may distribute a complete, unmodified copy of the Work as you received\n"
+               "it. Distribution of only part of the Work is considered modification")
+    whole = passage[:passage.index("\n2.")]
+    assert units(passage)[0] == whole
+    [src] = Attribution([place(passage, 2)], "Does the licence restrict running the Work?").sources(
+        "In particular, the act of running the Work is not restricted and no requirements are made concerning any "
+        "offers of support for the Work.")
+    assert src.quote == whole
+    assert units("Preamble\nThe LATEX Project Public License (lppl) is the primary license under which the\n"
+                 "LATEX kernel and the base LATEX packages are distributed.")[0] == "Preamble"
+
+
 def test_a_contents_line_is_no_source_for_the_section_it_names():
     body = ("4.3 Option declaration\nThe following commands deal with the declaration and handling of options to\n"
             "document classes and packages. Every option name must be a ‘LATEX name’.")

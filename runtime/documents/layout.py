@@ -9,7 +9,8 @@ word got no source), and the same header on every page made every page a tie.
 
 - `soft_break(text, at)`: whether the newline at `at` only wraps a sentence (documents/words.py
   joins the lines around it into one sentence). A break stays hard at a blank line, after a
-  short line (a heading, the last line of a paragraph), before a list item or numbered heading,
+  short line (a heading, the last line of a paragraph; not a passage's first line, which a cut
+  at a sentence's start made short, before a lower-case line), before a list item or numbered heading,
   at a change of indentation (code), and in tables and CSV, whose lines are records.
 - `clean_pages(pages)`: a PDF's pages without their furniture (a line repeated at the top or
   bottom of most pages, a page number alone on a line) and with words hyphenated at a line end
@@ -79,8 +80,11 @@ def soft_break(text: str, at: int, margin: int | None = None) -> bool:
     if not line.strip() or not after.strip():
         return False                                   # a blank line: a paragraph ends
     margin = margin or width(text)
-    if _columns(line.rstrip()) < max(MIN_WRAP, WRAP_SHARE * margin):
-        return False                                   # short: a heading, the end of a paragraph
+    if _columns(line.rstrip()) < max(MIN_WRAP, WRAP_SHARE * margin) and not (start == 0 and after.lstrip()[0].islower()):
+        # short: a heading, the end of a paragraph. Not so the first line of a passage cut at a
+        # sentence's start inside a line (what a question read of a page, which attribution
+        # reads again): "In particular, the" + "act of running the Work ..." is one sentence
+        return False
     if _END_PUNCT.search(line) or _HARD_START.match(after) or is_contents(line) or is_contents(after):
         return False
     if _TABLE.search(line.strip()) or _TABLE.search(after.strip()) or len(_CSV.findall(line)) >= 2:
