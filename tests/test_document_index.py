@@ -105,6 +105,30 @@ def test_the_index_is_private_and_stores_a_document_once(index, contract, monkey
         assert con.execute("SELECT COUNT(*) FROM chunks").fetchone() == (first.chunks,)
 
 
+def test_the_index_keeps_each_document_as_it_was_read(index, contract):
+    """The chat page sends a file once and its file_id from then on: the index gives the file back
+    as it was read, its pages and headings too, so a PDF read whole by its file_id still cites
+    "p. 29", not lines of text. An index written before it kept whole texts gives nothing back
+    (the page asks for the file again) until the file is attached again."""
+    doc = contract[0]
+    got = index.add(doc, "m")
+    back = index.document(got.id)
+    assert (back.name, back.kind, back.text, back.pages, back.size) == (doc.name, "pdf", doc.text, doc.pages, doc.size)
+    lease = D.extract("lease.docx", make_docx([("Title", "Lease"), "Parties and premises.", ("Heading1", "12. Termination"),
+                                               "Either side may end the lease with three months' notice."]))
+    assert index.document(index.add(lease, "m").id).headings == lease.headings == [(0, 1, "Lease"),
+                                                                                      (28, 1, "12. Termination")]
+    assert index.document("doc-" + "0" * 32) is None
+    with closing(sqlite3.connect(index.path)) as con, con:   # as a release that kept only the parts stored it
+        con.execute("DELETE FROM texts WHERE doc = ?", (got.id,))
+    assert index.get(got.id) == got and index.document(got.id) is None
+    index.add(doc, "m")                                        # attached again: kept whole from then on
+    assert index.document(got.id).pages == doc.pages
+    assert index.forget("m") == 2 and index.document(got.id) is None
+    with closing(sqlite3.connect(index.path)) as con:
+        assert con.execute("SELECT COUNT(*) FROM texts").fetchone() == (0,)
+
+
 def test_a_document_that_fails_half_way_leaves_nothing(index, contract, monkeypatch):
     calls = []
 
@@ -290,6 +314,21 @@ def test_whole_and_excerpts_are_honoured(index, contract):
     with pytest.raises(R.ReadingError) as info:
         _arrange(index, [{"role": "user", "content": []}], [(0, [R.Attached("guide.md", "whole", None, known)], "")])
     assert info.value.code == "invalid_file" and "send it as file_data" in str(info.value)
+
+
+def test_a_file_read_whole_by_its_file_id_is_the_file_as_it_was_read(index):
+    """By its file_id, `whole` reads the index's copy: the same message as the file itself, and
+    places on its pages (a PDF's text sent as text/plain would have only lines)."""
+    pdf = D.extract("memo.pdf", make_pdf(["The door code is 4711.", "The boiler is in the cellar."]))
+    known = index.add(pdf, "m")
+    question = [{"role": "user", "content": []}]
+    got = _arrange(index, question, [(0, [R.Attached("memo.pdf", "whole", index.document(known.id), known)],
+                                      "Where is the boiler?")])
+    assert got.messages[0]["content"] == D.format_message([("memo.pdf", pdf.text)], "Where is the boiler?")
+    assert [(p.label, p.file_id) for p in got.attribution.places] == [("p. 1", known.id), ("p. 2", known.id)]
+    as_text = D.extract("memo.pdf", pdf.text.encode(), media_type="text/plain")
+    sent = _arrange(index, question, [(0, [R.Attached("memo.pdf", "whole", as_text)], "Where is the boiler?")])
+    assert sent.messages == got.messages and [p.label for p in sent.attribution.places] == ["lines 1-3"]
 
 
 def test_auto_reads_whole_only_what_the_measured_prompt_speed_reads_within_3_s(index, contract):

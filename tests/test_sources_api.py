@@ -143,3 +143,37 @@ def test_anthropic_char_location_points_into_a_text_document(citer: LiveServer, 
     (cite,) = msg.content[0].citations
     assert cite.type == "char_location" and cite.document_index == 0
     assert text[cite.start_char_index:cite.end_char_index] == cite.cited_text == NEEDLE.text
+
+
+def test_a_pdf_sent_once_is_read_whole_by_its_file_id_and_cited_by_its_page(citer: LiveServer, chat_data: Path):
+    """The chat page sends a file once (POST /v1/extract) and then only its file_id: read whole
+    from the index's copy, the answer's source is the PDF's page, as when the PDF itself is sent.
+    Its text sent as text/plain, as the page sent short files before, could name only lines."""
+    import sqlite3
+
+    import requests
+
+    excerpt = make_pdf(["The depot's contracts are listed on the next page.", NEEDLE.text])   # the fact: page 2
+    doc = requests.post(citer.url + "/v1/extract", data=excerpt, headers={"X-Filename": "excerpt.pdf"},
+                        timeout=60).json()
+    assert doc["file_id"].startswith("doc-") and doc["unit"] == "page"
+    by_id = {"type": "file", "file": {"filename": "excerpt.pdf", "file_id": doc["file_id"], "read": "whole"}}
+    resp = citer.post("/v1/chat/completions", {"model": "m", "messages": ask([by_id])})
+    assert resp.status_code == 200 and "X-Llmpack-Read" not in resp.headers, resp.text   # read whole, not searched
+    (src,) = resp.json()["choices"][0]["message"]["sources"]
+    assert (src["label"], src["page"], src["file_id"], src["quote"]) == ("excerpt.pdf · p. 2", 2, doc["file_id"],
+                                                                          NEEDLE.text)
+    as_text = {"type": "file", "file": {"filename": "excerpt.pdf", "read": "whole", "file_data":
+                                        "data:text/plain;base64," + base64.b64encode(doc["text"].encode()).decode()}}
+    (old,) = citer.post("/v1/chat/completions", {"model": "m", "messages": ask([as_text])}).json()[
+        "choices"][0]["message"]["sources"]
+    assert old["page"] is None and old["lines"] and old["quote"] == NEEDLE.text
+
+    with sqlite3.connect(chat_data / "documents.sqlite3") as con:   # as a release that kept only its parts wrote it
+        con.execute("DELETE FROM texts")
+    refused = citer.post("/v1/chat/completions", {"model": "m", "messages": ask([by_id])})
+    err = refused.json()["error"]
+    assert refused.status_code == 400 and err["code"] == "file_not_indexed" and err["param"] == "messages"
+    assert "(\"excerpt.pdf\") is no longer in this computer's document index whole" in err["message"], err
+    searched = {"type": "file", "file": {"filename": "excerpt.pdf", "file_id": doc["file_id"]}}
+    assert citer.post("/v1/chat/completions", {"model": "m", "messages": ask([searched])}).status_code == 200

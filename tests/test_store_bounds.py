@@ -92,7 +92,8 @@ def text_doc(name: str, topic: str, words: int = 6000) -> D.Document:
 def held_bytes(index: I.DocumentIndex) -> int:
     with sqlite3.connect(index.path) as con:
         return con.execute("SELECT COALESCE(SUM(LENGTH(CAST(heading AS BLOB)) + LENGTH(CAST(text AS BLOB))), 0) "
-                           "FROM chunks").fetchone()[0]
+                           "FROM chunks").fetchone()[0] + con.execute(   # and each document's whole text
+            "SELECT COALESCE(SUM(LENGTH(CAST(text AS BLOB))), 0) FROM texts").fetchone()[0]
 
 
 @pytest.fixture

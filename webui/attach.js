@@ -11,10 +11,12 @@
 // split: upload.js reads a file (the server's /v1/extract, pictures in the page), fit.js asks
 // what to keep when files do not fit, fileparts.js builds requests and sent chips.
 //
-// A file too long to read whole is not cut: the server indexes it when it is read (/v1/extract
-// answers `searched: true` and its `file_id`), and for each question the model reads the parts
-// that match it (readparts.js shows which). Such a file costs the composer's meter only its
-// one-line stand-in; its saved message keeps the file_id (the index) and the text (an export).
+// The server keeps every file it reads in its index (/v1/extract answers its `file_id`), and the
+// page sends that id, never the text, from then on: read whole, or searched (`read: "auto"`). A
+// file too long to read whole is not cut: /v1/extract answers `searched: true`, and for each
+// question the model reads the parts that match it (readparts.js shows which). Such a file costs
+// the composer's meter only its one-line stand-in; its saved message keeps the file_id (the
+// index) and the text (an export).
 import { audioDoc, clipIcon, isAudio, wireMicrophone } from "./audio.js";
 import { attachError } from "./errors.js";
 import { thumbnail } from "./fileparts.js";
@@ -229,13 +231,13 @@ function offerWhole(p) {
   } });
 }
 
-/** The index of long files on this computer is bounded: what it forgot to make room for `doc`. */
+/** The index of files on this computer is bounded: what it forgot to make room for `doc`. */
 function forgotWords(doc) {
   const names = doc.forgot.map((n) => "“" + n + "”");
   const list = names.length === 1 ? names[0] : names.slice(0, -1).join(", ") + " and " + names[names.length - 1];
   return "To make room for " + doc.name + ", this computer forgot its copy of " + list +
-    " (the long files used longest ago): it keeps at most " + fmtSize(doc.index_cap) + " of long files' text. " +
-    "Chats that used " + (names.length === 1 ? "it" : "them") + " still have the text and send it again when you go on.";
+    " (the files used longest ago): it keeps at most " + fmtSize(doc.index_cap) + " of files' text. " +
+    "A chat that used " + (names.length === 1 ? "it" : "one of them") + " asks you to attach it again when you go on.";
 }
 
 /** Resolves true to send (after any cut the user chose), false to keep editing. */
@@ -267,8 +269,8 @@ export function takeFiles() {
     if (d.data_url) a.data_url = d.data_url;
     if (d.audio_url) a.audio_url = d.audio_url;
     if (d.file_id) a.file_id = d.file_id;
-    if (d.read === "whole") a.read = "whole";   // chosen over searching it: sent whole, by its text
-    else if (d.searched && d.file_id) a.note = "read in parts";
+    if (d.searched) a.note = "read in parts";
+    else if (!d.data_url && !d.audio_url) a.read = "whole";   // it fits, or was chosen over searching it
     return a;
   });
   clearFiles();

@@ -37,12 +37,12 @@ async function countText(text) {
   return n;
 }
 
-// A file too long to read whole (attach.js gives it a file_id) costs what the server reads of it
-// for one question (documents/reading.py EXCERPT_TOKENS; less in a small context), not its length.
+// A file searched (sent by its file_id, not read whole) costs what the server reads of it for one
+// question (documents/reading.py EXCERPT_TOKENS; less in a small context), not its length.
 const SEARCHED_TOKENS = 512;   // EXCERPT_TOKENS: the excerpts and the line after them (NOTE_TOKENS) together
 
 async function fileTokens(a) {
-  if (a.file_id) return PER_FILE + Math.min(SEARCHED_TOKENS, Math.floor(state.nCtx / 4));
+  if (a.file_id && a.read !== "whole") return PER_FILE + Math.min(SEARCHED_TOKENS, Math.floor(state.nCtx / 4));
   return PER_FILE + (typeof a.tokens === "number" ? a.tokens : await countText(a.text));
 }
 

@@ -27,7 +27,7 @@ export function plainError(err) {
   }
   const forgot = status === 400 && /"([^"]+)"\) is no longer in this computer's document index/.exec(msg);
   if (forgot) {
-    return { text: `This computer no longer has its copy of ${forgot[1]}, which this chat read in parts. `
+    return { text: `This computer no longer has its copy of ${forgot[1]}, which this chat read. `
       + "Attach the file again with the paperclip, then send your message.", detail };
   }
   if (status === 503 || status === 429) return { text: BUSY, detail };

@@ -1,6 +1,6 @@
-// A sent message's files: as a request sends them (OpenAI `file` parts; a file the server indexed
-// goes by its file_id alone, once it has been read, so a long chat never re-sends its text), and
-// as chips on the sent message.
+// A sent message's files: as a request sends them (OpenAI `file` parts; a file the server read
+// goes by its file_id alone, so a chat never re-sends its text, and a PDF read whole keeps its
+// pages as the server read them), and as chips on the sent message.
 import { audioPart, clipIcon } from "./audio.js";
 import { fmtSize } from "./upload.js";
 import { el } from "./util.js";
@@ -23,9 +23,10 @@ export function requestContent(m) {
   const parts = m.attachments.map((a) => {
     if (a.data_url) return { type: "image_url", image_url: { url: a.data_url } };   // a picture (vision models)
     if (a.audio_url) return audioPart(a);                                            // a clip (models that hear)
-    if (a.file_id && a.read !== "whole") {   // in the index: sent by its file_id alone, never its text again
-      return { type: "file", file: { filename: a.name, file_id: a.file_id, read: "auto" } };
+    if (a.file_id) {   // in the index: by its file_id alone, read whole or searched as when it was sent
+      return { type: "file", file: { filename: a.name, file_id: a.file_id, read: a.read === "whole" ? "whole" : "auto" } };
     }
+    // no file_id (cut to its first pages, or saved before the index kept every file): its text
     const data = "data:text/plain;base64," + base64Utf8(a.text);
     return { type: "file", file: { filename: a.note ? a.name + " (" + a.note + ")" : a.name, file_data: data, read: "whole" } };
   });

@@ -43,6 +43,7 @@ function cut(c, p, n) {
   d.tokens = d.tokens - d.segments.slice(n).reduce((k, s) => k + s.tokens, 0);
   d.words = wordCount(d.text);
   d.segments = d.segments.slice(0, n);
+  delete d.file_id;   // the index holds the whole file: the cut is sent as text
   c.updated(p);
 }
 

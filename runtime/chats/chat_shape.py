@@ -12,9 +12,9 @@ page shows. Chats saved before the tree (no ids) are one branch: the messages in
 An assistant message may carry "thinking" (a reasoning model's thinking, shown folded, never sent
 back), "sources" (the places of the attached files that support it: chat_sources.py) and "rounds"
 (the tool calls it made before it answered: chat_tools.py). A user
-message's attachments are [{"name", "kind", "size", "tokens", "text", "note"?, "file_id"?, "data_url"?
-(a picture), "audio_url"? (a sound clip)}]: what was sent, so the chat can be continued and exported
-as it was.
+message's attachments are [{"name", "kind", "size", "tokens", "text", "note"?, "file_id"?, "read"?
+("whole": read whole, by its file_id when it has one), "data_url"? (a picture), "audio_url"? (a sound
+clip)}]: what was sent, so the chat can be continued and exported as it was.
 """
 from __future__ import annotations
 
@@ -216,7 +216,7 @@ def _clean_attachments(files: Any, i: int) -> list[dict]:
             raise ChatError(f"messages[{i}].attachments entries need 'name' and 'text' strings")
         item = {"name": scrub(f["name"][:MAX_TITLE]), "text": scrub(f["text"])}
         item.update({k: _kept_url(f[k], i, k) for k in _KEPT_URLS if f.get(k) is not None})   # a picture, a clip
-        item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note", "file_id") if isinstance(f.get(k), str)})
+        item.update({k: scrub(f[k][:MAX_STAT_TEXT]) for k in ("kind", "note", "file_id", "read") if isinstance(f.get(k), str)})
         for k in ("size", "tokens"):
             if f.get(k) is None:
                 continue

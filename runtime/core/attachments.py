@@ -3,10 +3,11 @@
 of the context the file takes and offer the first N pages; a chat request's `file` content parts
 (OpenAI's {"type": "file", "file": {"filename", "file_data": "data:...;base64,..."}}) become the
 user message's text in `expand_file_parts`: {"filename", "file_data", "file_id"?, "read"?: "auto" |
-"whole" | "excerpts"}. A file too long for the context is indexed (documents/index.py, once per
-content; `describe` does it as soon as the page attaches one and answers its `file_id`), and the
-latest question reads the parts of it that fit (documents/reading.py), or, asked about the whole
-file, the summaries of all its parts (documents/overview.py, core/summaries.py); `expand_file_parts` says
+"whole" | "excerpts"}. Every file the page attaches is kept in the index (documents/index.py, once
+per content: `describe` answers its `file_id`, which the page sends instead of the file from then
+on); a file too long for the context is searched: the latest question reads the parts of it that
+fit (documents/reading.py), or, asked about the whole file, the summaries of all its parts
+(documents/overview.py, core/summaries.py); `expand_file_parts` says
 which, for the response's `X-Llmpack-Read` header (READ_HEADER), and what the model was given,
 so the reply can be attributed to its places (documents/attribution.py: the `sources` field).
 
@@ -105,8 +106,10 @@ def segments(doc: D.Document) -> list[str]:
 
 
 def describe(doc: D.Document, model: ServedModel) -> dict:
-    """What the page shows and needs to fit a document into the context; one too long for it
-    is indexed at once, and comes back with its `file_id` and `searched: true`."""
+    """What the page shows and needs to fit a document into the context. Every document is
+    kept in the index and comes back with its `file_id`, which the page sends in its place from
+    then on (read whole from the index's copy, or searched); one too long for the context, or
+    too slow to read whole, also comes back `searched: true`."""
     parts = segments(doc)
     counts = [_tokens(model, p) for p in parts]
     heading = _tokens(model, D.format_message([(doc.name, "")], ""))
@@ -120,14 +123,19 @@ def describe(doc: D.Document, model: ServedModel) -> dict:
     out["whole_s"] = round(out["tokens"] / (prompt_speed(model) or Rd.UNMEASURED_TOK_S), 1)
     out["first_word_s"] = Rd.FIRST_WORD_S
     slow = out["whole_s"] > Rd.FIRST_WORD_S
-    if out["tokens"] > out["budget"] or slow:
-        index = model.files.index
-        indexed = _indexed(lambda: index.add(doc, model.model_key))
-        # "long": only its parts fit; "slow": it fits, but read whole the first word would wait whole_s
-        out.update(searched=True, file_id=indexed.id, chunks=indexed.chunks,
-                   why="long" if out["tokens"] > out["budget"] else "slow")
-        if indexed.forgot:   # the page says which files the index forgot to make room, and why
-            out.update(forgot=list(indexed.forgot), index_cap=index.max_bytes)
+    searched = out["tokens"] > out["budget"] or slow
+    index = model.files.index
+    try:
+        indexed = index.add(doc, model.model_key)
+    except IndexUnusable as exc:
+        if searched:   # it cannot be read without the index
+            raise ApiError(500, str(exc), param="file", code="document_index_failed", type="server_error") from None
+        return out     # no file_id: the page sends its text, as for a file read before the index kept short ones
+    out["file_id"] = indexed.id
+    if searched:   # "long": only its parts fit; "slow": it fits, but read whole the first word would wait whole_s
+        out.update(searched=True, chunks=indexed.chunks, why="long" if out["tokens"] > out["budget"] else "slow")
+    if indexed.forgot:   # the page says which files the index forgot to make room, and why
+        out.update(forgot=list(indexed.forgot), index_cap=index.max_bytes)
     return out
 
 
@@ -189,15 +197,19 @@ def _file_part(spec: Any, where: str, app: AppFiles) -> Rd.Attached:
     file_id, data_url = spec.get("file_id"), spec.get("file_data")
     indexed = app.index.get(file_id) if isinstance(file_id, str) and file_id.startswith("doc-") else None
     if file_id is not None and data_url is None:
-        if indexed is None:   # the page asks for the file again (code file_not_indexed): the same
-            # content indexed anew gets the same file_id, so the chat's earlier turns find it again
+        # read whole by its file_id: the index's copy of the file as it was read (its pages, its headings)
+        doc = _indexed(lambda: app.index.document(indexed.id)) if indexed is not None and mode == "whole" else None
+        if indexed is None or (mode == "whole" and doc is None):
+            # the page asks for the file again (code file_not_indexed): the same content indexed
+            # anew gets the same file_id, so the chat's earlier turns find it again
             name = spec.get("filename") if isinstance(spec.get("filename"), str) else "the file"
+            why = ("--forget removes it, a full index forgets the files used longest ago, and files are not uploaded "
+                   "ahead here") if indexed is None else "an earlier release kept only its parts, which can be searched"
             raise bad("messages", f"{where}.file.file_id {str(file_id)[:80]!r} (\"{name[:200]}\") is no longer in this "
-                                  "computer's document index (--forget removes it, a full index forgets the files used "
-                                  "longest ago, and files are not uploaded ahead here): send the file itself as "
-                                  "file_data", "file_not_indexed")
+                                  f"computer's document index{' whole' if indexed is not None else ''} ({why}): send "
+                                  "the file itself as file_data", "file_not_indexed")
         return Rd.Attached(spec.get("filename") if isinstance(spec.get("filename"), str) else indexed.name,
-                           mode, None, indexed)
+                           mode, doc, indexed)
     name = spec.get("filename") or "attachment"
     if not isinstance(name, str) or not isinstance(data_url, str):
         raise bad("messages", f"{where}.file needs 'filename' and 'file_data' strings")

@@ -9,6 +9,9 @@ every llmpack app of this user (an app may name its own folder: core/files.py):
     owners     (document, model key): which models' chats use it; `--forget` removes one model's
                rows and then every document no model owns any more
     chunks     the pieces (documents/chunks.py): ord, page, label, heading, text
+    texts      the document as it was read (text, its pages' lengths, headings, size), so a chat that
+               sends only its `file_id` can have it read whole (`document`): the chat page sends
+               each file once, short ones too, and its `file_id` in every later turn
     summaries  what a model wrote of each part of a document for a question about the whole file
                (documents/overview.py), by model and by how the file was cut (`plan`), so the
                next such question reads them instead of the file
@@ -34,6 +37,7 @@ and needs no second model.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sqlite3
 import time
@@ -67,6 +71,9 @@ CREATE TABLE IF NOT EXISTS chunks (
 CREATE INDEX IF NOT EXISTS chunks_by_page ON chunks (doc, page);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunk_text USING fts5(
     heading, text, grams, content='chunks', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2');
+CREATE TABLE IF NOT EXISTS texts (
+    doc TEXT PRIMARY KEY REFERENCES documents (id) ON DELETE CASCADE, text TEXT NOT NULL, pages TEXT NOT NULL,
+    headings TEXT NOT NULL, size INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS summaries (
     doc TEXT NOT NULL REFERENCES documents (id) ON DELETE CASCADE, model TEXT NOT NULL, plan TEXT NOT NULL,
     part INTEGER NOT NULL, text TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY (doc, model, plan, part));
@@ -87,7 +94,8 @@ you your yours file document text page pages say says said tell""".split())
 # A file written before `bytes` existed: the column is added and filled once from its chunks.
 ADD_BYTES = ("ALTER TABLE documents ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0",
              "UPDATE documents SET bytes = (SELECT COALESCE(SUM(LENGTH(CAST(heading AS BLOB)) + "
-             "LENGTH(CAST(text AS BLOB))), 0) FROM chunks WHERE chunks.doc = documents.id)")
+             "LENGTH(CAST(text AS BLOB))), 0) FROM chunks WHERE chunks.doc = documents.id) + "
+             "COALESCE((SELECT LENGTH(CAST(text AS BLOB)) FROM texts WHERE texts.doc = documents.id), 0)")
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PAGE_REF = re.compile(r"\b(?:pages?|pp?\.)\s*(\d{1,5})(?:\s*(?:-|–|to|and)\s*(\d{1,5}))?", re.I)
 
@@ -188,6 +196,7 @@ class DocumentIndex:
     def add(self, doc: Document, owner: str) -> Indexed:
         """Store `doc` (once per content) and mark it used by `owner` (a model key)."""
         key, now = doc_id(doc), int(time.time() * 1000)
+        whole = len(doc.text.encode("utf-8", "surrogatepass"))   # its text, kept to be read whole (`texts`)
         try:
             with closing(self._connect()) as con, con:
                 found = self._get(con, key)
@@ -197,7 +206,7 @@ class DocumentIndex:
                         raise IndexUnusable(f"{doc.name} holds no text to search; copy its text in instead")
                     size = sum(len(c.heading.encode("utf-8", "surrogatepass")) +
                                len(c.text.encode("utf-8", "surrogatepass")) for c in pieces)
-                    size += len(grams(doc.text).encode())   # a Chinese or Japanese text's pairs take room too
+                    size += len(grams(doc.text).encode()) + whole   # a Chinese or Japanese text's pairs take room too
                     if size > self.max_bytes:
                         raise IndexUnusable(f"{doc.name} holds {size / (1 << 20):.0f} MB of text, more than the "
                                             f"document index keeps ({self.max_bytes >> 20} MB); attach a part of it")
@@ -206,14 +215,34 @@ class DocumentIndex:
                                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                 (key, doc.name, doc.kind, len(doc.pages), len(pieces), len(doc.text), now, now, size))
                     _insert(con, key, pieces)
+                    _keep_text(con, key, doc)
                     found = Indexed(key, doc.name, doc.kind, len(doc.pages), len(pieces), len(doc.text), forgot)
                 else:
                     con.execute("UPDATE documents SET used = ? WHERE id = ?", (now, key))
+                    if _keep_text(con, key, doc):   # stored by a release that kept only its parts
+                        con.execute("UPDATE documents SET bytes = bytes + ? WHERE id = ?", (whole, key))
                 con.execute("INSERT OR IGNORE INTO owners (doc, model) VALUES (?, ?)", (key, owner))
         except sqlite3.Error as exc:   # the transaction is rolled back: nothing half-stored
             raise IndexUnusable(f"could not save {doc.name} in the document index ({exc}); free some disk space "
                               "and attach it again") from None
         return found
+
+    def document(self, key: str) -> Document | None:
+        """Document `key` as it was read, to be read whole (its pages and headings give its
+        sources their pages and sections); None when the index has forgotten it, or when a
+        release that kept only its parts stored it."""
+        with closing(self._connect()) as con:
+            row = con.execute("SELECT d.name, d.kind, t.text, t.pages, t.headings, t.size FROM documents d "
+                              "JOIN texts t ON t.doc = d.id WHERE d.id = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        name, kind, text, lengths, headings, size = row
+        pages, at = [], 0
+        for n in json.loads(lengths):   # PDF pages are joined by a blank line (extract.py)
+            pages.append(text[at:at + n])
+            at += n + 2
+        doc = Document(name, kind, text, size, pages, [tuple(h) for h in json.loads(headings)])
+        return doc if doc_id(doc) == key else None   # pages that were not joined as extract.py joins them
 
     def _make_room(self, con: sqlite3.Connection, size: int) -> tuple[str, ...]:
         """Forget the documents used longest ago until `size` more bytes fit under the cap; their names."""
@@ -391,6 +420,13 @@ def _drop(con: sqlite3.Connection, key: str) -> None:
     con.execute("INSERT INTO chunk_text (chunk_text, rowid, heading, text, grams) "
                 "SELECT 'delete', id, heading, text, grams FROM chunks WHERE doc = ?", (key,))
     con.execute("DELETE FROM documents WHERE id = ?", (key,))
+
+
+def _keep_text(con: sqlite3.Connection, key: str, doc: Document) -> bool:
+    """Keep `doc` whole beside its chunks (once); whether it was not kept before."""
+    pages = json.dumps([len(p) for p in doc.pages])
+    return con.execute("INSERT OR IGNORE INTO texts (doc, text, pages, headings, size) VALUES (?, ?, ?, ?, ?)",
+                       (key, doc.text, pages, json.dumps(doc.headings), doc.size)).rowcount > 0
 
 
 def _insert(con: sqlite3.Connection, key: str, pieces: list[Chunk]) -> None:

@@ -11,7 +11,10 @@ README, "Files in chat requests"):
   2 s, and the 0.5B demo model answered no better from the whole file; on a GPU "whole" wins more
   often. A searched file's report says why (`"searched": "slow"` with `whole_s`, the expected wait
   when read whole), so the page can offer to read it whole;
-- `"whole"`: all of it, or HTTP 400 `attachments_too_long` when it does not fit;
+- `"whole"`: all of it, or HTTP 400 `attachments_too_long` when it does not fit; sent by its
+  `file_id` alone, it is the index's copy of the file as it was read (`DocumentIndex.document`:
+  its pages and headings, so its sources name them), which is how the chat page sends every file
+  after the first turn;
 - `"excerpts"`: always searched, even when it would fit (a long chat about one manual), and
   searched even for a question about the whole file (which `auto` answers from summaries of all
   its parts: documents/overview.py).
@@ -111,6 +114,9 @@ def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, co
         if f.indexed is None:
             f.indexed = index.add(f.doc, owner)
         else:
+            index.claim(f.indexed.id, owner)
+    for f in whole:   # read whole from the index's copy: used now, so a full index forgets others first
+        if f.indexed is not None:
             index.claim(f.indexed.id, owner)
     out = list(messages)
     last = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), default=-1)
