@@ -18,6 +18,7 @@ with `dpkg -x` into the cache (~/.cache/llmpack/doc-corpus), never committed.
   entries as definition lists, code examples in `<pre>` (`--web` too).
 
     python benchmarks/doc_corpus.py      # fetch, check, unpack; print the files
+    python benchmarks/doc_corpus.py lppl.pdf    # only the packages of these files (.ci/run: the tests' PDF)
 """
 from __future__ import annotations
 
@@ -105,10 +106,18 @@ def unpacked(pkg: Package) -> Path:
     return root
 
 
+def cached(name: str) -> Path:
+    """Where a corpus file is once fetched (a .gz: its package's copy), fetching nothing; the
+    tests that read it check for it here (tests/needs.py)."""
+    pkg, inner = FILES[name]
+    return CACHE / f"{PACKAGES[pkg].name}_{PACKAGES[pkg].version}" / inner
+
+
 def path(name: str) -> Path:
     """A corpus file by its benchmark name, unpacked (a .gz inflated beside it)."""
     pkg, inner = FILES[name]
     src = unpacked(PACKAGES[pkg]) / inner
+    assert src == cached(name)
     if src.suffix != ".gz":
         return src
     out = src.with_name(name)
@@ -122,6 +131,13 @@ def files(names: set[str] | None = None) -> dict[str, Path]:
 
 
 if __name__ == "__main__":
-    for name, p in files().items():
+    unknown = set(sys.argv[1:]) - set(FILES)
+    if unknown:
+        sys.exit(f"no corpus file named {', '.join(sorted(unknown))}; the files are {', '.join(FILES)}")
+    try:
+        found = files(set(sys.argv[1:]) or None)
+    except CorpusError as exc:
+        sys.exit(str(exc))
+    for name, p in found.items():
         print(f"{name:28s} {p.stat().st_size:>10,} bytes  {p}")
     sys.exit(0)

@@ -1,5 +1,5 @@
 """One rule for tests that need a tool a developer's machine may lack (Wine, mingw, Chromium, qemu,
-lavapipe, osslsigncode, ccache, a built llama-server): skipped there, with one line that says what
+lavapipe, osslsigncode, ccache, a built llama-server, a real PDF from Debian): skipped there, with one line that says what
 to install, which `-ra` lists at the end of the run; failed under CI (CI set, and not "0" or
 "false"), where `.ci/run` installs every tool.
 
@@ -81,6 +81,16 @@ def _llama_server_parts() -> tuple[Part, ...]:
     return (Part((override or str(binary_path()),), "./dev bench peers --build-only (~10 min)", "llama-server"),)
 
 
+def _real_pdf_parts() -> tuple[Part, ...]:
+    """A typeset PDF nobody here wrote: the LaTeX Project Public License from Debian's
+    texlive-latex-base-doc, fetched into the cache, pinned by version and SHA-256 (benchmarks/doc_corpus.py)."""
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    from doc_corpus import cached
+
+    return (Part((str(cached("lppl.pdf")),), "python benchmarks/doc_corpus.py lppl.pdf", "lppl.pdf"),)
+
+
 # name -> its parts, asked for when a test needs it (the Windows table and the cache are read then)
 TOOLS: dict[str, Callable[[], tuple[Part, ...]]] = {
     "windows": _windows_parts,
@@ -94,6 +104,7 @@ TOOLS: dict[str, Callable[[], tuple[Part, ...]]] = {
     "ccache": lambda: _commands({"cmake": "cmake", "ninja": "ninja-build", "ccache": "ccache", "cc": "gcc"}),
     "llama-server": _llama_server_parts,
     "readelf": lambda: _commands({"readelf": "binutils"}),
+    "real-pdf": _real_pdf_parts,
 }
 
 

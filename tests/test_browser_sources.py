@@ -6,7 +6,9 @@ supporting sentence highlighted and in view, in a dialog that Esc closes. The so
 server's: the scripted model cites page 28, as the 0.5B demo model did, and that mark is struck
 through with the right page after it. The source is saved with the chat (reload, Markdown export)
 and a chat from before sources still opens. Then the instruct demo model answers the same question
-and its source opens on the highlighted fact. Screenshots in artifacts/sources-*.png."""
+and its source opens on the highlighted fact. A real typeset PDF (the LaTeX licence, from Debian)
+does the same, searched or read whole: its sentence runs over three lines of page 2, and opens
+highlighted whole. Screenshots in artifacts/sources-*.png."""
 from __future__ import annotations
 
 import json
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+import needs
 from browser_fixtures import *  # noqa: F401,F403
 from browser_fixtures import ARTIFACTS, ask, drop_file, fits, get_chat, get_chats, last_reply, new_page, put_chat, set_settings
 from doc_files import make_pdf
@@ -193,5 +196,102 @@ def test_the_instruct_models_answer_opens_on_the_highlighted_fact(browser, instr
         check_dialog_shows_the_fact(page, LABEL, NEEDLE.text)
         page.screenshot(path=str(ARTIFACTS / "sources-instruct-open.png"))
         assert page.problems == []
+    finally:
+        ctx.close()
+
+
+# lppl.pdf (texlive-latex-base-doc 2022.20230122-3), page 2, clause 1: typeset over three lines
+LPPL_SENTENCE = ("In particular, the act of running the Work is not restricted and no requirements are made "
+                 "concerning any offers of support for the Work.")
+LPPL_REPLY = ["In particular, ", "the act of running ", "the Work is not restricted ", "and no requirements are made ",
+              "concerning any offers of support ", "for the Work."]
+
+
+@needs.fixture("real-pdf", scope="module")
+def lppl_pdf() -> bytes:
+    from doc_corpus import cached   # tests/needs.py put benchmarks/ on the path
+
+    return cached("lppl.pdf").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def lppl_citer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model that answers every question with clause 1's sentence, word for word."""
+    return write_scripted_model(tmp_path_factory.mktemp("lppl") / "lppl.gguf", reply=LPPL_REPLY)
+
+
+def chat_files(sent: list[dict]) -> list[dict]:
+    """The `file` objects of every chat request the page sent."""
+    return [part["file"] for body in sent for m in body["messages"] if isinstance(m["content"], list)
+            for part in m["content"] if part["type"] == "file"]
+
+
+@pytest.mark.parametrize("width, height, whole", [(1280, 860, False), (390, 844, True)])
+def test_a_real_typeset_pdf_answer_opens_on_its_sentence_highlighted_whole(browser, lppl_citer: Path, lppl_pdf: bytes,
+                                                                          chat_data, width: int, height: int,
+                                                                          whole: bool):
+    """The LaTeX licence (8 typeset pages) is dropped on the page. Reading it whole would keep
+    the first word waiting on a computer not yet measured, so it is read in parts and the page
+    offers to read it whole: at 1280 px the question is searched, at 390 px the person chooses
+    the whole file. Either way the answer's source is "lppl.pdf · p. 2", and opening it shows
+    the sentence highlighted whole, though the PDF breaks it over three lines. The file goes to
+    the server once: every turn sends its file_id, read whole or searched as chosen, never its text."""
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    page = new_page(ctx)
+    sent: list[dict] = []
+    page.on("request", lambda r: sent.append(json.loads(r.post_data))
+            if r.url.endswith("/v1/chat/completions") and r.method == "POST" else None)
+    label = "lppl.pdf · p. 2"
+    try:
+        with live_server(lppl_citer, "--ctx", "24576") as srv:
+            page.goto(srv.server.page_url)
+            page.wait_for_selector("#app:not([hidden])")
+            drop_file(page, "lppl.pdf", lppl_pdf, "application/pdf")
+            offer = page.locator("[data-testid=read-choice]")
+            offer.wait_for(timeout=60_000)
+            assert offer.inner_text().startswith("lppl.pdf will be read in parts"), offer.inner_text()
+            meta = page.locator("[data-testid=attachment-chip] [data-testid=attachment-meta]")
+            if whole:
+                page.click("[data-testid=read-choice-action]")
+                assert not meta.inner_text().endswith("read in parts"), meta.inner_text()
+            else:
+                assert meta.inner_text().endswith("read in parts"), meta.inner_text()
+            ask(page, "Does the licence restrict running the Work?")
+            reply = last_reply(page)
+            chips = reply.locator("[data-testid=source]")
+            chips.first.wait_for()
+            assert chips.all_inner_texts() == [label]
+            chips.first.click()
+            dialog = page.locator("[data-testid=source-dialog]")
+            dialog.wait_for()
+            assert dialog.locator("#source-title").inner_text() == label
+            marks = dialog.locator("[data-testid=source-quote]").all_inner_texts()
+            assert [" ".join(m.split()) for m in marks] == [LPPL_SENTENCE], marks   # one sentence, whole
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"sources-{width}-typeset-{'whole' if whole else 'parts'}.png"))
+            fits(page, width)
+            page.keyboard.press("Escape")
+            dialog.wait_for(state="hidden")
+
+            ask(page, "Is there a warranty?")              # a second turn sends the file's id again, not its text
+            files = chat_files(sent)
+            assert len(sent) == 2 and len(files) == 2, sent
+            assert files[0]["file_id"].startswith("doc-") and "file_data" not in json.dumps(sent)
+            assert files == [{"filename": "lppl.pdf", "file_id": files[0]["file_id"],
+                              "read": "whole" if whole else "auto"}] * 2
+            # read whole, the same reply is on page 2 again; searched, this question read the warranty
+            # clause, where the reply's sentence is not: no source rather than a wrong one
+            assert last_reply(page).locator("[data-testid=source]").all_inner_texts() == ([label] if whole else [])
+
+            (summary,) = wait_until(lambda: [c for c in get_chats(srv) if c["n_messages"] == 4])
+            (kept,) = get_chat(srv, summary["id"])["messages"][0]["attachments"]
+            assert kept["file_id"] == files[0]["file_id"] and kept.get("read") == ("whole" if whole else None)
+            page.reload()                                   # the saved chat goes on as it was sent
+            page.wait_for_selector("#app:not([hidden])")
+            open_chat(page, summary["title"])
+            ask(page, "Does the licence restrict running the Work?")
+            assert chat_files(sent)[-1] == files[0] and "file_data" not in json.dumps(sent)
+            assert last_reply(page).locator("[data-testid=source]").all_inner_texts() == [label]
+            assert page.problems == []
     finally:
         ctx.close()
