@@ -1,7 +1,9 @@
 """Files attached to a chat, turned into text the model can read.
 
 Types: UTF-8 text (plain, Markdown, CSV, JSON, source code) as it is; HTML as the text a browser
-shows, with its headings (documents/webpage.py; sent as text/plain, a page's source as it is); PDF through pypdf
+shows, with its headings (documents/webpage.py; sent as text/plain, a page's source as it is); a
+web page saved as one file (.mhtml, .mht) as its page, a mail saved as a file (.eml) as its
+headers and text (documents/mime.py); PDF through pypdf
 (pure Python, so it bundles everywhere; a 200-page text PDF takes about 0.5 s on one core);
 DOCX read straight from its XML with the standard library (`zipfile` + expat, event by event,
 no DTD: fast, and no lxml or python-docx to bundle). Images, scanned
@@ -28,7 +30,7 @@ from xml.etree.ElementTree import ParseError, iterparse   # styles.xml only, aft
 from xml.parsers.expat import ExpatError, ParserCreate
 
 from llmpack.errors import LlmpackError
-from llmpack.runtime.documents import columns, layout, webpage
+from llmpack.runtime.documents import columns, layout, mime, webpage
 
 MAX_FILE_BYTES = 32 * 1024 * 1024
 MAX_TEXT_CHARS = 4_000_000          # far more than any context holds (about a million tokens)
@@ -36,6 +38,7 @@ MAX_PAGES = 5000
 MAX_DOCX_XML_BYTES = 256 * 1024 * 1024   # word/document.xml, uncompressed
 TIME_LIMIT_S = 20.0
 TEXT_KINDS = ("text", "html", "pdf", "docx")
+MAX_NAMED = 20                      # files attached to a mail named after its text, at most
 
 logging.getLogger("pypdf").setLevel(logging.ERROR)   # its warnings about damaged files are ours to word
 
@@ -73,6 +76,8 @@ def extract(name: str, data: bytes, *, deadline: float | None = None, media_type
     if data.startswith(b"PK\x03\x04") and (lower.endswith(".docx") or media_type.endswith("wordprocessingml.document")
                                            or _is_docx(data)):
         return _docx(name, data, deadline)
+    if mime.is_mime(name, media_type, data):
+        return _mime(name, data, deadline)
     if webpage.is_html(name, media_type, data):
         return _html(name, data, deadline)
     if media_type.startswith("text/"):
@@ -109,8 +114,10 @@ def _text(name: str, data: bytes) -> Document:
 
 
 # ---------------------------------------------------------------- HTML
-def _html(name: str, data: bytes, deadline: float) -> Document:
-    source = webpage.decode(data)
+def _html(name: str, data: bytes, deadline: float, charset: str | None = None) -> Document:
+    """`charset`: the one a saved page's or mail's part declares (documents/mime.py), else the page's own."""
+    source = _declared(data, charset) if charset else None
+    source = source if source is not None else webpage.decode(data)
     if source is None:
         raise DocumentError(f"{name} is not UTF-8 and names a character set llmpack does not know; save the page "
                             "again as UTF-8, or as PDF or text")
@@ -128,6 +135,41 @@ def _html(name: str, data: bytes, deadline: float) -> Document:
         raise DocumentError(f"{name} is a web page with no text to read (its words may come from scripts or "
                             "pictures); copy its text in instead")
     return Document(name, "html", _cap(name, text), len(data), headings=headings)
+
+
+def _declared(data: bytes, charset: str) -> str | None:
+    try:
+        return data.decode(charset, errors="replace")
+    except LookupError:
+        return None
+
+
+# ---------------------------------------------------------------- a saved web page or mail (MIME)
+def _mime(name: str, data: bytes, deadline: float) -> Document:
+    try:
+        found = mime.parts(data)
+    except Exception:  # noqa: BLE001 - the email parser is lenient; what it still raises is a damaged file
+        raise DocumentError(f"{name} could not be read as a saved web page or mail: it is damaged; open it and save "
+                            "it again, or copy its text in") from None
+    if found.page is not None:   # a web page saved as one file
+        doc = _html(name, found.page, deadline, found.charset)
+        doc.size = len(data)
+        return doc
+    if found.text is None and found.html is None:
+        raise DocumentError(f"{name} is a saved web page or mail with no text in it (only pictures or attached "
+                            "files); attach those files on their own, or copy its text in")
+    header = found.header + "\n\n" if found.header else ""
+    names = found.attached[:MAX_NAMED] + ([f"{len(found.attached) - MAX_NAMED:,} more"] if len(found.attached) > MAX_NAMED
+                                          else [])
+    tail = "\n\nAttached to this mail, not read here: " + ", ".join(names) if names else ""
+    if found.html is not None:   # a mail written in HTML: read as its page, under its header
+        page = _html(name, found.html, deadline, found.charset)
+        return Document(name, "html", _cap(name, header + page.text + tail), len(data),
+                        headings=[(at + len(header), level, title) for at, level, title in page.headings])
+    text = header + found.text.replace("\r\n", "\n") + tail
+    if _binary(text):
+        raise DocumentError(f"{name} is a mail whose text is binary data; attach text, PDF or DOCX files")
+    return Document(name, "text", _cap(name, text), len(data))
 
 
 def _binary(text: str) -> bool:
