@@ -115,6 +115,22 @@ def test_a_mail_in_html_is_read_as_its_page_and_plain_text_wins_where_both_are_s
     assert (doc.text[at:at + len(title)], level) == ("Visit", 2)
 
 
+def test_a_mail_shows_every_inline_text_part_and_a_broken_one_its_body():
+    """As a mail program shows them: text parts one after another, one "inline" with a file name
+    too (XEmacs VM writes them so), an attached text file named, not read; a multipart mail whose
+    boundary never comes (seen in the email package's own test mails) is its body."""
+    parts = (b"MIME-Version: 1.0\nFrom: barry@python.org\nSubject: two parts\n"
+             b"Content-Type: multipart/mixed; boundary=XX\n\n--XX\nContent-Type: text/plain\n"
+             b"Content-Disposition: inline; filename=msg.txt\n\nThe first part.\n--XX\nContent-Type: text/plain\n\n"
+             b"The second part.\n--XX\nContent-Type: text/plain\nContent-Disposition: attachment; filename=log.txt\n\n"
+             b"Not shown.\n--XX--\n")
+    assert D.extract("two.eml", parts).text == ("From: barry@python.org\nSubject: two parts\n\nThe first part.\n\n"
+                                                "The second part.\n\nAttached to this mail, not read here: log.txt")
+    broken = (b"MIME-Version: 1.0\nSubject: fish\nContent-Type: multipart/mixed; boundary=\"BOUNDARY\"\n\n"
+              b"Hi there,\n\nThis is the dingus fish.\n")
+    assert D.extract("fish.eml", broken).text == "Subject: fish\n\nHi there,\n\nThis is the dingus fish.\n"
+
+
 def test_text_that_only_looks_like_a_mail_and_mail_without_text():
     note = b"From: the caretaker\nSubject: keys\n\nThe key hangs in the shed, hook 7.\n"
     assert D.extract("note.txt", note).text == note.decode()          # no MIME-Version: a text file
@@ -126,6 +142,9 @@ def test_text_that_only_looks_like_a_mail_and_mail_without_text():
     with pytest.raises(D.DocumentError) as info:
         D.extract("scan.eml", bytes(only))
     assert "scan.eml is a saved web page or mail with no text in it" in str(info.value)
+    empty = b"Content-Type: text/plain\nMIME-Version: 1.0\n\n\n"
+    with pytest.raises(D.DocumentError):
+        D.extract("empty.eml", empty)
     assert "\n" not in str(info.value)
 
 

@@ -155,9 +155,9 @@ def _mime(name: str, data: bytes, deadline: float) -> Document:
         doc = _html(name, found.page, deadline, found.charset)
         doc.size = len(data)
         return doc
-    if found.text is None and found.html is None:
-        raise DocumentError(f"{name} is a saved web page or mail with no text in it (only pictures or attached "
-                            "files); attach those files on their own, or copy its text in")
+    if found.html is None and not (found.text or "").strip():
+        raise DocumentError(f"{name} is a saved web page or mail with no text in it (it may hold only pictures or "
+                            "attached files); attach those files on their own, or copy its text in")
     header = found.header + "\n\n" if found.header else ""
     names = found.attached[:MAX_NAMED] + ([f"{len(found.attached) - MAX_NAMED:,} more"] if len(found.attached) > MAX_NAMED
                                           else [])

@@ -11,7 +11,8 @@ They are read as a browser or a mail program shows them:
 - a page: its HTML part (the archive's root, else its first text/html part), decoded, then read
   as any web page (documents/webpage.py); the pictures and style sheets beside it are left out;
 - a mail: the headers a reader sees (From, To, Cc, Date, Subject), a blank line, then its text:
-  the text/plain part, else the text/html part read as a page; the names of the files attached
+  every text/plain part that is not an attachment, one after another, else its text/html part
+  read as a page (a broken multipart with no parts: its body); the names of the files attached
   to it are listed at the end, since their contents are not read (attach them on their own).
 """
 from __future__ import annotations
@@ -74,28 +75,22 @@ def parts(data: bytes) -> Parts:
             return Parts()
         return Parts(page=root.get_payload(decode=True) or b"", charset=root.get_content_charset())
     out = Parts(header="\n".join(f"{h}: {_header(msg[h])}" for h in SHOWN_HEADERS if msg[h]))
-    body = _body(msg)
-    if body is not None:
-        raw = body.get_payload(decode=True) or b""
-        if body.get_content_type() == "text/html":
-            out.html, out.charset = raw, body.get_content_charset()
-        else:
-            out.text = _decode(raw, body.get_content_charset())
-    out.attached = [_header(p.get_filename()) for p in msg.walk() if p.get_filename() and p is not body]
-    return out
-
-
-def _body(msg: Message) -> Message | None:
-    """The part a mail program shows: the first text/plain part that is not an attachment, else
-    the first such text/html part (a message with no type is plain text)."""
     shown = [p for p in msg.walk() if not p.is_multipart() and p.get_content_maintype() == "text"
-             and not p.get_filename() and (p.get("Content-Disposition") or "").split(";")[0].strip().lower()
-             != "attachment"]
-    for kind in ("text/plain", "text/html"):
-        for p in shown:
-            if p.get_content_type() == kind:
-                return p
-    return None
+             and (p.get("Content-Disposition") or "").split(";")[0].strip().lower() != "attachment"]
+    plain = [p for p in shown if p.get_content_type() == "text/plain"]
+    html = [p for p in shown if p.get_content_type() == "text/html"]
+    if plain:   # every inline text part, in order, as a mail program shows them one after another
+        out.text = "\n\n".join(_decode(p.get_payload(decode=True) or b"", p.get_content_charset()).strip("\n")
+                                for p in plain)
+    elif html:   # a mail written only in HTML
+        out.html, out.charset = html[0].get_payload(decode=True) or b"", html[0].get_content_charset()
+    elif msg.get_content_maintype() == "multipart" and not msg.is_multipart():
+        # a multipart mail whose boundary never comes: its body, as a mail program falls back to it
+        out.text = _decode(msg.get_payload(decode=True) or b"", msg.get_content_charset())
+    read = set(map(id, plain if plain else html[:1]))
+    out.attached = [_header(p.get_filename()) for p in msg.walk()
+                    if p.get_filename() and id(p) not in read]
+    return out
 
 
 def _header(value: object) -> str:
