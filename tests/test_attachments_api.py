@@ -58,7 +58,7 @@ def test_long_text_is_offered_in_parts_that_end_at_a_line(chat_server: LiveServe
 
 
 @pytest.mark.parametrize("name, data, status, words", [
-    ("photo.png", PNG_1PX, 400, "is an image; this model reads text only (images need a vision model"),
+    ("photo.png", PNG_1PX, 400, "is an image, not a document: send it as an image_url part"),
     ("locked.pdf", encrypted_pdf(), 400, "locked.pdf is password-protected"),
     ("scan.pdf", make_pdf([""]), 400, "scan.pdf has no text layer"),
     ("junk.bin", bytes(range(256)) * 64, 400, "junk.bin is binary data"),

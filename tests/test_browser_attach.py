@@ -23,6 +23,21 @@ pytestmark = pytest.mark.browser
 CHIP = "[data-testid=attachment-chip]"
 
 
+def _xlsx() -> bytes:
+    """The parts an .xlsx opens with (a zip naming its workbook), enough for the server to tell what it is."""
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+        z.writestr("xl/workbook.xml", "<workbook/>")
+    return out.getvalue()
+
+
+XLSX = _xlsx()
+
+
 def attach(page, name: str, data: bytes, mime: str) -> None:
     page.set_input_files("[data-testid=attach-file]", files=[{"name": name, "mimeType": mime, "buffer": data}])
 
@@ -109,6 +124,11 @@ def test_chips_meter_and_the_too_long_dialog(browser, scripted_model: Path, widt
             wait_until(lambda: problems(page) == ["app.html has no text this app can read: the page may show its words "
                                                   "only through scripts or pictures. Copy its text into your message "
                                                   "instead."], 30)
+            problem.get_by_role("button", name="Hide this message").click()
+            attach(page, "budget.xlsx", XLSX, "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+            wait_until(lambda: problems(page) == ["budget.xlsx is a spreadsheet, which this app cannot open. To use it, "
+                                                  "save the sheet as CSV (File > Save As > CSV UTF-8) and attach "
+                                                  "that."], 30)   # what it is and the way out, not "damaged"
             problem.get_by_role("button", name="Hide this message").click()
 
             # under 512 tokens alone (a file over that is read in parts: test_browser_long_documents.py),

@@ -49,9 +49,50 @@ def test_binary_junk_and_other_encodings_are_refused():
     assert "is binary data, not text" in refusal("ctl.txt", b"ab\x01\x02\x03\x04cd" * 10)
 
 
-def test_images_wait_for_a_vision_model():
+def test_images_are_sent_as_pictures_not_documents():
     for name in ("photo.png", "scan.JPG", "no-extension"):
-        assert "is an image; this model reads text only (images need a vision model" in refusal(name, PNG_1PX)
+        assert f"{name} is an image, not a document: send it as an image_url part to a model started with its " \
+               "vision projector (--mmproj)" in refusal(name, PNG_1PX)
+
+
+def _zip(*names: str) -> bytes:
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for n in names:
+            z.writestr(n, "<x/>")
+    return out.getvalue()
+
+
+OLE2 = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504)
+
+
+@pytest.mark.parametrize("name, data, media, said", [
+    ("budget.xlsx", _zip("[Content_Types].xml", "xl/workbook.xml"), "", "a spreadsheet, which llmpack cannot read: "
+     "save the sheet as CSV (File > Save As > CSV UTF-8) and attach that"),
+    ("Budget", _zip("xl/workbook.xml"), "", "a spreadsheet"),                       # the bytes tell, with no name
+    ("talk.pptx", _zip("ppt/presentation.xml"), "", "a presentation, which llmpack cannot read: save it as PDF"),
+    ("letter.odt", _zip("mimetype", "content.xml"), "", "an OpenDocument text"),
+    ("report.doc", OLE2, "application/msword", "an old Word document (.doc), which llmpack cannot read: open it in "
+     "Word or LibreOffice and save it as .docx or PDF"),
+    ("mail.msg", OLE2, "", "an Outlook message (.msg)"),
+    ("unnamed", OLE2, "", "an Office 97-2003 file"),
+    ("note.rtf", b"{\\rtf1\\ansi\\deff0 {\\fonttbl {\\f0 Arial;}} Hello\\par}", "text/rtf",
+     "a Rich Text file (.rtf), which llmpack cannot read: open it in WordPad"),
+    ("photos.zip", _zip("a.jpg"), "application/zip", "an archive of files, which llmpack cannot read: unpack it"),
+])
+def test_kinds_people_attach_that_are_not_read_say_what_to_save_them_as(name, data, media, said):
+    """Refused in one line that names the kind and the way out, not "binary data" (an .xlsx) nor
+    read as markup (an .rtf: WordPad's own format)."""
+    message = refusal(name, data, media_type=media)
+    assert message.startswith(f"{name} is {said}") and "\n" not in message, message
+
+
+def test_declared_plain_text_is_read_as_it_is_whatever_the_name():
+    assert D.extract("note.rtf", b"{\\rtf1 Hello}", media_type="text/plain").text == "{\\rtf1 Hello}"
+    assert D.extract("graph.dot", b"digraph { a -> b }").text == "digraph { a -> b }"   # Graphviz, not Word
 
 
 def test_a_200_mb_file_is_refused_before_anything_reads_it():

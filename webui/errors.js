@@ -55,6 +55,13 @@ export function attachError(name, err) {
   if (/password/i.test(msg)) {
     return { text: `${name} is locked with a password. Open it, save a copy without the password, and attach that.`, detail };
   }
+  const other = /^.* is (.+), which llmpack cannot read: (.+)$/.exec(msg);   // a spreadsheet, a .doc ... and the way out
+  if (other) {
+    return { text: `${name} is ${other[1]}, which this app cannot open. To use it, ${other[2]}.`, detail };
+  }
+  if (/web page or mail with no text/i.test(msg)) {
+    return { text: `${name} has no text this app can read: it may hold only pictures or attached files. Attach those files on their own, or copy its text into your message.`, detail };
+  }
   if (/web page with no text/i.test(msg)) {
     return { text: `${name} has no text this app can read: the page may show its words only through scripts or pictures. Copy its text into your message instead.`, detail };
   }

@@ -182,8 +182,8 @@ def _flatten_content(content: Any, i: int, role: str) -> str:
             texts.append(part["text"])
         elif kind in ("image_url", "image", "input_image", "input_audio", "audio", "file"):
             raise MessageError(f"messages[{i}].content[{j}] is an {kind!r} part, but this model reads "
-                               "text only (images need a vision model, which llmpack does not serve yet); "
-                               "send text or file parts")
+                               "text only (pictures and sound need a model started with its projector, --mmproj); "
+                               "send text parts")
         else:
             raise MessageError(f"messages[{i}].content[{j}] must be {{\"type\": \"text\", \"text\": \"...\"}}")
     return "\n".join(texts)

@@ -80,15 +80,60 @@ def extract(name: str, data: bytes, *, deadline: float | None = None, media_type
         return _mime(name, data, deadline)
     if webpage.is_html(name, media_type, data):
         return _html(name, data, deadline)
+    other = _other_format(lower, data) if media_type != "text/plain" else None
+    if other is not None:   # a kind people attach that is not read here: what it is, and what to save it as
+        raise DocumentError(f"{name} is {other[0]}, which llmpack cannot read: {other[1]}")
     if media_type.startswith("text/"):
         return _text(name, data)
     if lower.endswith(".pdf") or media_type == "application/pdf":
         return _pdf(name, data, deadline)
     if lower.endswith(_IMAGE_EXT) or media_type.startswith("image/") or data.startswith(_IMAGE_MAGIC) \
             or (data[:4] == b"RIFF" and data[8:12] == b"WEBP"):
-        raise DocumentError(f"{name} is an image; this model reads text only (images need a vision model, "
-                            "which llmpack does not serve yet): attach text, PDF or DOCX files")
+        raise DocumentError(f"{name} is an image, not a document: send it as an image_url part to a model started "
+                            "with its vision projector (--mmproj), or attach text, PDF or DOCX files")
     return _text(name, data)
+
+
+# Files people attach that are not read here, by name: what each is, and what to save it as. The
+# bytes tell the old Office files (an OLE2 container), RTF and zipped Office files whatever the name.
+_SAVE_AS = {
+    "word": ("an old Word document (.doc)", "open it in Word or LibreOffice and save it as .docx or PDF"),
+    "rtf": ("a Rich Text file (.rtf)", "open it in WordPad, Word or LibreOffice and save it as .docx or PDF"),
+    "odt": ("an OpenDocument text", "open it in LibreOffice and save it as .docx or PDF"),
+    "sheet": ("a spreadsheet", "save the sheet as CSV (File > Save As > CSV UTF-8) and attach that"),
+    "slides": ("a presentation", "save it as PDF (File > Save As > PDF) and attach that"),
+    "apple": ("an Apple iWork file", "export it as PDF (File > Export To > PDF) and attach that"),
+    "ebook": ("an e-book", "save or print it as PDF, or copy its text in"),
+    "outlook": ("an Outlook message (.msg)", "open it in Outlook and save it as HTML (File > Save As), then attach that"),
+    "archive": ("an archive of files", "unpack it and attach the files in it"),
+    "office97": ("an Office 97-2003 file (Word, Excel or PowerPoint)",
+                 "open it and save it as .docx, PDF, or CSV for a sheet"),
+}
+_BY_NAME = {".doc": "word", ".rtf": "rtf", ".msg": "outlook", ".odt": "odt", ".ott": "odt",
+            ".xls": "sheet", ".xlsx": "sheet", ".xlsm": "sheet", ".ods": "sheet", ".numbers": "apple",
+            ".ppt": "slides", ".pptx": "slides", ".pps": "slides", ".ppsx": "slides", ".odp": "slides",
+            ".pages": "apple", ".epub": "ebook", ".mobi": "ebook", ".azw3": "ebook",
+            ".zip": "archive", ".7z": "archive", ".rar": "archive", ".tar": "archive", ".gz": "archive"}
+
+
+def _other_format(lower: str, data: bytes) -> tuple[str, str] | None:
+    """(what the file is, what to do) for a kind people attach that is not read here; None otherwise."""
+    if data.startswith(b"{\\rtf"):
+        return _SAVE_AS["rtf"]
+    if data.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):   # OLE2: .doc, .xls, .ppt (and .msg, ...)
+        return _SAVE_AS[_BY_NAME.get(lower[lower.rfind("."):], "office97")] if "." in lower else _SAVE_AS["office97"]
+    if data.startswith(b"PK\x03\x04"):
+        try:
+            names = set(zipfile.ZipFile(io.BytesIO(data)).namelist())
+        except (zipfile.BadZipFile, ValueError, OSError):
+            names = set()
+        for inner, kind in (("xl/workbook.xml", "sheet"), ("ppt/presentation.xml", "slides"), ("content.xml", "odt"),
+                            ("Index/Document.iwa", "apple")):
+            if inner in names:
+                return _SAVE_AS["slides" if kind == "odt" and lower.endswith(".odp") else
+                                "sheet" if kind == "odt" and lower.endswith(".ods") else kind]
+    kind = next((k for ext, k in _BY_NAME.items() if lower.endswith(ext)), None)
+    return _SAVE_AS[kind] if kind else None
 
 
 def _mb(n: int) -> str:
