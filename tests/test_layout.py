@@ -141,6 +141,21 @@ def test_a_passage_that_starts_inside_a_typeset_line_keeps_its_first_sentence_wh
                  "LATEX kernel and the base LATEX packages are distributed.")[0] == "Preamble"
 
 
+def test_a_source_is_shown_with_its_wrapped_lines_joined_and_its_offsets_kept():
+    """The context a source opens on reads as sentences, not as the PDF's margin cut them; the
+    heading, the code and the numbered item keep their lines; offsets into it hold."""
+    shown = layout.reflow(CLSGUIDE_P2)
+    assert len(shown) == len(CLSGUIDE_P2)
+    assert shown.split("\n")[:2] == [
+        "1.1 Writing classes and packages for LATEX 2ε",
+        "LATEX is a document preparation system that enables the document writer to concentrate on the contents "
+        "of their text, without bothering too much about the formatting of it. For example, chapters are "
+        "indicated by \\chapter{⟨title⟩} rather than by selecting 18pt bold."]
+    code = layout.reflow(STANDARDS)
+    assert "       #ifdef HAS_FOO\n         ...\n       #else\n" in code and "3.5 Conditional Compilation\n===" in code
+    assert "2 Keeping Free Software Free\n  2.1 Referring" in code   # contents lines stay lines
+
+
 def test_a_contents_line_is_no_source_for_the_section_it_names():
     body = ("4.3 Option declaration\nThe following commands deal with the declaration and handling of options to\n"
             "document classes and packages. Every option name must be a ‘LATEX name’.")

@@ -108,11 +108,15 @@ class Source:
         return self.place.label
 
     def to_json(self) -> dict:
-        """The chat completion's `sources` entry (README, "Sources")."""
+        """The chat completion's `sources` entry (README, "Sources"). Its context is the place's
+        text with the lines that only wrap a sentence joined (layout.reflow: the same length, the
+        same offsets), as a reader should see it."""
         p, lines = self.place, self.lines
+        context = layout.reflow(p.text)
         return {"file": p.file, "file_id": p.file_id, "page": p.page or None, "section": p.section,
                 "lines": list(lines) if lines else None, "label": f"{p.file} · {self.where}",
-                "quote": self.quote, "context": p.text, "quote_start": self.quote_start, "quote_end": self.quote_end,
+                "quote": context[self.quote_start:self.quote_end], "context": context,
+                "quote_start": self.quote_start, "quote_end": self.quote_end,
                 "reply_start": self.reply_start, "reply_end": self.reply_end,
                 "model_mark": self.model_mark, "mark_right": self.mark_right}
 

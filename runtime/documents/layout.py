@@ -12,6 +12,7 @@ word got no source), and the same header on every page made every page a tie.
   short line (a heading, the last line of a paragraph; not a passage's first line, which a cut
   at a sentence's start made short, before a lower-case line), before a list item or numbered heading,
   at a change of indentation (code), and in tables and CSV, whose lines are records.
+  `reflow(text)` makes those newlines spaces for a reader (a source's context, shown by the page).
 - `clean_pages(pages)`: a PDF's pages without their furniture (a line repeated at the top or
   bottom of most pages, a page number alone on a line) and with words hyphenated at a line end
   joined ("environ-" + "ment" -> "environment", the line break moved after the word, so the
@@ -100,6 +101,18 @@ def soft_break(text: str, at: int, margin: int | None = None) -> bool:
     # Companion"); a capital after anything else may start a new line of its own
     return first.islower() or first.isdigit() or first in "([\"'‘“" or tail in ",;-–(" or tail.islower() \
         or not first.isascii()
+
+
+def reflow(text: str) -> str:
+    """`text` with each newline that only wraps a sentence (`soft_break`) made a space: the same
+    length, so offsets into it hold. What a reader is shown of a place (its source's context),
+    so a typeset page's sentence reads as one line, not cut where the PDF's margin cut it."""
+    margin = width(text)
+    chars = list(text)
+    for at, ch in enumerate(text):
+        if ch == "\n" and soft_break(text, at, margin):
+            chars[at] = " "
+    return "".join(chars)
 
 
 def is_contents(line: str) -> bool:
