@@ -206,7 +206,8 @@ class DocumentIndex:
                         raise IndexUnusable(f"{doc.name} holds no text to search; copy its text in instead")
                     size = sum(len(c.heading.encode("utf-8", "surrogatepass")) +
                                len(c.text.encode("utf-8", "surrogatepass")) for c in pieces)
-                    size += len(grams(doc.text).encode()) + whole   # a Chinese or Japanese text's pairs take room too
+                    # a Chinese or Japanese text's pairs take room too, and so does the text kept whole
+                    size += len(grams(doc.text).encode()) + whole
                     if size > self.max_bytes:
                         raise IndexUnusable(f"{doc.name} holds {size / (1 << 20):.0f} MB of text, more than the "
                                             f"document index keeps ({self.max_bytes >> 20} MB); attach a part of it")
