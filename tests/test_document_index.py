@@ -129,6 +129,33 @@ def test_the_index_keeps_each_document_as_it_was_read(index, contract):
         assert con.execute("SELECT COUNT(*) FROM texts").fetchone() == (0,)
 
 
+def test_two_requests_adding_the_same_file_at_once_both_get_it(tmp_path):
+    """Four API clients asking about the same PDF at once, or two tabs attaching it: each request
+    adds it to the index. Both used to find it missing and the second failed on its id (a 500
+    that said to free disk space); the check and the insert are now one write transaction."""
+    import threading
+
+    for trial in range(5):
+        index = I.DocumentIndex(tmp_path / f"i{trial}.sqlite3")
+        index.add(D.extract("warm.txt", b"The index file exists."), "m")
+        doc = D.extract("notes.txt", (f"Trial {trial}. " + "The boiler is in the cellar. " * 800).encode())
+        start, got, errors = threading.Barrier(2), [], []
+
+        def add() -> None:
+            start.wait()
+            try:
+                got.append(index.add(doc, "m").id)
+            except I.IndexUnusable as exc:
+                errors.append(str(exc))
+
+        threads = [threading.Thread(target=add) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and got == [I.doc_id(doc)] * 2
+
+
 def test_a_document_that_fails_half_way_leaves_nothing(index, contract, monkeypatch):
     calls = []
 

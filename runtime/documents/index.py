@@ -199,6 +199,9 @@ class DocumentIndex:
         whole = len(doc.text.encode("utf-8", "surrogatepass"))   # its text, kept to be read whole (`texts`)
         try:
             with closing(self._connect()) as con, con:
+                # the check and the insert in one write transaction: two requests (or two apps) adding
+                # the same file at once both found it missing, and the second failed on its id
+                con.execute("BEGIN IMMEDIATE")
                 found = self._get(con, key)
                 if found is None:
                     pieces = chunk(doc)
