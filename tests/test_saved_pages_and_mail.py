@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from browser_fixtures import browser  # noqa: F401 - Chromium, for the page it saves
+from browser_fixtures import *  # noqa: F401,F403 - Chromium (`browser`), for the page it saves
 from doc_files import make_pdf
 from llmpack.runtime.documents import extract as D
 from llmpack.runtime.documents import mime
