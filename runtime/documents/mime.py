@@ -3,9 +3,10 @@ Chrome and Edge call "Webpage, Single File", and Word's "Single File Web Page") 
 as a file (.eml, what Outlook, Thunderbird and Apple Mail write when a message is dragged out).
 
 Why: both are headers and parts, each part in its own transfer encoding (quoted-printable,
-base64) and character set. Read as text, a page saved by Edge was its markup with "=3D" in every
-attribute and lines cut by "=" at 76 columns (40,019 characters for SQLite's limits.html, whose
-text is 8,000), and a mail was its routing headers and the encoded body.
+base64) and character set. Read as text, a page Chromium saved (as Chrome and Edge save it) was
+its markup with "=3D" in every attribute and lines cut by "=" at 76 columns (40,019 characters
+for SQLite's limits.html, whose text is 15,205), and a mail was its routing headers and the
+encoded body.
 
 They are read as a browser or a mail program shows them:
 - a page: its HTML part (the archive's root, else its first text/html part), decoded, then read
