@@ -71,10 +71,15 @@ def _chromium_parts() -> tuple[Part, ...]:
     return (Part(names, "chromium"),)
 
 
-def _llama_server_parts() -> tuple[Part, ...]:
-    """The benchmark peer, built from the vendored llama.cpp into the cache (benchmarks/servers.py)."""
+def _benchmarks_on_path() -> None:
+    """benchmarks/ importable: its modules say where they build or fetch what a test needs."""
     if str(REPO / "benchmarks") not in sys.path:
         sys.path.insert(0, str(REPO / "benchmarks"))
+
+
+def _llama_server_parts() -> tuple[Part, ...]:
+    """The benchmark peer, built from the vendored llama.cpp into the cache (benchmarks/servers.py)."""
+    _benchmarks_on_path()
     from servers import binary_path
 
     override = os.environ.get("LLMPACK_LLAMA_SERVER")
@@ -84,8 +89,7 @@ def _llama_server_parts() -> tuple[Part, ...]:
 def _real_pdf_parts() -> tuple[Part, ...]:
     """A typeset PDF nobody here wrote: the LaTeX Project Public License from Debian's
     texlive-latex-base-doc, fetched into the cache, pinned by version and SHA-256 (benchmarks/doc_corpus.py)."""
-    if str(REPO / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO / "benchmarks"))
+    _benchmarks_on_path()
     from doc_corpus import cached
 
     return (Part((str(cached("lppl.pdf")),), "python benchmarks/doc_corpus.py lppl.pdf", "lppl.pdf"),)

@@ -118,10 +118,11 @@ _BY_NAME = {".doc": "word", ".rtf": "rtf", ".msg": "outlook", ".odt": "odt", ".o
 
 def _other_format(lower: str, data: bytes) -> tuple[str, str] | None:
     """(what the file is, what to do) for a kind people attach that is not read here; None otherwise."""
+    named = _BY_NAME.get(lower[lower.rfind("."):]) if "." in lower else None
     if data.startswith(b"{\\rtf"):
         return _SAVE_AS["rtf"]
     if data.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):   # OLE2: .doc, .xls, .ppt (and .msg, ...)
-        return _SAVE_AS[_BY_NAME.get(lower[lower.rfind("."):], "office97")] if "." in lower else _SAVE_AS["office97"]
+        return _SAVE_AS[named or "office97"]
     if data.startswith(b"PK\x03\x04"):
         try:
             names = set(zipfile.ZipFile(io.BytesIO(data)).namelist())
@@ -129,11 +130,9 @@ def _other_format(lower: str, data: bytes) -> tuple[str, str] | None:
             names = set()
         for inner, kind in (("xl/workbook.xml", "sheet"), ("ppt/presentation.xml", "slides"), ("content.xml", "odt"),
                             ("Index/Document.iwa", "apple")):
-            if inner in names:
-                return _SAVE_AS["slides" if kind == "odt" and lower.endswith(".odp") else
-                                "sheet" if kind == "odt" and lower.endswith(".ods") else kind]
-    kind = next((k for ext, k in _BY_NAME.items() if lower.endswith(ext)), None)
-    return _SAVE_AS[kind] if kind else None
+            if inner in names:   # an OpenDocument sheet or slides is named so (.ods, .odp)
+                return _SAVE_AS[named if kind == "odt" and named in ("sheet", "slides") else kind]
+    return _SAVE_AS[named] if named else None
 
 
 def _mb(n: int) -> str:
