@@ -121,12 +121,12 @@ PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000
                         "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
 
 
-def endless_pdf(draws: int = 4000, moves: int = 50_000) -> bytes:
+def endless_pdf(draws: int = 4000, moves: int = 50_000, padding: int = 0) -> bytes:
     """A 30 KB PDF whose one page never ends: it draws a form XObject `draws` times, and the form
     is `moves` transformations (`1 0 0 1 0 0 cm`) and one letter, parsed again and applied on
     every draw (200 million operations with the defaults: hours). It stays inside every limit pypdf
     7 has (work per stream, form draws per page, output size) and grows no memory: only a kill
-    stops it."""
+    stops it. `padding`: bytes of an unused stream, for a larger file (as a manual's pictures are)."""
     z = zlib.compressobj(9)
     form = z.compress(b"1 0 0 1 0 0 cm " * moves + b"BT /F1 12 Tf (x) Tj ET") + z.flush()   # text: pypdf skips a form without
     page = b"BT /F1 12 Tf 56 760 Td (Start.) Tj ET " + b"/X Do " * draws
@@ -139,6 +139,8 @@ def endless_pdf(draws: int = 4000, moves: int = 50_000) -> bytes:
             b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
             b"<< /Type /Catalog /Pages 4 0 R >>",
             b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"]
+    if padding:
+        objs.append(b"<< /Length %d >>\nstream\n" % padding + b"\0" * padding + b"\nendstream")
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
     for i, body in enumerate(objs, 1):

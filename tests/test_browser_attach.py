@@ -7,6 +7,7 @@ generated PDF and repeats its first line."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -186,6 +187,21 @@ def test_chips_meter_and_the_too_long_dialog(browser, scripted_model: Path, widt
             assert f"Page {n + 1}:" not in files[1]["text"]
             md = _export(srv, summary["id"])
             assert "<details><summary>Attached: notes.pdf</summary>" in md and "Short notes." in md
+
+            # A file that takes a while to read (a 1,158-page manual: about 20 s on 2 cores) shows the
+            # seconds so far, so the wait is not silent; its reading is held here until the chip says so.
+            held = []
+            page.route("**/v1/extract", lambda route: held.append(route))
+            attach(page, "manual.pdf", notes, "application/pdf")
+            meta = page.locator(CHIP).locator("[data-testid=attachment-meta]")
+            assert wait_until(lambda: page.evaluate("true") and held, 10) and meta.inner_text() == f"{len(notes)} B · reading…"
+            wait_until(lambda: re.fullmatch(rf"{len(notes)} B · reading… [3-9] s", meta.inner_text()), 10)
+            page.screenshot(path=str(ARTIFACTS / f"{shot}-reading.png"))
+            held[0].continue_()
+            page.unroute("**/v1/extract")
+            wait_until(lambda: meta.inner_text() == f"{len(notes)} B · 2 words", 30)
+            page.click("[data-testid=attachment-remove]")
+            page.wait_for_selector("[data-testid=attachments]", state="hidden")
 
             page.locator("[data-testid=message-user]").first.wait_for()
             attach(page, "again.txt", b"plain text", "text/plain")     # removable before sending

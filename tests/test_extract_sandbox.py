@@ -51,6 +51,21 @@ def test_a_page_that_never_ends_costs_one_killed_worker(sandbox: Sandbox):
     assert sandbox.started == 2 and time.monotonic() - start < 15
 
 
+def test_a_larger_file_is_given_more_time(sandbox: Sandbox, monkeypatch):
+    """The deadline grows with the file's size (D.time_limit): a fixed 20 s refused real manuals
+    of 700 pages and more. Scaled down here: 1 s, and 3 s more per MB."""
+    monkeypatch.setattr(D, "TIME_LIMIT_S", 1.0)
+    monkeypatch.setattr(D, "SECONDS_PER_MB", 3.0)
+    hostile = endless_pdf(padding=1 << 20)
+    limit = D.time_limit(len(hostile))
+    assert 4.0 < limit < 4.2
+    sandbox.extract("warm.txt", b"warm up", media_type="text/plain")
+    start = time.monotonic()
+    with pytest.raises(D.DocumentError, match=f"reading big.pdf took longer than {limit:.0f} s"):
+        sandbox.extract("big.pdf", hostile)
+    assert limit <= time.monotonic() - start < limit + GRACE_S + 3.0   # its own limit, not 1 s
+
+
 @pytest.mark.skipif(os.name == "nt", reason="setrlimit is POSIX; Windows uses a job object")
 def test_a_file_that_needs_too_much_memory_is_refused_and_the_next_one_works():
     """30 MB of emoji become 30 MB of bytes plus a 30 MB string: more than a 64 MB worker has."""

@@ -27,6 +27,7 @@ import { el, toast } from "./util.js";
 import { countOf, wordCount } from "./words.js";
 
 export { requestContent, sentChips } from "./fileparts.js";
+const SHOW_WAIT_S = 3;  // a file still being read after this long shows the seconds so far on its chip
 const pending = [];     // {id, name, size, status: "reading"|"ready", doc?, chip}; doc.words: counted here
 let onChange = () => {};
 let nextId = 1;
@@ -122,7 +123,10 @@ function chipFor(p) {
 
 function updateChip(p) {
   const parts = [fmtSize(p.size)];
-  if (p.status === "reading") parts.push("reading…");
+  if (p.status === "reading") {   // a long manual takes a minute on a slow computer: show that it goes on
+    const s = Math.floor((Date.now() - p.began) / 1000);
+    parts.push(s >= SHOW_WAIT_S ? "reading… " + s + " s" : "reading…");
+  }
   else if (p.doc && p.doc.kind === "image") parts.push(p.doc.note || "picture");
   else if (p.doc && p.doc.audio_url) parts.push(p.doc.note);   // the clip's length, m:ss
   else if (p.doc) parts.push(words(p.doc.words));
@@ -196,10 +200,12 @@ export async function addFiles(files) {
       render();
       continue;
     }
-    const p = { id: nextId++, name: file.name || "attachment", size: file.size, status: "reading", doc: null };
+    const p = { id: nextId++, name: file.name || "attachment", size: file.size, status: "reading", doc: null,
+      began: Date.now() };
     chipFor(p);
     pending.push(p);
     render();
+    const ticking = setInterval(() => updateChip(p), 1000);
     try {
       p.doc = isPicture(file) ? await pictureDoc(file) : isAudio(file) ? await audioDoc(file, p.name) : await extract(file);
       p.doc.words = wordCount(p.doc.text);
@@ -212,6 +218,8 @@ export async function addFiles(files) {
       addProblem(plain.text, plain.detail);
       removeFile(p.id);
       continue;
+    } finally {
+      clearInterval(ticking);
     }
     render();
   }

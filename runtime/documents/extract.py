@@ -4,14 +4,15 @@ Types: UTF-8 text (plain, Markdown, CSV, JSON, source code) as it is; HTML as th
 shows, with its headings (documents/webpage.py; sent as text/plain, a page's source as it is); a
 web page saved as one file (.mhtml, .mht) as its page, a mail saved as a file (.eml) as its
 headers and text (documents/mime.py); PDF through pypdf
-(pure Python, so it bundles everywhere; a 200-page text PDF takes about 0.5 s on one core);
+(pure Python, so it bundles everywhere; 15-20 ms a typeset page on one core, so a 1,158-page manual
+takes 17-23 s: docs/BENCHMARKS.md, "PDF text extractors");
 DOCX read straight from its XML with the standard library (`zipfile` + expat, event by event,
 no DTD: fast, and no lxml or python-docx to bundle). Images, scanned
 PDFs, encrypted PDFs, zip bombs and binary junk are refused with one line that says what to do.
 
 Every extraction is bounded: `MAX_FILE_BYTES` in, `MAX_TEXT_CHARS` out, `MAX_PAGES` pages, and a
-`deadline` checked between pages and at every XML event (pypdf's own limit stops any one stream
-at 75 MB decompressed). Within a PDF page nothing can stop pypdf, so the server runs `extract`
+deadline (`time_limit`: more time for a larger file) checked between pages and at every XML event
+(pypdf's own limit stops any one stream at 75 MB decompressed). Within a PDF page nothing can stop pypdf, so the server runs `extract`
 in a child process that is killed at the deadline, under a memory limit (`sandbox.py`).
 
 How a document joins the user's message is `format_message`, documented in the README: each
@@ -36,7 +37,13 @@ MAX_FILE_BYTES = 32 * 1024 * 1024
 MAX_TEXT_CHARS = 4_000_000          # far more than any context holds (about a million tokens)
 MAX_PAGES = 5000
 MAX_DOCX_XML_BYTES = 256 * 1024 * 1024   # word/document.xml, uncompressed
+# Reading time allowed: TIME_LIMIT_S, and SECONDS_PER_MB more for each MB of the file. A fixed 20 s
+# refused the real manuals people attach: pypdf reads 3-4 s of a typeset PDF's MB on this project's
+# 2-core machines (octave.pdf, 1,158 pages in 4.6 MB: 17.5 s; source2e.pdf, 1,227 pages: 22.7 s),
+# and a laptop may be twice as slow. The limit still bounds a hostile file by its size (a 32 MB
+# one: 5.7 min at most in one sandboxed worker).
 TIME_LIMIT_S = 20.0
+SECONDS_PER_MB = 10.0
 TEXT_KINDS = ("text", "html", "pdf", "docx")
 MAX_NAMED = 20                      # files attached to a mail named after its text, at most
 
@@ -61,9 +68,31 @@ class Document:
     headings: list[tuple[int, int, str]] = field(default_factory=list)
 
 
+def time_limit(size: int) -> float:
+    """Seconds that reading a file of `size` bytes may take (see SECONDS_PER_MB)."""
+    return TIME_LIMIT_S + SECONDS_PER_MB * size / (1 << 20)
+
+
+@dataclass(frozen=True, slots=True)
+class _Deadline:
+    """When reading must stop (a time.monotonic() value), and the limit to name when it does."""
+    at: float
+    seconds: float
+
+    def check(self, name: str) -> None:
+        if time.monotonic() > self.at:
+            raise DocumentError(SLOW.format(name=name, seconds=f"{self.seconds:.0f}"))
+
+
+# What a person is told when reading their file ran past its time limit (here or in sandbox.py).
+SLOW = "reading {name} took longer than {seconds} s, so llmpack gave up; attach a part of it (fewer pages) or copy its text in"
+
+
 def extract(name: str, data: bytes, *, deadline: float | None = None, media_type: str = "") -> Document:
-    """The text of one attached file, or DocumentError. `deadline` is a time.monotonic() value."""
-    deadline = deadline if deadline is not None else time.monotonic() + TIME_LIMIT_S
+    """The text of one attached file, or DocumentError. `deadline` is a time.monotonic() value;
+    by default, `time_limit(len(data))` from now."""
+    limit = time_limit(len(data))
+    deadline = _Deadline(deadline if deadline is not None else time.monotonic() + limit, limit)
     name = (name or "attachment").replace("\n", " ").replace("\r", " ").strip()[:200] or "attachment"
     if len(data) > MAX_FILE_BYTES:
         raise DocumentError(f"{name} is {_mb(len(data))}; files can be at most {_mb(MAX_FILE_BYTES)}: "
@@ -158,7 +187,7 @@ def _text(name: str, data: bytes) -> Document:
 
 
 # ---------------------------------------------------------------- HTML
-def _html(name: str, data: bytes, deadline: float, charset: str | None = None) -> Document:
+def _html(name: str, data: bytes, deadline: _Deadline, charset: str | None = None) -> Document:
     """`charset`: the one a saved page's or mail's part declares (documents/mime.py), else the page's own."""
     source = _declared(data, charset) if charset else None
     source = source if source is not None else webpage.decode(data)
@@ -170,7 +199,7 @@ def _html(name: str, data: bytes, deadline: float, charset: str | None = None) -
                             "source code, PDF or DOCX files")
 
     def check(chars: int) -> None:
-        _check_time(name, deadline)
+        deadline.check(name)
         if chars > MAX_TEXT_CHARS:
             raise _too_long(name, chars)
 
@@ -189,7 +218,7 @@ def _declared(data: bytes, charset: str) -> str | None:
 
 
 # ---------------------------------------------------------------- a saved web page or mail (MIME)
-def _mime(name: str, data: bytes, deadline: float) -> Document:
+def _mime(name: str, data: bytes, deadline: _Deadline) -> Document:
     try:
         found = mime.parts(data)
     except Exception:  # noqa: BLE001 - the email parser is lenient; what it still raises is a damaged file
@@ -233,14 +262,8 @@ def _too_long(name: str, chars: int) -> DocumentError:
                          "can read; attach a part of it")
 
 
-def _check_time(name: str, deadline: float) -> None:
-    if time.monotonic() > deadline:
-        raise DocumentError(f"reading {name} took longer than {TIME_LIMIT_S:.0f} s, so llmpack gave up; "
-                            "attach a smaller file or copy its text in")
-
-
 # ---------------------------------------------------------------- PDF
-def _pdf(name: str, data: bytes, deadline: float) -> Document:
+def _pdf(name: str, data: bytes, deadline: _Deadline) -> Document:
     # lazy: pypdf is only needed for PDFs and costs start-up time for every other launch
     import pypdf
     from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
@@ -260,7 +283,7 @@ def _pdf(name: str, data: bytes, deadline: float) -> Document:
             raise DocumentError(f"{name} has {n:,} pages; llmpack reads at most {MAX_PAGES:,}: attach a part of it")
         pages, total = [], 0
         for page in reader.pages:
-            _check_time(name, deadline)
+            deadline.check(name)
             seen = columns.Collector()
             text = (page.extract_text(visitor_text=seen) or "").strip()
             text = columns.reorder(seen.pieces, float(page.mediabox.width)) or text   # two columns drawn row by row
@@ -298,7 +321,7 @@ def _is_docx(data: bytes) -> bool:
         return False
 
 
-def _docx(name: str, data: bytes, deadline: float) -> Document:
+def _docx(name: str, data: bytes, deadline: _Deadline) -> Document:
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         info = archive.getinfo("word/document.xml")
@@ -377,7 +400,7 @@ class _DocxText:
     take 640 MB), so any <!DOCTYPE> or <!ENTITY> is refused before it is read. The text limit is
     counted as the text arrives, and the deadline checked at every event."""
 
-    def __init__(self, name: str, deadline: float, levels: dict[str, int] | None = None) -> None:
+    def __init__(self, name: str, deadline: _Deadline, levels: dict[str, int] | None = None) -> None:
         self.name, self.deadline = name, deadline
         self.levels = levels or {}          # heading style id -> level (_heading_styles)
         self.headings: list[tuple[int, int, str]] = []   # (offset in the joined text, level, title)
@@ -398,7 +421,7 @@ class _DocxText:
                             "make a small file unpack to gigabytes; save it again from Word, or as PDF or text")
 
     def _tick(self, added: int = 0) -> None:
-        _check_time(self.name, self.deadline)
+        self.deadline.check(self.name)
         self.total += added
         if self.total > MAX_TEXT_CHARS:
             raise _too_long(self.name, self.total)

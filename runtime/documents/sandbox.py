@@ -23,9 +23,7 @@ MEMORY_BYTES = 1 << 30      # address space of one worker (a 32 MB PDF needs a f
 MEMORY_ENV = "LLMPACK_EXTRACT_MEMORY_MB"   # another cap, in MiB
 WORKERS = 2
 MAX_ANSWER = 256 << 20      # a document's text comes back in the JSON half; no raw bytes
-_SLOW = (f"reading {{name}} took longer than {D.TIME_LIMIT_S:.0f} s, so llmpack gave up; "
-         "attach a smaller file or copy its text in")
-LADDER = Ladder(D.DocumentError, busy_error=D.DocumentError, slow=_SLOW, busy=_SLOW,   # busy: as slow, to a reader
+LADDER = Ladder(D.DocumentError, busy_error=D.DocumentError, slow=D.SLOW, busy=D.SLOW,   # busy: as slow, to a reader
                 memory="{name} needs more memory to read than llmpack allows ({mb}); "
                        "attach a smaller file or copy its text in")
 
@@ -62,10 +60,12 @@ class Sandbox:
         """Workers started so far (a killed one is replaced)."""
         return self._pool.started
 
-    def extract(self, name: str, data: bytes, *, media_type: str = "", time_limit: float = D.TIME_LIMIT_S) -> D.Document:
-        """documents.extract in a worker; DocumentError for the file, its time or its memory."""
-        answer, _ = LADDER.run(self._pool, {"name": name, "media_type": media_type}, data, time_limit=time_limit,
-                               name=name, mb=D._mb(self.memory))
+    def extract(self, name: str, data: bytes, *, media_type: str = "", time_limit: float | None = None) -> D.Document:
+        """documents.extract in a worker, within `time_limit` seconds (by default D.time_limit of
+        its size); DocumentError for the file, its time or its memory."""
+        limit = D.time_limit(len(data)) if time_limit is None else time_limit
+        answer, _ = LADDER.run(self._pool, {"name": name, "media_type": media_type}, data, time_limit=limit,
+                               name=name, mb=D._mb(self.memory), seconds=f"{limit:.0f}")
         return _document(name, answer)
 
     def close(self) -> None:
