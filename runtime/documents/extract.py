@@ -12,8 +12,9 @@ PDFs, encrypted PDFs, zip bombs and binary junk are refused with one line that s
 
 Every extraction is bounded: `MAX_FILE_BYTES` in, `MAX_TEXT_CHARS` out, `MAX_PAGES` pages, and a
 deadline (`time_limit`: more time for a larger file) checked between pages and at every XML event
-(pypdf's own limit stops any one stream at 75 MB decompressed). Within a PDF page nothing can stop pypdf, so the server runs `extract`
-in a child process that is killed at the deadline, under a memory limit (`sandbox.py`).
+(pypdf's own limit stops any one stream at 75 MB decompressed). Within a PDF page nothing can
+stop pypdf, so the server runs `extract` in a child process that is killed at the deadline, under
+a memory limit (`sandbox.py`).
 
 How a document joins the user's message is `format_message`, documented in the README: each
 file under a heading with its name, then the user's own text, so any chat template works and
@@ -85,7 +86,8 @@ class _Deadline:
 
 
 # What a person is told when reading their file ran past its time limit (here or in sandbox.py).
-SLOW = "reading {name} took longer than {seconds} s, so llmpack gave up; attach a part of it (fewer pages) or copy its text in"
+SLOW = ("reading {name} took longer than {seconds} s, so llmpack gave up; attach a part of it (fewer pages) "
+        "or copy its text in")
 
 
 def extract(name: str, data: bytes, *, deadline: float | None = None, media_type: str = "") -> Document:
