@@ -6,6 +6,8 @@ Japanese Debian Reference (debian-reference-ja). benchmarks/doc_corpus.py fetche
 files; these tests quote what each rule is about."""
 from __future__ import annotations
 
+import pytest
+
 from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.attribution import Attribution
 from llmpack.runtime.documents.places import Place
@@ -212,3 +214,22 @@ def test_pages_whose_lines_look_alike_keep_their_text():
     numbers, are text, not a running header."""
     pages = [f"Page {i + 1}: " + " ".join(f"word{j}" for j in range(42)) for i in range(4)]
     assert layout.clean_pages(pages) == pages
+
+
+def test_a_page_with_nothing_but_what_repeats_keeps_it():
+    """texlive's blowup-ex5.pdf: four pages of "A B C / X Y Z" and a number. What repeats on
+    every page is furniture only beside other text; alone on a page, it is the page's text (the
+    first rule left the file with no text at all). The number alone is still no text."""
+    pages = [f"A B C\nX Y Z\n{n}" for n in range(1, 5)]
+    assert layout.clean_pages(pages) == ["A B C\nX Y Z"] * 4
+
+
+def test_a_pdf_whose_only_text_is_a_page_number_has_no_text_layer():
+    """A figure saved as a PDF whose only text is its label "2" (texlive's moodle/test/fig/22.pdf):
+    it was accepted as a document of no words."""
+    from doc_files import make_pdf
+
+    from llmpack.runtime.documents import extract as D
+
+    with pytest.raises(D.DocumentError, match="has no text layer"):
+        D.extract("22.pdf", make_pdf(["2"]))

@@ -304,10 +304,10 @@ def _pdf(name: str, data: bytes, deadline: _Deadline) -> Document:
     except Exception as exc:  # noqa: BLE001 - pypdf raises many kinds on damaged or hostile files
         raise DocumentError(f"{name} could not be read as a PDF: it is damaged or not really a PDF "
                             f"({type(exc).__name__}); save it again as PDF, or copy its text in") from None
-    if not any(pages):
+    pages = layout.clean_pages(pages)   # running headers, page numbers and line-end hyphens are not the text
+    if not any(pages):   # a page number alone is no text either (a figure saved as PDF, labelled "2")
         raise DocumentError(f"{name} has no text layer (it looks scanned, or is only pictures); llmpack cannot read "
                             "images: run it through OCR, or copy the text in")
-    pages = layout.clean_pages(pages)   # running headers, page numbers and line-end hyphens are not the text
     return Document(name, "pdf", "\n\n".join(pages), len(data), pages)
 
 

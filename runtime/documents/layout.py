@@ -204,6 +204,8 @@ def clean_pages(pages: list[str]) -> list[str]:
         lines = page.split("\n")
         keep = [line for i, line in enumerate(lines)
                 if not (_edge(i, len(lines)) and (_is_page_number(line) or len(lines) > 2 and _key(line) in furniture))]
+        if not any(line.strip() for line in keep):   # nothing else on it: what repeats is the page's text
+            keep = [line for i, line in enumerate(lines) if not (_edge(i, len(lines)) and _is_page_number(line))]
         out.append(dehyphenate("\n".join(keep).strip()))
     return out
 
