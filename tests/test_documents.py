@@ -44,9 +44,17 @@ def test_a_declared_text_type_wins_over_the_name_but_not_over_the_bytes():
 
 def test_binary_junk_and_other_encodings_are_refused():
     assert "is binary data" in refusal("app.bin", bytes(range(256)) * 4)
-    assert "is not UTF-8 text" in refusal("old.txt", "café crème".encode("latin-1"))
-    assert "save other text as UTF-8" in refusal("old.txt", "café crème".encode("latin-1"))
+    assert "is not UTF-8 text" in refusal("odd.txt", b"caf\x81 cr\x8dme")   # bytes no code page here defines
+    assert "save other text as UTF-8" in refusal("odd.txt", b"caf\x81 cr\x8dme")
     assert "is binary data, not text" in refusal("ctl.txt", b"ab\x01\x02\x03\x04cd" * 10)
+
+
+def test_text_saved_in_an_older_code_page_is_read():
+    """texlive's tools/README.txt ends in Latin-1, as 117 of 2,922 text files of two Debian
+    documentation packages do; Notepad's "ANSI" on a Western Windows is windows-1252."""
+    assert D.extract("README.txt", b'"Hello world!".\n\n\nLars Hellstr\xf6m,\n20 July 2003\n').text == \
+        '"Hello world!".\n\n\nLars Hellström,\n20 July 2003\n'
+    assert D.extract("quote.txt", "\u201cQuoted\u201d \u2013 50 \u20ac".encode("cp1252")).text == "\u201cQuoted\u201d \u2013 50 \u20ac"
 
 
 def test_images_are_sent_as_pictures_not_documents():

@@ -1,6 +1,6 @@
 """Files attached to a chat, turned into text the model can read.
 
-Types: UTF-8 text (plain, Markdown, CSV, JSON, source code) as it is; HTML as the text a browser
+Types: text (plain, Markdown, CSV, JSON, source code) as it is, UTF-8 or an older code page; HTML as the text a browser
 shows, with its headings (documents/webpage.py; sent as text/plain, a page's source as it is); a
 web page saved as one file (.mhtml, .mht) as its page, a mail saved as a file (.eml) as its
 headers and text (documents/mime.py); PDF through pypdf
@@ -22,7 +22,9 @@ a saved chat shows exactly what was sent.
 """
 from __future__ import annotations
 
+import codecs
 import io
+import locale
 import logging
 import re
 import time
@@ -179,13 +181,32 @@ def _text(name: str, data: bytes) -> Document:
     try:
         text = raw.decode(encoding)
     except UnicodeDecodeError:
-        kind = "binary data" if b"\x00" in data[:8192] else "not UTF-8 text"
-        raise DocumentError(f"{name} is {kind}; attach text (UTF-8), Markdown, CSV, JSON, HTML, source code, "
-                            "PDF or DOCX files (save other text as UTF-8 first)") from None
+        text = None if b"\x00" in data[:8192] else _legacy(data)
+        if text is None:
+            kind = "binary data" if b"\x00" in data[:8192] else "not UTF-8 text"
+            raise DocumentError(f"{name} is {kind}; attach text (UTF-8), Markdown, CSV, JSON, HTML, source code, "
+                                "PDF or DOCX files (save other text as UTF-8 first)") from None
     if _binary(text):
         raise DocumentError(f"{name} is binary data, not text; attach text, Markdown, CSV, JSON, HTML, source code, "
                             "PDF or DOCX files")
     return Document(name, "text", _cap(name, text.replace("\r\n", "\n")), len(data))
+
+
+def _legacy(data: bytes) -> str | None:
+    """Text that is not UTF-8, in the code page it was most likely saved in, or None. Older text
+    files are: 117 of 2,922 READMEs and sources in two Debian documentation packages are Latin-1
+    ("Lars Hellstr\xf6m"), and Notepad's "ANSI" is the computer's own code page (cp1252 in Western
+    Europe, cp932 in Japan). So: this computer's code page when it is not UTF-8, then windows-1252,
+    as browsers read text with no charset; each strictly, so a file neither fits is still refused."""
+    own = locale.getencoding() if hasattr(locale, "getencoding") else locale.getpreferredencoding(False)  # 3.10
+    for codec in dict.fromkeys((own, "cp1252")):
+        if codecs.lookup(codec).name in ("utf-8", "ascii"):
+            continue
+        try:
+            return data.decode(codec)
+        except UnicodeDecodeError:
+            continue
+    return None
 
 
 # ---------------------------------------------------------------- HTML
