@@ -229,13 +229,21 @@ def _key(line: str) -> str:
 
 
 def _furniture(pages: list[str]) -> set[str]:
-    """The lines that stand at the top or bottom of most pages."""
+    """The lines that stand at the top or bottom of most pages, or of most left-hand or most
+    right-hand pages: a book printed two-sided puts its title over the left pages and the chapter's
+    over the right ones ("596 GNU Octave (version 7.3.0)" heads 548 of the Octave manual's 1,158
+    pages, 95 % of its even ones, and was read as text on each)."""
     if len(pages) < MIN_FURNITURE_PAGES:
         return set()
     seen: Counter[str] = Counter()
-    for page in pages:
+    sides: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+    for n, page in enumerate(pages):
         lines = [line for line in page.split("\n") if line.strip()]
         if len(lines) > 2:   # a page of one or two lines is all text, whatever repeats
-            seen.update({_key(line) for i, line in enumerate(lines) if _edge(i, len(lines)) and len(line) <= MAX_FURNITURE})
+            keys = {_key(line) for i, line in enumerate(lines) if _edge(i, len(lines)) and len(line) <= MAX_FURNITURE}
+            seen.update(keys)
+            sides[n % 2].update(keys)
     need = max(MIN_FURNITURE_PAGES, FURNITURE_SHARE * len(pages))
-    return {k for k, n in seen.items() if n >= need and k.strip("# ")}
+    need_side = [max(MIN_FURNITURE_PAGES, FURNITURE_SHARE * len(pages[side::2])) for side in (0, 1)]
+    return {k for k, n in seen.items() if k.strip("# ") and (
+        n >= need or any(sides[side][k] >= need_side[side] for side in (0, 1)))}
