@@ -14,9 +14,10 @@ word got no source), and the same header on every page made every page a tie.
   at a change of indentation (code), and in tables and CSV, whose lines are records.
   `reflow(text)` makes those newlines spaces for a reader (a source's context, shown by the page).
 - `clean_pages(pages)`: a PDF's pages without their furniture (a line repeated at the top or
-  bottom of most pages, a page number alone on a line) and with words hyphenated at a line end
-  joined ("environ-" + "ment" -> "environment", the line break moved after the word, so the
-  page keeps its lines).
+  bottom of most pages, or of most left or right pages of a two-sided book; a page number alone
+  on a line; on a page with nothing else, what repeats is its text) and with words hyphenated
+  at a line end joined ("environ-" + "ment" -> "environment", the line break moved after the
+  word, so the page keeps its lines).
 - `is_contents(line)` and `contents_lines(text)`: a table-of-contents line ("2.7 General style
   . . . . 7", or a run of numbered titles with no text between them), or an entry of a book's
   index as makeinfo writes one in plain text ("* length of source lines:   Formatting.   (line
