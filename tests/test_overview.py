@@ -107,12 +107,33 @@ def test_a_file_longer_than_the_round_reads_is_skimmed_everywhere(indexed):
     hits = index.first(contract.id, contract.chunks)
     whole = sum(len(h.text) for h in hits) * 0.25
     how = overview.plan(hits, 0.25, read_tokens=int(whole / 5))
-    assert how.keep == 0.125   # halved until it fits
+    assert how.keep < 1 and how.stride == 1   # halved until what skimming keeps fits
     parts = overview.cut(hits, how)
     assert parts[0].page == 1 and parts[-1].last_page == 60
-    assert sum(len(p.text) for p in parts) < whole * 4 / 3
+    assert whole / 10 < sum(len(p.text) for p in parts) * 0.25 <= whole / 5 * 1.1   # what the round reads: the budget
     first = hits[len(hits) // 2].text
     assert overview.skim(first, 0.125) and first.startswith(overview.skim(first, 0.125))
+
+
+def test_a_file_too_long_even_for_a_sentence_a_chunk_reads_every_nth_chunk_over_all_of_it(indexed):
+    """The Octave manual (1,158 pages, 2,408 chunks): a sentence of every chunk was 39,395 tokens
+    where the round reads 26,000, and each part was cut at what fits the context, so the last
+    fifth of every part's pages went unread. Now every other chunk (or every n-th) is read, so each
+    part reads its pages to the end, and the round reads no more than its budget."""
+    index, contract, _ = indexed
+    hits = index.first(contract.id, contract.chunks)
+    floor = sum(min(len(h.text), 300) for h in hits) * 0.25   # a first sentence of each, at most
+    how = overview.plan(hits, 0.25, read_tokens=int(floor / 4))
+    assert how.keep == 1 / 64 and how.stride > 1 and how.skimmed
+    assert overview.Plan.of_key(how.key) == how and overview.Plan.of_key("4x0.5x900") == overview.Plan(4, 0.5, 900)
+    parts = overview.cut(hits, how)
+    assert parts[0].page == 1 and parts[-1].last_page == 60
+    assert all(b.page == a.last_page + 1 for a, b in zip(parts, parts[1:]))   # every page in a part
+    assert sum(len(p.text) for p in parts) * 0.25 <= floor / 4 * 1.2
+    kept = [i for i in range(len(hits)) if i % how.stride == 0]
+    for p in parts:   # each part reads to its end: its last chunk read is in its text
+        last = max(i for i in kept if hits[i].page <= p.last_page)
+        assert overview.skim(hits[last].text, how.keep)[:40] in p.text, p.label
 
 
 def test_no_part_is_longer_than_the_context_allows(indexed):
