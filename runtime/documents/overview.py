@@ -15,8 +15,10 @@ question is answered in two rounds here:
 The summaries are kept in the index (`summaries`, by model and by how the file was cut), so the
 next such question about the same file reads them at once. A round reads at most what the
 engine reads in READ_S at the prompt speed it measured on this computer: a longer file is
-skimmed, each chunk keeping its first sentences in proportion (a whole 600-page manual would
-take half an hour on 2 CPU cores; skimmed, every part of it is still seen).
+skimmed, each chunk keeping its first sentences in proportion, and where even a sentence a chunk
+is too much, only every n-th chunk (a whole 600-page manual would take half an hour on 2 CPU
+cores; skimmed, every part of it is still seen; the Octave manual's 1,158 pages take ~5 minutes,
+the summaries' writing beside the reading included).
 
 Which questions: one that asks for a summary, an overview or a list of everything (CUES, in the
 languages the page is used in) *and* names nothing that stands in one place of this file, told by
