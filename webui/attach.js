@@ -126,8 +126,7 @@ function updateChip(p) {
   if (p.status === "reading") {   // a long manual takes a minute on a slow computer: show that it goes on
     const s = Math.floor((Date.now() - p.began) / 1000);
     parts.push(s >= SHOW_WAIT_S ? "reading… " + s + " s" : "reading…");
-  }
-  else if (p.doc && p.doc.kind === "image") parts.push(p.doc.note || "picture");
+  } else if (p.doc && p.doc.kind === "image") parts.push(p.doc.note || "picture");
   else if (p.doc && p.doc.audio_url) parts.push(p.doc.note);   // the clip's length, m:ss
   else if (p.doc) parts.push(words(p.doc.words));
   if (p.doc && p.doc.searched) parts.push("read in parts");

@@ -1,11 +1,11 @@
 """Files attached to a chat, turned into text the model can read.
 
-Types: text (plain, Markdown, CSV, JSON, source code) as it is, UTF-8 or an older code page; HTML as the text a browser
-shows, with its headings (documents/webpage.py; sent as text/plain, a page's source as it is); a
-web page saved as one file (.mhtml, .mht) as its page, a mail saved as a file (.eml) as its
-headers and text (documents/mime.py); PDF through pypdf
-(pure Python, so it bundles everywhere; 15-20 ms a typeset page on one core, so a 1,158-page manual
-takes 17-23 s: docs/BENCHMARKS.md, "PDF text extractors");
+Types: text (plain, Markdown, CSV, JSON, source code) as it is, UTF-8 or an older code page; HTML
+as the text a browser shows, with its headings (documents/webpage.py; sent as text/plain, a
+page's source as it is); a web page saved as one file (.mhtml, .mht) as its page, a mail saved as
+a file (.eml) as its headers and text (documents/mime.py); PDF through pypdf (pure Python, so it
+bundles everywhere; 15-20 ms a typeset page on one core, so a 1,158-page manual takes 17-23 s:
+docs/BENCHMARKS.md, "PDF text extractors");
 DOCX read straight from its XML with the standard library (`zipfile` + expat, event by event,
 no DTD: fast, and no lxml or python-docx to bundle). Images, scanned
 PDFs, encrypted PDFs, zip bombs and binary junk are refused with one line that says what to do.
@@ -181,9 +181,10 @@ def _text(name: str, data: bytes) -> Document:
     try:
         text = raw.decode(encoding)
     except UnicodeDecodeError:
-        text = None if b"\x00" in data[:8192] else _legacy(data)
+        binary = b"\x00" in data[:8192]
+        text = None if binary else _legacy(data)
         if text is None:
-            kind = "binary data" if b"\x00" in data[:8192] else "not UTF-8 text"
+            kind = "binary data" if binary else "not UTF-8 text"
             raise DocumentError(f"{name} is {kind}; attach text (UTF-8), Markdown, CSV, JSON, HTML, source code, "
                                 "PDF or DOCX files (save other text as UTF-8 first)") from None
     if _binary(text):

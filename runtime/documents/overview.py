@@ -215,7 +215,7 @@ def plan(hits: Sequence[Hit], per_char: float, read_tokens: int, part_tokens: in
     while read > limit and keep > 1 / 64:
         keep /= 2
         spans = spans or [(len(h.text), sentences(h.text)) for h in hits]
-        read = max(1.0, sum(_skimmed(n, s, keep) for n, s in spans) * per_char)   # what skimming really keeps
+        read = max(1.0, sum(_skim_end(n, s, keep) for n, s in spans) * per_char)   # what skimming really keeps
     stride = max(1, math.ceil(read / limit))
     parts = max(1, min(MAX_PARTS, math.ceil(len(hits) / stride), math.ceil(read / stride / PART_TOKENS)))
     return Plan(parts, keep, int(part_tokens / max(per_char, 1e-3)), stride)
@@ -297,8 +297,9 @@ def read(index: DocumentIndex, doc: Indexed, owner: str, *, count: Callable[[str
         return Overview(doc, parts, [summaries.get(p.no, "") for p in parts], how.skimmed)
 
 
-def _skimmed(n: int, spans: Sequence[tuple[int, int]], keep: float) -> int:
-    """How many characters `skim` keeps of a text of `n` characters and these sentences (about)."""
+def _skim_end(n: int, spans: Sequence[tuple[int, int]], keep: float) -> int:
+    """Where `skim` cuts a text of `n` characters and these sentences: the plan counts a
+    skimmed file with it without cutting every chunk, and `skim` cuts with it."""
     want, out = max(1, int(n * keep)), 0
     for a, b in spans:
         if out and out + (b - a) > want:
@@ -312,15 +313,7 @@ def _skimmed(n: int, spans: Sequence[tuple[int, int]], keep: float) -> int:
 def skim(text: str, keep: float) -> str:
     """The first sentences of `text`, about `keep` of it, at least the first one (cut at 300
     characters when that one is longer)."""
-    want = max(1, int(len(text) * keep))
-    out = ""
-    for a, b in sentences(text):
-        if out and len(out) + (b - a) > want:
-            break
-        out = text[:b]
-        if len(out) >= want:
-            break
-    return out[:max(want, 300)].strip() if out else text[:want].strip()
+    return text[:_skim_end(len(text), sentences(text), keep)].strip()
 
 
 def _within(text: str, tokens: int, count: Callable[[str], int]) -> str:
