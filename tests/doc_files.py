@@ -61,7 +61,7 @@ def bomb_pdf(unpacked: int = 200 * 1024 * 1024) -> bytes:
 
 
 def encrypted_pdf(text: str = "A secret.") -> bytes:
-    """make_pdf(...) encrypted with a user password (pypdf writes it; RC4 needs no extra library)."""
+    """make_pdf(...) encrypted with a user password (pypdf, a test tool here, writes it; RC4 needs no extra library)."""
     from pypdf import PdfReader, PdfWriter
 
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(make_pdf([text]))))
@@ -121,14 +121,15 @@ PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000
                         "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
 
 
-def endless_pdf(draws: int = 4000, moves: int = 50_000, padding: int = 0) -> bytes:
-    """A 30 KB PDF whose one page never ends: it draws a form XObject `draws` times, and the form
+def endless_pdf(draws: int = 40_000, moves: int = 50_000, padding: int = 0) -> bytes:
+    """A 250 KB PDF whose one page never ends: it draws a form XObject `draws` times, and the form
     is `moves` transformations (`1 0 0 1 0 0 cm`) and one letter, parsed again and applied on
-    every draw (200 million operations with the defaults: hours). It stays inside every limit pypdf
-    7 has (work per stream, form draws per page, output size) and grows no memory: only a kill
-    stops it. `padding`: bytes of an unused stream, for a larger file (as a manual's pictures are)."""
+    every draw (2 billion operations with the defaults: PDFium does about 8 million a second on
+    one core of the 2-core VM, so minutes). No limit of PDFium's stops it and it grows no memory:
+    only a kill does. `padding`: bytes of an unused stream, for a larger file (as a manual's
+    pictures are)."""
     z = zlib.compressobj(9)
-    form = z.compress(b"1 0 0 1 0 0 cm " * moves + b"BT /F1 12 Tf (x) Tj ET") + z.flush()   # text: pypdf skips a form without
+    form = z.compress(b"1 0 0 1 0 0 cm " * moves + b"BT /F1 12 Tf (x) Tj ET") + z.flush()   # text: an extractor may skip a form without
     page = b"BT /F1 12 Tf 56 760 Td (Start.) Tj ET " + b"/X Do " * draws
     font = b"/Font << /F1 6 0 R >>"
     objs = [b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << %s >> /Filter /FlateDecode "

@@ -1,6 +1,6 @@
 """A two-column PDF page is read in reading order (documents/columns.py): a page drawn row by
 row across both columns comes out left column then right, with each sentence whole; a page
-drawn column by column, as TeX and word processors draw it, and a one-column page keep pypdf's
+drawn column by column, as TeX and word processors draw it, and a one-column page keep PDFium's
 text as it is."""
 from __future__ import annotations
 

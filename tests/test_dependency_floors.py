@@ -29,7 +29,7 @@ def _requirement(spec: str) -> tuple[str, str, str]:
 def test_the_floors_are_the_fixed_versions():
     assert version_tuple(SECURITY_FLOORS["jinja2"]) >= (3, 1, 6)
     assert version_tuple(SECURITY_FLOORS["waitress"]) >= (3, 0, 2)
-    assert version_tuple(SECURITY_FLOORS["pypdf"]) >= (6,)
+    assert version_tuple(SECURITY_FLOORS["pypdfium2"]) >= (5, 15)   # PDFium chromium/8149
     assert version_tuple(SECURITY_FLOORS["pillow"]) >= (12, 3, 0)   # issue 46: 2026 advisories fixed up to 12.3.0
 
 
@@ -59,11 +59,11 @@ def test_the_installed_versions_meet_the_floors():
 
 
 def test_an_old_version_is_named_and_a_stub_refused(monkeypatch):
-    old = {"jinja2": "3.1.4", "waitress": "3.0.0", "pypdf": "5.9.0", "pillow": "12.2.0"}
+    old = {"jinja2": "3.1.4", "waitress": "3.0.0", "pypdfium2": "4.30.0", "pillow": "12.2.0"}
     assert below_floors(old.__getitem__) == ["jinja2 3.1.4 (needs >= 3.1.6)", "waitress 3.0.0 (needs >= 3.0.2)",
-                                             f"pypdf 5.9.0 (needs >= {SECURITY_FLOORS['pypdf']})",
+                                             "pypdfium2 4.30.0 (needs >= 5.15)",
                                              "pillow 12.2.0 (needs >= 12.3.0)"]
-    assert below_floors({"jinja2": "3.1.10", "waitress": "3.0.2", "pypdf": "7.1.1", "pillow": "13.0.0"}.__getitem__) == []
+    assert below_floors({"jinja2": "3.1.10", "waitress": "3.0.2", "pypdfium2": "5.15.2", "pillow": "13.0.0"}.__getitem__) == []
     monkeypatch.setattr("llmpack.builder.stub_bundle.below_floors", lambda: below_floors(old.__getitem__))
     with pytest.raises(StubError, match="refusing to build a stub with jinja2 3.1.4"):
         check_security_floors()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from doc_files import endless_pdf, make_docx, make_pdf
+from doc_files import bomb_pdf, endless_pdf, make_docx, make_pdf
 from llmpack.runtime.documents import extract as D
 from llmpack.errors import LlmpackError
 from llmpack.runtime.documents.sandbox import GRACE_S, MEMORY_BYTES, MEMORY_ENV, Sandbox
@@ -64,6 +64,20 @@ def test_a_larger_file_is_given_more_time(sandbox: Sandbox, monkeypatch):
     with pytest.raises(D.DocumentError, match=f"reading big.pdf took longer than {limit:.0f} s"):
         sandbox.extract("big.pdf", hostile)
     assert limit <= time.monotonic() - start < limit + GRACE_S + 3.0   # its own limit, not 1 s
+
+
+@pytest.mark.skipif(os.name == "nt", reason="setrlimit is POSIX; Windows uses a job object")
+def test_a_pdf_compression_bomb_is_refused_for_its_memory_and_the_next_file_works():
+    """PDFium unpacks a page's whole content stream: 2 MB of file that inflate to 400 MB of
+    content need more than a 256 MB worker has. One line, and a fresh worker reads the next file."""
+    box = Sandbox(workers=1, memory=256 << 20)
+    try:
+        with pytest.raises(D.DocumentError, match="bomb.pdf needs more memory to read than llmpack allows"):
+            box.extract("bomb.pdf", bomb_pdf(400 << 20))
+        assert box.extract("next.pdf", make_pdf(["Fine."])).text == "Fine."
+        assert box.started == 2
+    finally:
+        box.close()
 
 
 @pytest.mark.skipif(os.name == "nt", reason="setrlimit is POSIX; Windows uses a job object")

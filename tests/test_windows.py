@@ -24,7 +24,7 @@ import pytest
 import requests
 
 from apps import CHECKING, UNPACKING, App, llmpack_cli
-from doc_files import endless_pdf, make_docx, make_pdf
+from doc_files import bomb_pdf, endless_pdf, make_docx, make_pdf
 from helpers.ports import free_port
 from helpers.windows import *  # noqa: F401,F403 - pc, new_pc: fixtures
 from helpers.windows import chat_token, ctrl_c, model_files, start, stream_chat
@@ -250,7 +250,7 @@ def test_attachments_are_read_by_a_child_killed_at_the_deadline_or_the_memory_ca
         assert r.status_code == 200 and r.json()["text"] == "Read by the same child.", r.text
         assert set(extract_workers(pc)) == first               # kept warm, not one process per file
 
-        endless = endless_pdf(moves=10_000)
+        endless = endless_pdf(moves=10_000)                    # PDFium would need about a minute
         limit = time_limit(len(endless))                       # 20 s and a little more for its size
         r, took = attach("endless.pdf", endless)
         assert r.status_code == 400 and f"took longer than {limit:.0f} s" in r.json()["error"]["message"], r.text
@@ -261,7 +261,7 @@ def test_attachments_are_read_by_a_child_killed_at_the_deadline_or_the_memory_ca
         second = set(extract_workers(pc))
         assert len(second) == 1 and not second & first
 
-        r, took = attach("huge-form.pdf", endless_pdf(draws=1, moves=250_000))   # its one form parses to 100+ MB
+        r, took = attach("bomb.pdf", bomb_pdf(200 << 20))      # its page's content unpacks to 200 MB
         assert r.status_code == 400, r.text
         assert "needs more memory to read than llmpack allows (64 MB)" in r.json()["error"]["message"], r.text
         assert took < TIME_LIMIT_S, took

@@ -3,18 +3,19 @@
 Types: text (plain, Markdown, CSV, JSON, source code) as it is, UTF-8 or an older code page; HTML
 as the text a browser shows, with its headings (documents/webpage.py; sent as text/plain, a
 page's source as it is); a web page saved as one file (.mhtml, .mht) as its page, a mail saved as
-a file (.eml) as its headers and text (documents/mime.py); PDF through pypdf (pure Python, so it
-bundles everywhere; 15-20 ms a typeset page on one core, so a 1,158-page manual takes 17-23 s:
-docs/BENCHMARKS.md, "PDF text extractors");
+a file (.eml) as its headers and text (documents/mime.py); PDF through PDFium (pypdfium2: Chrome's
+PDF library in a wheel, chosen by measurement over pypdf on 2,940 real PDFs: 12x faster, so a
+1,158-page manual takes 2 s instead of 17-23 s, and it keeps the spaces of justified lines that
+pypdf ran together; docs/BENCHMARKS.md, "PDF text extractors");
 DOCX read straight from its XML with the standard library (`zipfile` + expat, event by event,
 no DTD: fast, and no lxml or python-docx to bundle). Images, scanned
 PDFs, encrypted PDFs, zip bombs and binary junk are refused with one line that says what to do.
 
 Every extraction is bounded: `MAX_FILE_BYTES` in, `MAX_TEXT_CHARS` out, `MAX_PAGES` pages, and a
 deadline (`time_limit`: more time for a larger file) checked between pages and at every XML event
-(pypdf's own limit stops any one stream at 75 MB decompressed). Within a PDF page nothing can
-stop pypdf, so the server runs `extract` in a child process that is killed at the deadline, under
-a memory limit (`sandbox.py`).
+Within a PDF page nothing can stop PDFium (a page drawing a form a billion times, a stream that
+unpacks to gigabytes), so the server runs `extract` in a child process that is killed at the
+deadline, under a memory limit (`sandbox.py`).
 
 How a document joins the user's message is `format_message`, documented in the README: each
 file under a heading with its name, then the user's own text, so any chat template works and
@@ -25,7 +26,6 @@ from __future__ import annotations
 import codecs
 import io
 import locale
-import logging
 import re
 import time
 import zipfile
@@ -41,17 +41,16 @@ MAX_TEXT_CHARS = 4_000_000          # far more than any context holds (about a m
 MAX_PAGES = 5000
 MAX_DOCX_XML_BYTES = 256 * 1024 * 1024   # word/document.xml, uncompressed
 # Reading time allowed: TIME_LIMIT_S, and SECONDS_PER_MB more for each MB of the file. A fixed 20 s
-# refused the real manuals people attach: pypdf reads 3-4 s of a typeset PDF's MB on this project's
-# 2-core machines (octave.pdf, 1,158 pages in 4.6 MB: 17.5 s; source2e.pdf, 1,227 pages: 22.7 s),
-# and a laptop may be twice as slow. The limit still bounds a hostile file by its size (a 32 MB
-# one: 5.7 min at most in one sandboxed worker).
+# refused real manuals when PDFs were read with pypdf (3-4 s a MB of a typeset PDF on this project's
+# 2-core machines: octave.pdf, 1,158 pages in 4.6 MB, 17.5 s); PDFium reads it in 2 s, and the limit
+# stays for a slow laptop, a large DOCX or HTML file. It still bounds a hostile file by its size (a
+# 32 MB one: 5.7 min at most in one sandboxed worker).
 TIME_LIMIT_S = 20.0
 SECONDS_PER_MB = 10.0
 TEXT_KINDS = ("text", "html", "pdf", "docx")
 MAX_NAMED = 20                      # files attached to a mail named after its text, at most
 
-logging.getLogger("pypdf").setLevel(logging.ERROR)   # its warnings about damaged files are ours to word
-
+_WORD = re.compile(r"\w")
 _IMAGE_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"II*\x00", b"MM\x00*")
 _IMAGE_EXT = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".heic", ".heif", ".avif", ".svgz")
 
@@ -287,50 +286,59 @@ def _too_long(name: str, chars: int) -> DocumentError:
 
 
 # ---------------------------------------------------------------- PDF
-def _pdf(name: str, data: bytes, deadline: _Deadline) -> Document:
-    # lazy: pypdf is only needed for PDFs and costs start-up time for every other launch
-    import pypdf
-    from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError
+_PASSWORD = "{name} is password-protected; open it, save a copy without the password, and attach that"
 
+
+def _pdf(name: str, data: bytes, deadline: _Deadline) -> Document:
+    # lazy: PDFium is only needed for PDFs and costs start-up time for every other launch
+    import pypdfium2 as pdfium
+    import pypdfium2.raw as pdfium_c
+
+    try:   # PDFium tries the empty password itself: many PDFs are "encrypted" only to set permissions
+        pdf = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as exc:
+        if getattr(exc, "err_code", None) in (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY):
+            raise DocumentError(_PASSWORD.format(name=name)) from None
+        raise DocumentError(f"{name} could not be read as a PDF: it is damaged or not really a PDF; save it again "
+                            "as PDF, or copy its text in") from None
     try:
-        reader = pypdf.PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            try:   # many PDFs are "encrypted" with an empty password, only to set permissions
-                ok = reader.decrypt("")
-            except (DependencyError, NotImplementedError):
-                ok = 0
-            if not ok:
-                raise DocumentError(f"{name} is password-protected; open it, save a copy without the password, "
-                                    "and attach that")
-        n = len(reader.pages)
+        n = len(pdf)
         if n > MAX_PAGES:
             raise DocumentError(f"{name} has {n:,} pages; llmpack reads at most {MAX_PAGES:,}: attach a part of it")
         pages, total = [], 0
-        for page in reader.pages:
+        for i in range(n):
             deadline.check(name)
-            seen = columns.Collector()
-            text = (page.extract_text(visitor_text=seen) or "").strip()
-            text = columns.reorder(seen.pieces, float(page.mediabox.width)) or text   # two columns drawn row by row
+            text = _pdf_page(pdf[i])
             total += len(text)
             if total > MAX_TEXT_CHARS:
                 raise _too_long(name, total)
             pages.append(text)
     except DocumentError:
         raise
-    except FileNotDecryptedError:
-        raise DocumentError(f"{name} is password-protected; open it, save a copy without the password, "
-                            "and attach that") from None
-    except LimitReachedError:
-        raise DocumentError(f"{name} could not be read: a part of it unpacks to more than pypdf's limit "
-                            "(a compression bomb?); save it again as PDF, or copy its text in") from None
-    except Exception as exc:  # noqa: BLE001 - pypdf raises many kinds on damaged or hostile files
+    except Exception as exc:  # noqa: BLE001 - a damaged page object
         raise DocumentError(f"{name} could not be read as a PDF: it is damaged or not really a PDF "
                             f"({type(exc).__name__}); save it again as PDF, or copy its text in") from None
+    finally:
+        pdf.close()
     pages = layout.clean_pages(pages)   # running headers, page numbers and line-end hyphens are not the text
-    if not any(pages):   # a page number alone is no text either (a figure saved as PDF, labelled "2")
+    if not any(_WORD.search(p) for p in pages):   # nor is a page number alone (a figure labelled "2"), or a "…"
         raise DocumentError(f"{name} has no text layer (it looks scanned, or is only pictures); llmpack cannot read "
                             "images: run it through OCR, or copy the text in")
     return Document(name, "pdf", "\n\n".join(pages), len(data), pages)
+
+
+def _pdf_page(page) -> str:
+    """One page's text as PDFium reads it, with its lines as the page sets them. PDFium ends a
+    line with CR LF, and joins a word hyphenated at a line end, marking the hyphen U+FFFE; it is
+    put back as "-" and a line break, so layout.clean_pages decides, as for any file, whether it
+    was a real hyphen ("debian-security") or only a break ("environ-" + "ment")."""
+    textpage = page.get_textpage()
+    try:
+        text = textpage.get_text_range().replace("\r\n", "\n").replace("\r", "\n").replace("\ufffe", "-\n")
+        return (columns.reorder_page(textpage, page.get_width()) or text).strip()   # two columns drawn row by row
+    finally:
+        textpage.close()
+        page.close()
 
 
 # ---------------------------------------------------------------- DOCX

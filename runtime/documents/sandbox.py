@@ -1,7 +1,7 @@
 """Text extraction in a child process that is killed at the deadline, under a memory limit.
 
-Why: a thread cannot be stopped. pypdf has no deadline inside one page, so a hostile PDF whose
-page never ends kept a pool thread busy for good, and two of them stalled every later
+Why: a thread cannot be stopped. A PDF reader has no deadline inside one page, so a hostile PDF
+whose page never ends kept a pool thread busy for good, and two of them stalled every later
 attachment; a file that makes the parser allocate gigabytes took the whole server with it. So
 `documents.extract` runs as a job of the sandbox's worker pool (runtime/sandbox/pool.py: warm
 workers, at most WORKERS files at once, a kill at the deadline plus GRACE_S, a memory cap):
