@@ -230,3 +230,31 @@ def test_read_as_two_passages_side_by_side_the_claim_is_sourced_to_the_one_about
     assert src.place.label == "lines 2268-2271" and src.quote.startswith("It is important to put the open-brace")
     [far] = att(2400).sources(claim)   # not beside it: no rival there, the struct's sentence as before
     assert far.place.label == "lines 2400-2403"
+
+
+# lppl.pdf p. 1 and usrguide.pdf p. 1 (texlive-latex-base-doc 2022) as PDFium reads them
+LPPL_P1 = ("The LATEX Project Public License\nLPPL Version 1.3c 2008-05-04\nCopyright 1999, 2002–2008 LATEX3 Project\n"
+           "Everyone is allowed to distribute verbatim copies of this license\ndocument, but modification of it is "
+           "not allowed.\nPreamble\nThe LATEX Project Public License (lppl) is the primary license under which the\n"
+           "LATEX kernel and the base LATEX packages are distributed.")
+USRGUIDE_P1 = ("LATEX for authors — current version\n© Copyright 2020-2022, LATEX Project Team.\nAll rights reserved.∗\n"
+               "2022-07-05\n∗This file may distributed and/or modified under the conditions of the LATEX Project Public\n"
+               "License, either version 1.3c of this license or (at your option) any later version. See the\n"
+               "source usrguide.tex for full details.")
+
+
+def test_a_claim_two_files_state_is_sourced_to_neither():
+    """Asked "Which version of the LaTeX Project Public License is this?" of the guide and the
+    licence together, the demo model wrote "The LATEX Project Public License is version 1.3c.":
+    the guide's footnote says it in one sentence, the licence in its title and the line under
+    it. Which file the person meant is unknowable, so no source (it was the guide's footnote, a
+    wrong source for the licence's question). What only one of them says keeps its source."""
+    docs = [D.Document("usrguide.pdf", "pdf", USRGUIDE_P1, 1, [USRGUIDE_P1]),
+            D.Document("lppl.pdf", "pdf", LPPL_P1, 1, [LPPL_P1])]
+    att = Attribution([p for i, d in enumerate(docs) for p in of_document(d, i)],
+                      "Which version of the LaTeX Project Public License is this?")
+    assert att.sources("The LATEX Project Public License is version 1.3c.") == []
+    [dated] = att.sources("LPPL version 1.3c is dated 2008-05-04.")
+    assert dated.to_json()["label"] == "lppl.pdf · p. 1"
+    [guide] = att.sources("This file may be distributed and modified under the conditions of that licence.")
+    assert guide.to_json()["label"] == "usrguide.pdf · p. 1"

@@ -20,7 +20,9 @@ place:
 - the sentence names no one else where the claim names someone: a claim with a name the
   sentence lacks, beside a name of the sentence the claim lacks, contradicts it;
 - no sentence of another place supports it as well (the same line on every page of a manual
-  cannot say which page).
+  cannot say which page), nor two near sentences of one (a licence's title and the version line
+  under it, against another file's footnote naming that licence and version: which file the
+  person asked about is unknowable).
 
 A claim that joins two near sentences of one place (a quarter of its weight or more missing
 from the best one, half of that in a sentence at most three away) is quoted from the first of
@@ -205,12 +207,13 @@ class Attribution:
         names = _names(claim)
         if names - theirs - self.question_names and theirs - names:   # another name beside the same words
             return None
-        where = self._where(best)
+        where, own = self._where(best), self._paired(best, mine, w)
         for other in ranked[1:]:
-            if scored[other] < scored[best] - TIE:
-                break
-            if self._where(other) != where:   # as well supported elsewhere: which place is unknowable
-                return None
+            if scored[other] < min(scored[best], own / 2) - TIE:
+                break   # past here no sentence, nor one and a near one (one holds half of a pair), is as good
+            if self._where(other) != where and (scored[other] >= scored[best] - TIE
+                                                or self._paired(other, mine, w) >= own - TIE):
+                return None   # as well supported elsewhere: which place is unknowable
         full = {t: self.weight(t, asked=False) for t in mine}   # the question's words count whole here
         asked = self._asked(best, (mine - matched) & self.question, mine, full)
         if asked is not None and self._units[asked].place == self._units[best].place:
@@ -219,6 +222,19 @@ class Attribution:
             unstated = {t for t in mine - self._units[asked].terms - self.question if has_digit(t)}
             return None if unstated else (asked, asked)
         return self._joined(best, mine - matched, full, sum(full.values()))
+
+    def _paired(self, unit: int, mine: set[str], w: dict[str, float]) -> float:
+        """The claim's weight that `unit` holds, with the sentence at most BLEND_REACH away in its
+        place that adds the most: how well that place supports the claim when a title and the
+        line under it say it together (lppl.pdf's "The LaTeX Project Public License" over "LPPL
+        Version 1.3c" against usrguide.pdf's footnote naming the same licence and version)."""
+        have = mine & self._units[unit].terms
+        best = sum(w[t] for t in have)
+        place = self._units[unit].place
+        for v in range(max(0, unit - BLEND_REACH), min(len(self._units), unit + BLEND_REACH + 1)):
+            if v != unit and self._units[v].place == place:
+                best = max(best, sum(w[t] for t in have | (mine & self._units[v].terms)))
+        return best
 
     def _asked(self, best: int, missing: set[str], mine: set[str], w: dict[str, float]) -> int | None:
         """A sentence near `best` that holds the words of the question the claim used and `best`
