@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 
 import pytest
@@ -37,6 +38,20 @@ def test_a_docx_keeps_its_headings_through_the_worker(sandbox: Sandbox):
     data = make_docx([("Heading1", "Terms"), "Pay within 30 days.", ("Heading2", "Termination"), "Ninety days."])
     doc = sandbox.extract("agreement.docx", data)
     assert doc.headings == D.extract("agreement.docx", data).headings == [(0, 1, "Terms"), (26, 2, "Termination")]
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a terminal's Ctrl+C reaches the process group on POSIX")
+def test_ctrl_c_in_the_terminal_leaves_the_workers_to_the_server(sandbox: Sandbox, capfd):
+    """Ctrl+C in a terminal sends SIGINT to the server and its warm workers alike; a worker that
+    took it printed a KeyboardInterrupt traceback under "llmpack: stopped". It ignores it: the
+    server ends its workers as it shuts down."""
+    sandbox.extract("warm.txt", b"warm up", media_type="text/plain")
+    [pid] = sandbox._pool.pids()
+    os.kill(pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert sandbox.extract("after.txt", b"still here", media_type="text/plain").text == "still here"
+    assert sandbox._pool.pids() == [pid] and sandbox.started == 1
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_a_page_that_never_ends_costs_one_killed_worker(sandbox: Sandbox):

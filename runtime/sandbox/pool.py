@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import queue
+import signal
 import struct
 import subprocess
 import sys
@@ -98,6 +99,9 @@ def _resolve(job: str) -> Job:
 # ---------------------------------------------------------------- the worker side
 def worker_main(job: str, memory: int) -> None:
     """Serve `job` on stdin/stdout until stdin closes (the child's whole life)."""
+    # Ctrl+C in a terminal reaches every process of the program's group: the server shuts down
+    # and ends its workers, and a worker must not print a traceback under "llmpack: stopped".
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     out = os.fdopen(os.dup(1), "wb")
     inp = os.fdopen(os.dup(0), "rb")
     try:
