@@ -258,3 +258,24 @@ def test_a_claim_two_files_state_is_sourced_to_neither():
     assert dated.to_json()["label"] == "lppl.pdf · p. 1"
     [guide] = att.sources("This file may be distributed and modified under the conditions of that licence.")
     assert guide.to_json()["label"] == "usrguide.pdf · p. 1"
+
+
+# fntguide.pdf (texlive-latex-base-doc 2022) p. 7 and p. 22, as PDFium reads them
+FNTGUIDE_P7 = ("The values used by these commands are determined by the\ndocument class, using the parameters defined in "
+               "Section 2.4.\nNote that there are no author commands for selecting new encodings. These\nshould be "
+               "provided by packages, such as the fontenc package.\nThis section does not explain how LATEX font "
+               "specifications are turned into fonts.")
+FNTGUIDE_P22 = ("5.1 The fontenc package\nUsers can select new font encodings using the fontenc package. The fontenc\n"
+                "package has options for encodings; the last option becomes the default encoding.")
+
+
+def test_one_file_saying_it_twice_keeps_its_tightest_sentence():
+    """fntguide.pdf says what fontenc is for over two sentences on p. 7 and in one on p. 22: both
+    are the file's word, so the one sentence stands as the source (a file's second saying is
+    no rival, as another file's is)."""
+    # its pp. 7 and 22 as pp. 1 and 2 here
+    doc = D.Document("fntguide.pdf", "pdf", FNTGUIDE_P7 + "\n\n" + FNTGUIDE_P22, 1, [FNTGUIDE_P7, FNTGUIDE_P22])
+    att = Attribution(of_document(doc, 0), "Which package should provide commands for selecting new encodings?")
+    [src] = att.sources("The fontenc package should provide commands for selecting new encodings.")
+    assert (src.to_json()["label"], src.quote) == ("fntguide.pdf · p. 2",
+                                                   "Users can select new font encodings using the fontenc package.")

@@ -20,9 +20,11 @@ place:
 - the sentence names no one else where the claim names someone: a claim with a name the
   sentence lacks, beside a name of the sentence the claim lacks, contradicts it;
 - no sentence of another place supports it as well (the same line on every page of a manual
-  cannot say which page), nor two near sentences of one (a licence's title and the version line
-  under it, against another file's footnote naming that licence and version: which file the
-  person asked about is unknowable).
+  cannot say which page), nor two near sentences of another file (a licence's title and the
+  version line under it, against a guide's footnote naming that licence and version: which file
+  the person asked about is unknowable). Within one file the best single sentence stands: the
+  file says it, and that sentence says it most tightly (fntguide.pdf states what fontenc is for
+  on p. 7 over two sentences and on p. 22 in one; both are right).
 
 A claim that joins two near sentences of one place (a quarter of its weight or more missing
 from the best one, half of that in a sentence at most three away) is quoted from the first of
@@ -211,9 +213,12 @@ class Attribution:
         for other in ranked[1:]:
             if scored[other] < min(scored[best], own / 2) - TIE:
                 break   # past here no sentence, nor one and a near one (one holds half of a pair), is as good
-            if self._where(other) != where and (scored[other] >= scored[best] - TIE
-                                                or self._paired(other, mine, w) >= own - TIE):
+            if self._where(other) == where:
+                continue
+            if scored[other] >= scored[best] - TIE:
                 return None   # as well supported elsewhere: which place is unknowable
+            if where[0] != self._where(other)[0] and self._paired(other, mine, w) >= own - TIE:
+                return None   # another file says it as well, over two sentences: which file is unknowable
         full = {t: self.weight(t, asked=False) for t in mine}   # the question's words count whole here
         asked = self._asked(best, (mine - matched) & self.question, mine, full)
         if asked is not None and self._units[asked].place == self._units[best].place:
