@@ -8,7 +8,8 @@ with `dpkg -x` into the cache (~/.cache/llmpack/doc-corpus), never committed.
 - standards.txt: the GNU Coding Standards as makeinfo writes plain text (gnu-standards), wrapped
   at 72 columns, its contents at the top;
 - debian-reference.de.txt, debian-reference.ja.txt: the Debian Reference in German and in
-  Japanese (debian-reference-de, -ja), indented and wrapped, the Japanese without spaces;
+  Japanese (debian-reference-de, -ja), indented and wrapped, the Japanese without spaces; their
+  typeset PDFs, and GNU Octave's 1,158-page manual (octave-doc), for the PDF extractors' benchmark;
 - limits.html, fileformat2.html, datatype3.html, lockingv3.html, faq.html, lang_select.html:
   pages of SQLite's own documentation (sqlite3-doc, public domain) as a browser saves them:
   menus, scripts, inline SVG diagrams (lang_select.html is 1.58 MB, mostly drawings), tables of
@@ -50,6 +51,9 @@ PACKAGES = {p.name: p for p in [
     Package("debian-reference-ja", "2.100", "f67140e0b994409413bd5fcc8dfcce832445c99d724401f0275fa238daf30325"),
     Package("sqlite3-doc", "3.40.1-2+deb12u2", "466e30d7066e2641fa13e56bc662a2ad521b8cc9c17dde9c9dac3d4f105e32f2"),
     Package("python3.11-doc", "3.11.2-6+deb12u9", "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be"),
+    Package("octave-doc", "7.3.0-2", "b27897cc7e3d688daa5cb8f8d1ea47077f3fbd205ce32e22522200ff0c1eadd5"),
+    Package("texlive-latex-extra-doc", "2022.20230122-4",   # 593 MB: benchmarks/pdf_sweep.py only
+            "d222fc748216b216c5659078e8b9b2537242f5fd63af14957f999d33164ecb27"),
 ]}
 
 # name in the benchmark -> (package, path inside it; a .gz is unpacked)
@@ -61,6 +65,10 @@ FILES = {
     "standards.txt": ("gnu-standards", "usr/share/doc/gnu-standards/standards.text.gz"),
     "debian-reference.de.txt": ("debian-reference-de", "usr/share/debian-reference/debian-reference.de.txt.gz"),
     "debian-reference.ja.txt": ("debian-reference-ja", "usr/share/debian-reference/debian-reference.ja.txt.gz"),
+    # the PDF extractors' benchmark only: the same books typeset, and a 1,158-page manual
+    "debian-reference.de.pdf": ("debian-reference-de", "usr/share/debian-reference/debian-reference.de.pdf"),
+    "debian-reference.ja.pdf": ("debian-reference-ja", "usr/share/debian-reference/debian-reference.ja.pdf"),
+    "octave.pdf": ("octave-doc", "usr/share/doc/octave/octave.pdf"),
     **{page: ("sqlite3-doc", f"usr/share/doc/sqlite3/{page}") for page in (
         "limits.html", "fileformat2.html", "datatype3.html", "lockingv3.html", "faq.html", "lang_select.html")},
     **{page: ("python3.11-doc", f"usr/share/doc/python3.11/html/library/{page}")

@@ -1,7 +1,9 @@
-"""Which PDF text extractor, measured on the real corpus (benchmarks/doc_corpus.py's typeset PDFs):
-pypdf (what llmpack uses), pypdfium2 (Google's PDFium, a C++ library in a wheel) and pdfminer.six.
+"""Which PDF text extractor, measured on the real corpus (benchmarks/doc_corpus.py's typeset PDFs:
+the LaTeX guides, the Debian Reference in German and Japanese, GNU Octave's 1,158-page manual):
+pypdfium2 (Google's PDFium, a C++ library in a wheel: what llmpack uses), pypdf (pure Python:
+what it used until 2026-12-07) and pdfminer.six.
 
-For each: time per 100 pages (one core, the corpus's PDFs), the share of the real questions'
+For each: time per 100 pages (one core, the corpus's PDFs), words read, the share of the real questions'
 answers found on their page (real_questions.py: the extracted page must hold the answer),
 the share of words run together (a "word" of 25+ letters, as "Thisfamilyofcommandsareused"
 where a justified line lost its spaces), the size it adds (its installed packages), and what it
@@ -23,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import doc_corpus  # noqa: E402
 from real_questions import QUESTIONS  # noqa: E402
 
-PDFS = ["clsguide.pdf", "usrguide.pdf", "lppl.pdf"]
+PDFS = ["clsguide.pdf", "usrguide.pdf", "lppl.pdf", "debian-reference.de.pdf", "debian-reference.ja.pdf", "octave.pdf"]
 _RUN_TOGETHER = re.compile(r"[^\W\d_]{25,}")
 
 
@@ -48,9 +50,9 @@ def pdfminer_pages(data: bytes) -> list[str]:
             for page in extract_pages(io.BytesIO(data))]
 
 
-EXTRACTORS = {"pypdf": (pypdf_pages, ["pypdf"]), "pypdfium2": (pdfium_pages, ["pypdfium2", "pypdfium2_raw"]),
+EXTRACTORS = {"pypdfium2 (used)": (pdfium_pages, ["pypdfium2", "pypdfium2_raw"]), "pypdf": (pypdf_pages, ["pypdf"]),
               "pdfminer.six": (pdfminer_pages, ["pdfminer"])}
-DISTS = {"pypdf": ["pypdf"], "pypdfium2": ["pypdfium2"], "pdfminer.six": ["pdfminer.six", "charset-normalizer",
+DISTS = {"pypdf": ["pypdf"], "pypdfium2 (used)": ["pypdfium2"], "pdfminer.six": ["pdfminer.six", "charset-normalizer",
                                                                          "cryptography", "cffi", "pycparser"]}
 
 
@@ -104,8 +106,8 @@ def main() -> None:
     files = {n: doc_corpus.path(n).read_bytes() for n in PDFS}
     asked = [q for q in QUESTIONS if q.file in PDFS and q.pages]
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    print("| extractor | s per 100 pages | answers on their page | words run together | size added | hostile files |")
-    print("|---|---|---|---|---|---|")
+    print("| extractor | s per 100 pages | words | answers on their page | words run together | size added | hostile files |")
+    print("|---|---|---|---|---|---|---|")
     for name, (fn, _mods) in EXTRACTORS.items():
         pages, took, n = {}, 0.0, 0
         for f, data in files.items():
@@ -117,7 +119,7 @@ def main() -> None:
                     for q in asked)
         words = [w for ps in pages.values() for p in ps for w in p.split()]
         joined = sum(1 for w in words if _RUN_TOGETHER.search(w))
-        print(f"| {name} | {100 * took / n:.2f} | {found}/{len(asked)} | {joined / max(1, len(words)):.2%} "
+        print(f"| {name} | {100 * took / n:.2f} | {len(words):,} | {found}/{len(asked)} | {joined / max(1, len(words)):.2%} "
               f"({joined}) | {size_mb(DISTS[name]):.1f} MB | {hostile(name, files['lppl.pdf'])} |", flush=True)
 
 

@@ -14,7 +14,7 @@ fact. Compared in the same run:
   own /v1/embeddings vectors (question against chunk), and the same mixed with BM25's order by
   reciprocal rank fusion. Kept in the product only if it beats BM25 alone.
 
-Also: the time to index 300 pages (chunking + FTS5 insert), beside the time pypdf takes to read
+Also: the time to index 300 pages (chunking + FTS5 insert), beside the time PDFium takes to read
 the same PDF, and the time per question of each method.
 
     ./dev bench retrieval [--rerank 8] [--questions 50]
@@ -153,7 +153,7 @@ def main() -> None:
         index = DocumentIndex(Path(os.environ["LLMPACK_DATA_DIR"]) / f"build{i}.sqlite3")
         build_s.append(_timed(lambda: index.add(pdf_doc, "bench")))
     print(f"index build, 300 pages ({len(pdf_doc.text):,} characters): {min(build_s):.3f} s "
-          f"(pypdf reading the same PDF: {read_s:.3f} s; ratio {min(build_s) / read_s:.2f})")
+          f"(PDFium reading the same PDF: {read_s:.3f} s; ratio {min(build_s) / read_s:.2f})")
     from server_fixtures import live_server   # lazy: corpus() and the index need no model server
 
     index = DocumentIndex()

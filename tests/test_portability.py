@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from doc_files import make_pdf
 from needs import LAVAPIPE_ICD, VULKAN_LOADER, skip_or_fail
 
 from llmpack.runtime.hardware import backends
@@ -74,6 +75,21 @@ def test_an_emulated_older_cpu_gets_its_variant_and_the_same_greedy_tokens(tiny_
     assert emulated["cpu_variant"] == variant
     assert emulated["mapped"] == [f"libggml-cpu-{variant}.so"]
     assert emulated["token_ids"] == native["token_ids"]
+
+
+@pytest.mark.needs("qemu")
+def test_pdfium_reads_a_pdf_on_a_cpu_without_avx(tmp_path):
+    """PDF attachments are read by PDFium, a native library in pypdfium2's wheel: on a CPU without
+    AVX (Nehalem) it reads the same text, so a PDF never crashes an older computer's reader."""
+    pdf = tmp_path / "two-pages.pdf"
+    pdf.write_bytes(make_pdf(["The harbour office opens at seven.", "Tickets are sold by the gate."]))
+    code = ("import sys; from llmpack.runtime.documents import extract as D; "
+            "print(D.extract('two-pages.pdf', open(sys.argv[1], 'rb').read()).text)")
+    env = {**os.environ, **({"OPENBLAS_CORETYPE": "Nehalem"} if "OPENBLAS_CORETYPE" in os.environ else {})}
+    proc = subprocess.run(["qemu-x86_64", "-cpu", "Nehalem", sys.executable, "-c", code, str(pdf)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "The harbour office opens at seven.\n\nTickets are sold by the gate."
 
 
 def test_a_variant_can_be_forced_and_a_wrong_name_lists_the_choices(tiny_model, native):
