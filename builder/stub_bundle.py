@@ -154,10 +154,11 @@ class StubError(LlmpackError):
 # jinja2 3.1.6 (sandbox escapes through str.format and |attr: CVE-2024-56326, CVE-2025-27516),
 # waitress 3.0.2 (request smuggling with channel_request_lookahead, which llmpack sets:
 # CVE-2024-49768; CVE-2024-49769), pypdfium2 5.15 (PDFium from Chromium's build 8149, the newest
-# when llmpack moved to it: PDFium's fixes come with Chrome's releases), pillow 12.3.0 (the last of the 2026 advisories' fixes: 12.1.1,
-# 12.2.0, 12.3.0; runtime/engine/pictures.py's `formats=` keeps those decoders out of reach, and
-# the floor keeps them fixed where they are reached). pyproject.toml's floors and every target's pins say the same
-# (tests/test_dependency_floors.py); a native stub refuses to freeze anything older.
+# when llmpack moved to it: PDFium's fixes come with Chrome's releases), pillow 12.3.0 (the last
+# of the 2026 advisories' fixes: 12.1.1, 12.2.0, 12.3.0; runtime/engine/pictures.py's `formats=`
+# keeps those decoders out of reach, and the floor keeps them fixed where they are reached).
+# pyproject.toml's floors and every target's pins say the same (tests/test_dependency_floors.py);
+# a native stub refuses to freeze anything older.
 SECURITY_FLOORS = {"jinja2": "3.1.6", "waitress": "3.0.2", "pypdfium2": "5.15", "pillow": "12.3.0"}
 
 

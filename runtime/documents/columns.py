@@ -60,9 +60,9 @@ def _interleaved(xs: list[float], width: float) -> bool:
 
 def reorder(pieces: list[Piece], width: float) -> str | None:
     """The page's text in reading order when its stream interleaves two columns; None otherwise
-    (keep the extractor's text). Two columns: most lines of the page have text on both halves, and the
-    right half's lines all start at one edge (a column's margin; a line drawn word by word, or a
-    table's second cell, starts anywhere)."""
+    (keep the extractor's text). Two columns: most lines of the page have text on both halves,
+    and the right half's lines all start at one edge (a column's margin; a line drawn word by
+    word, or a table's second cell, starts anywhere)."""
     if not _interleaved([p.x for p in pieces], width):
         return None   # drawn column by column (TeX, word processors), or one column: already in reading order
     middle = width / 2
