@@ -3,13 +3,13 @@ the LaTeX guides, the Debian Reference in German and Japanese, GNU Octave's 1,15
 pypdfium2 (Google's PDFium, a C++ library in a wheel: what llmpack uses), pypdf (pure Python:
 what it used until 2026-12-07) and pdfminer.six.
 
-For each: time per 100 pages (one core, the corpus's PDFs), words read, the share of the real questions'
-answers found on their page (real_questions.py: the extracted page must hold the answer),
+For each: time per 100 pages (one core, the corpus's PDFs), words read, the share of the real
+questions' answers found on their page (real_questions.py: the extracted page must hold the answer),
 the share of words run together (a "word" of 25+ letters, as "Thisfamilyofcommandsareused"
 where a justified line lost its spaces), the size it adds (its installed packages), and what it
 does with hostile files (a truncated PDF, junk with a PDF header, a page whose content never ends).
 
-    python benchmarks/pdf_extractors.py      # needs pypdfium2 and pdfminer.six installed beside pypdf
+    python benchmarks/pdf_extractors.py      # pypdf comes with the test extras; pip install pdfminer.six too
 """
 from __future__ import annotations
 
