@@ -287,6 +287,8 @@ def _too_long(name: str, chars: int) -> DocumentError:
 
 # ---------------------------------------------------------------- PDF
 _PASSWORD = "{name} is password-protected; open it, save a copy without the password, and attach that"
+_DAMAGED = ("{name} could not be read as a PDF: it is damaged or not really a PDF{why}; save it again as PDF, "
+            "or copy its text in")
 
 
 def _pdf(name: str, data: bytes, deadline: _Deadline) -> Document:
@@ -299,8 +301,7 @@ def _pdf(name: str, data: bytes, deadline: _Deadline) -> Document:
     except pdfium.PdfiumError as exc:
         if getattr(exc, "err_code", None) in (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY):
             raise DocumentError(_PASSWORD.format(name=name)) from None
-        raise DocumentError(f"{name} could not be read as a PDF: it is damaged or not really a PDF; save it again "
-                            "as PDF, or copy its text in") from None
+        raise DocumentError(_DAMAGED.format(name=name, why="")) from None
     try:
         n = len(pdf)
         if n > MAX_PAGES:
@@ -316,8 +317,7 @@ def _pdf(name: str, data: bytes, deadline: _Deadline) -> Document:
     except DocumentError:
         raise
     except Exception as exc:  # noqa: BLE001 - a damaged page object
-        raise DocumentError(f"{name} could not be read as a PDF: it is damaged or not really a PDF "
-                            f"({type(exc).__name__}); save it again as PDF, or copy its text in") from None
+        raise DocumentError(_DAMAGED.format(name=name, why=f" ({type(exc).__name__})")) from None
     finally:
         pdf.close()
     pages = layout.clean_pages(pages)   # running headers, page numbers and line-end hyphens are not the text
