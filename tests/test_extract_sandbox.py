@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from doc_files import bomb_pdf, endless_pdf, make_docx, make_pdf
 from llmpack.runtime.documents import extract as D
 from llmpack.errors import LlmpackError
 from llmpack.runtime.documents.sandbox import GRACE_S, MEMORY_BYTES, MEMORY_ENV, Sandbox
+from llmpack.runtime.sandbox import pool as P
 
 
 @pytest.fixture
@@ -93,6 +95,44 @@ def test_a_pdf_compression_bomb_is_refused_for_its_memory_and_the_next_file_work
         assert box.started == 2
     finally:
         box.close()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+@pytest.mark.parametrize(("sig", "said"), [
+    (signal.SIGSEGV, "reading.pdf could not be read: llmpack's reader failed on it, so the file may be damaged"),
+    (signal.SIGBUS, "reading.pdf could not be read: llmpack's reader failed on it, so the file may be damaged"),
+    (signal.SIGABRT, "reading.pdf needs more memory to read than llmpack allows"),   # PDFium at the cap (above)
+    (signal.SIGKILL, "reading.pdf needs more memory to read than llmpack allows"),   # the kernel's OOM killer
+])
+def test_how_the_reader_died_is_what_the_person_is_told(sandbox: Sandbox, sig: int, said: str):
+    """A reader that faults on a file (native code: PDFium) is a damaged file, not a big one: the
+    pool used to call every dead worker "needs more memory". The worker dies here of the signal a
+    fault or an out-of-memory end delivers, while it reads; the next file gets a fresh worker."""
+    sandbox.extract("warm.txt", b"warm up", media_type="text/plain")
+    [pid] = sandbox._pool.pids()
+    threading.Timer(0.5, os.kill, (pid, sig)).start()
+    start = time.monotonic()
+    with pytest.raises(D.DocumentError) as caught:
+        sandbox.extract("reading.pdf", endless_pdf(), time_limit=30)
+    assert str(caught.value).startswith(said) and time.monotonic() - start < 5
+    assert sandbox.extract("next.txt", b"fine", media_type="text/plain").text == "fine"
+    assert sandbox.started == 2
+
+
+def test_a_reader_that_raises_what_it_did_not_expect_is_a_damaged_file_and_the_worker_is_replaced(capfd):
+    """A Python exception the job does not turn into its own sentence (a reader's bug on an odd
+    file) ended the worker and was reported as memory. It is said as a failure on the file, its
+    traceback goes to the server's console for a bug report, and a fresh worker takes the next job."""
+    pool = P.Pool("binascii:crc32", workers=1, memory=256 << 20, max_answer=1 << 20)   # crc32(dict, ...): TypeError
+    try:
+        with pytest.raises(P.Crashed):
+            pool.run({}, b"x", time_limit=10)
+        assert "TypeError" in capfd.readouterr().err
+        with pytest.raises(P.Crashed):
+            pool.run({}, b"x", time_limit=10)
+        assert pool.started == 2
+    finally:
+        pool.close()
 
 
 @pytest.mark.skipif(os.name == "nt", reason="setrlimit is POSIX; Windows uses a job object")

@@ -25,7 +25,9 @@ WORKERS = 2
 MAX_ANSWER = 256 << 20      # a document's text comes back in the JSON half; no raw bytes
 LADDER = Ladder(D.DocumentError, busy_error=D.DocumentError, slow=D.SLOW, busy=D.SLOW,   # busy: as slow, to a reader
                 memory="{name} needs more memory to read than llmpack allows ({mb}); "
-                       "attach a smaller file or copy its text in")
+                       "attach a smaller file or copy its text in",
+                crash="{name} could not be read: llmpack's reader failed on it, so the file may be damaged; "
+                      "save it again (or print it to PDF), or copy its text in")
 
 
 def memory_limit() -> int:

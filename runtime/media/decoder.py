@@ -43,6 +43,8 @@ class Decoder(Generic[Info, Out]):
         self.ladder = Ladder(
             kind.error, busy_error=busy,
             memory=f"{what} needs more memory to decode than llmpack allows ({memory >> 20} MiB); send {send[0]}",
+            crash=f"{what} could not be decoded: llmpack's decoder failed on it, so the file may be damaged; "
+                  "save it again and send that",
             slow=f"decoding {what} took longer than {time_limit:.0f} s, so llmpack gave up; send {send[1]}",
             busy=f"the server is decoding {others} and none finished within {time_limit:.0f} s; try again in a moment")
 

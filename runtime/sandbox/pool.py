@@ -14,6 +14,10 @@ bytes (a document's text, a picture's pixels, later a sound's samples) runs in a
   while it works and kills it past the cap (Wine accepts the job's limit but does not enforce
   it: winjob.py); a MemoryError ends that worker, the job is refused, and the next one gets a
   fresh worker;
+* a worker that dies is told apart by how it died (`_death`): past the memory cap (a MemoryError,
+  a C++ reader's abort, the kernel's OOM kill) or of a fault in the reader's own code (a crash
+  signal, or a Python exception the job did not expect), which a damaged file causes, so the
+  person hears "it may be damaged", not "it needs more memory";
 * a job is a function `job(head: dict, data: bytes) -> (dict, bytes)` named "module:function"; the
   answer comes back as JSON and raw bytes (pixels, samples), never pickle, and no larger than the
   pool's `max_answer`: a worker that a hostile file took over still cannot make the server run
@@ -35,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from typing import BinaryIO, Callable
 
 from llmpack.errors import LlmpackError
@@ -65,6 +70,11 @@ class TooSlow(SandboxError):
 
 class OutOfMemory(SandboxError):
     """The job needed more memory than the worker may have (or its answer was too big)."""
+
+
+class Crashed(SandboxError):
+    """The worker died of a fault in the job's code (a crash signal, an unexpected exception), not of
+    the memory cap: the input drove a parser into a state it does not handle."""
 
 
 class Busy(SandboxError):
@@ -125,6 +135,30 @@ def worker_main(job: str, memory: int) -> None:
         except MemoryError:
             _send(out, {"memory": True})
             return           # its heap may be in pieces: the parent starts a fresh worker
+        except Exception:    # noqa: BLE001 - a reader's surprise: said as such, and the worker is not trusted again
+            if sys.stderr is not None:     # the server's console, for a bug report (a windowed program has none)
+                traceback.print_exc()
+            _send(out, {"crashed": True})
+            return
+
+
+# How a worker that died without an answer died (`_death`). One that ran into the memory cap fails
+# an allocation: Python raises MemoryError (answered above), C++ code aborts (PDFium at the cap:
+# SIGABRT, measured with a PDF that unpacks to 400 MB under a 256 MB cap), the kernel's OOM killer
+# sends SIGKILL. A fault is the reader choking on the file: these signals on POSIX (SIGTRAP and
+# SIGILL: how Chromium's CHECK, which PDFium uses, stops a process), and on Windows the exception
+# codes of an access violation, an illegal instruction, a breakpoint, a division by zero and a
+# stack overflow.
+_FAULT_SIGNALS = {getattr(signal, n) for n in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP") if hasattr(signal, n)}
+_FAULT_CODES_NT = {0xC0000005, 0xC000001D, 0x80000003, 0xC0000094, 0xC00000FD}
+
+
+def _death(returncode: int | None) -> SandboxError:
+    """Crashed for a worker that a fault ended, OutOfMemory otherwise (alive: its answer was too big)."""
+    if returncode is not None and (-returncode in _FAULT_SIGNALS if os.name != "nt"
+                                   else returncode & 0xFFFFFFFF in _FAULT_CODES_NT):
+        return Crashed("the job's reader crashed on the input")
+    return OutOfMemory("the job needed more memory than allowed")
 
 
 # ---------------------------------------------------------------- the server side
@@ -152,6 +186,14 @@ class _Worker:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def died(self) -> SandboxError:
+        """Why this worker stopped answering (`_death` of its exit status; its pipe is closed)."""
+        try:
+            code = self.proc.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        return _death(code)
 
     def over_memory(self) -> bool:
         """Windows: past the cap (the job object may not enforce it: Wine); POSIX: setrlimit does."""
@@ -200,7 +242,7 @@ class Pool:
                 with self._lock:
                     self.started += 1
             answer = self._ask(worker, head, data, deadline)
-            if answer is None or answer[0].get("memory"):
+            if answer[0].get("memory") or answer[0].get("crashed"):
                 worker.kill()
                 worker = None
         except BaseException:
@@ -212,27 +254,34 @@ class Pool:
             with self._lock:
                 self.busy -= 1
             self._idle.put(worker)
-        if answer is None or answer[0].get("memory"):
+        if answer[0].get("memory"):
             raise OutOfMemory("the job needed more memory than allowed")
+        if answer[0].get("crashed"):
+            raise Crashed("the job's reader failed on the input")
         if "error" in answer[0]:
             raise Refused(answer[0]["error"])
         return answer[0]["ok"], answer[1]
 
-    def _ask(self, worker: _Worker, head: dict, data: bytes, deadline: float) -> tuple[dict, bytes] | None:
+    def _ask(self, worker: _Worker, head: dict, data: bytes, deadline: float) -> tuple[dict, bytes]:
+        """The worker's answer, or the SandboxError that says why none came."""
         left = deadline - time.monotonic()
         try:
             _send(worker.proc.stdin, {**head, "time_limit": max(left, 0.0)}, data)
         except OSError:
-            return None
+            raise worker.died() from None
         end, step = deadline + GRACE_S, (POLL_S if os.name == "nt" else float("inf"))
         while True:
             try:
-                return worker.answers.get(timeout=max(min(step, end - time.monotonic()), 0.0))
+                answer = worker.answers.get(timeout=max(min(step, end - time.monotonic()), 0.0))
             except queue.Empty:
                 pass
+            else:
+                if answer is None:     # its pipe closed (it died), or its answer was larger than allowed
+                    raise worker.died()
+                return answer
             if worker.over_memory():
                 worker.kill()
-                return None        # refused as too big for the memory cap
+                raise OutOfMemory("the job needed more memory than allowed")
             if time.monotonic() >= end:
                 worker.kill()
                 raise TooSlow("the job ran past its deadline") from None
