@@ -112,6 +112,35 @@ def test_a_contents_list_that_runs_to_the_end_of_a_chunk_is_still_contents():
     assert {"1 About the GNU Coding Standards", "  2.2 Accepting Contributions"} <= found
 
 
+# octave.pdf (octave-doc 7.3.0), as PDFium reads it: p. 4, its table of contents, and p. 1141, its
+# function index; both with dot leaders and a page number
+OCTAVE_CONTENTS = """ii
+2.6 Executable Octave Programs . . . . . . . . . . . . . . . . . . . . . . . . . 37
+2.6.1 Passing Arguments to Executable Scripts . . . . . . . . . . . . . . . . 38
+2.7 Comments in Octave Programs . . . . . . . . . . . . . . . . . . . . . . . . 38"""
+OCTAVE_INDEX = """Function Index 1125
+isfield . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . 120
+isfigure . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . 427
+isfile . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . . 959"""
+# standards.txt's index as makeinfo writes it, a long entry's "(line N)" alone on the next line
+STANDARDS_INDEX = """* length of source lines:                Formatting.         (line 2264)
+* libexecdir:                            Directory Variables.
+                                                             (line 4201)
+* libiconv:                              Semantics.          (line  519)"""
+
+
+def test_an_index_is_told_from_a_table_of_contents():
+    """A book's index lists words in the order of the alphabet, a table of contents numbers the
+    titles it outlines: what says what a whole file is about keeps the contents, not the index."""
+    assert [layout.is_index_line(x) for x in OCTAVE_CONTENTS.split("\n")] == [False, False, False, False]
+    assert [layout.is_index_line(x) for x in OCTAVE_INDEX.split("\n")] == [False, True, True, True]
+    assert [layout.is_index_line(x) for x in CLSGUIDE_CONTENTS.split("\n")] == [False] * 5
+    assert layout.without_index(OCTAVE_CONTENTS) == OCTAVE_CONTENTS
+    assert layout.without_index(OCTAVE_INDEX) == "Function Index 1125"
+    assert layout.without_index(STANDARDS_INDEX) == ""
+    assert layout.without_index(CLSGUIDE_P2) == CLSGUIDE_P2 and layout.without_index(STANDARDS) == STANDARDS
+
+
 def place(text: str, page: int, name: str = "clsguide.pdf") -> Place:
     return Place(name, "doc-" + name, 0, f"p. {page}", text, page)
 

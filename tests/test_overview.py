@@ -115,6 +115,24 @@ def test_a_file_longer_than_the_round_reads_is_skimmed_everywhere(indexed):
     assert overview.skim(first, 0.125) and first.startswith(overview.skim(first, 0.125))
 
 
+def test_a_books_index_is_not_read_for_its_summary(tmp_path):
+    """The Octave manual's summary gave two of its 16 parts to its function index ("isfield . . .
+    120"), a list of words the model summarised as such. The index's pages stay in the last part's
+    span, and the contents at the front, which outline the book, are read."""
+    contents = ["Contents", *(f"{n} {title} " + ". " * 30 + str(n * 5) for n, (title, *_) in enumerate(TOPICS, 1))]
+    words = sorted(w for _, *ws in TOPICS for w in ws)
+    index_pages = ["\n".join(["Index", *(f"{w} " + ". " * 30 + str(7 + i) for i, w in enumerate(words))])] * 3
+    pages = ["\n".join(contents), *handbook_pages(2), *index_pages]
+    index = DocumentIndex(tmp_path / "documents.sqlite3")
+    book = index.add(extract.extract("book.pdf", make_pdf(pages)), "m")
+    hits = index.first(book.id, book.chunks)
+    parts = overview.cut(hits, overview.plan(hits, 0.25, read_tokens=10**6))
+    text = "\n".join(p.text for p in parts)
+    assert "1 Beekeeping . . ." in text and "8 Glassblowing . . ." in text
+    assert "bees . . ." not in text and "rudder . . ." not in text
+    assert parts[-1].last_page == len(pages) and all(p.text.strip() for p in parts)
+
+
 def test_a_file_too_long_even_for_a_sentence_a_chunk_reads_every_nth_chunk_over_all_of_it(indexed):
     """The Octave manual (1,158 pages, 2,408 chunks): a sentence of every chunk was 39,395 tokens
     where the round reads 26,000, and each part was cut at what fits the context, so the last
@@ -125,7 +143,8 @@ def test_a_file_too_long_even_for_a_sentence_a_chunk_reads_every_nth_chunk_over_
     floor = sum(min(len(h.text), 300) for h in hits) * 0.25   # a first sentence of each, at most
     how = overview.plan(hits, 0.25, read_tokens=int(floor / 4))
     assert how.keep == 1 / 64 and how.stride > 1 and how.skimmed
-    assert overview.Plan.of_key(how.key) == how and overview.Plan.of_key("4x0.5x900") == overview.Plan(4, 0.5, 900)
+    assert overview.Plan.of_key(how.key) == how
+    assert overview.Plan.of_key("4x0.5x900") is None and overview.Plan.of_key("4x0.5x900x2") is None   # cut with index lines
     parts = overview.cut(hits, how)
     assert parts[0].page == 1 and parts[-1].last_page == 60
     assert all(b.page == a.last_page + 1 for a, b in zip(parts, parts[1:]))   # every page in a part

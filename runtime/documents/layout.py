@@ -50,9 +50,14 @@ _ITEM = re.compile(r"\s*(?:[-*•–◦▪+]|\d{1,3}[.)])\s+")
 _END_PUNCT = re.compile(r"[.!?。！？」』]['\"”’)\]]*\s*$")
 _TABLE = re.compile(r"\t|\S {3,}\S|\|")
 _CSV = re.compile(r",\S")
-_LEADERS = re.compile(r"(?:\.\s?){4,}\s*\d{1,4}\s*$|…{2,}\s*\d{1,4}\s*$")
+_PAGES = r"\d{1,4}(?:\s*[,–-]\s*\d{1,4})*"   # "120", or an index entry's "161, 900" and "37-39"
+_LEADERS = re.compile(rf"(?:\.\s?){{4,}}\s*{_PAGES}\s*$|…{{2,}}\s*{_PAGES}\s*$")
 _TITLE_PAGE = re.compile(rf"^\s*{_NUMBERED}\s+[^\W\d_a-z][^,;]{{0,90}}?\s\d{{1,4}}\s*$")
 _TITLE = re.compile(rf"^\s*{_NUMBERED}\s+[^\s.].{{0,100}}$")
+# a numbered title however long, its number glued to it as PDFium reads some ("10.14Liste anderer ..."),
+# or an appendix's or a chapter's ("Appendix A Test and Demo Functions")
+_NUMBERED_TITLE = re.compile(rf"^\s*(?:{_NUMBERED}|(?:Appendix|Chapter|Part|Anhang|Kapitel|Teil|Annexe|Chapitre)\s+"
+                             rf"[A-Z\d]{{1,4}}\.?)(?:\s+[^\s.]|[^\s.\d])")
 _UNDERLINE = re.compile(r"^\s*(?:={3,}|-{3,}|~{3,}|\*{3,})\s*$")
 # makeinfo's plain-text index and menus: "* entry:   Node.   (line 2264)", the "(line N)" alone on
 # the next line when the entry is long, and menu lines "* Node name::  what it holds"
@@ -119,6 +124,29 @@ def reflow(text: str) -> str:
 def is_contents(line: str) -> bool:
     """A table-of-contents line with its page: "2.7 General style . . . . . 7"."""
     return bool(_LEADERS.search(line) or _TITLE_PAGE.match(line) or _INDEX_ENTRY.match(line))
+
+
+def is_index_line(line: str) -> bool:
+    """A line of a book's index or of makeinfo's menus and index: a contents line whose title is
+    not numbered ("isfield . . . . . 120", "* length of source lines:  Formatting.  (line 2264)").
+    A table of contents numbers its titles ("2.6 Executable Octave Programs . . . 37"), so it
+    outlines the book; an index is a list of words, in the order of the alphabet."""
+    return bool(_INDEX_ENTRY.match(line) or (_LEADERS.search(line) and not _NUMBERED_TITLE.match(line)))
+
+
+def without_index(text: str) -> str:
+    """`text` without its index lines (is_index_line): what is read of it to say what a whole file
+    is about. Two of the 16 parts of the Octave manual's summary were its function index."""
+    lines = text.split("\n")
+    kept = [ln for i, ln in enumerate(lines)
+            if not (is_index_line(ln) or _long_entry(ln, lines[i + 1] if i + 1 < len(lines) else ""))
+            or _wrapped_title(lines[i - 1] if i else "")]
+    return "\n".join(kept) if len(kept) < len(lines) else text
+
+
+def _wrapped_title(line: str) -> bool:
+    """A numbered title that runs on to the next line, whose leaders and page end it there."""
+    return bool(_NUMBERED_TITLE.match(line)) and not _LEADERS.search(line)
 
 
 def entry_words(line: str) -> str:

@@ -39,6 +39,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+from llmpack.runtime.documents import layout
 from llmpack.runtime.documents.index import DocumentIndex, Hit, Indexed, page_refs, query_terms
 from llmpack.runtime.documents.chunks import line_range
 from llmpack.runtime.documents.places import Place
@@ -50,6 +51,7 @@ MAX_PART_TOKENS = 2048   # the longest part, however long the file: a round read
 SUMMARY_TOKENS = 96      # what one part's summary may take (max_tokens of its request)
 READ_S = 150.0           # the longest a map round reads for, at the engine's measured prompt speed
 MIN_READ_TOKENS = 8000   # ... but never less than this (a first question, before any speed is measured)
+CUT = "i"                # how chunks are read for the map round (in Plan.key): "i", without index lines
 POINT_SHARE = 0.25       # a word in at most this share of the chunks (and in at least one) points at a place
 # Asking for a summary, an overview or a list of everything, in the languages the page is used in.
 CUES = re.compile(r"\w*(?:"
@@ -93,7 +95,8 @@ class Plan:
     """How a file is cut for the map round: `parts` parts, each chunk kept to `keep` of its text
     (1: whole), only every `stride`-th chunk read (1: all), no part longer than `chars`
     characters (what fits the context). Its `key` names the summaries a model wrote of the file
-    cut so (a key of three fields is from before `stride`: 1)."""
+    cut so, and how chunks are read for it (CUT): summaries kept under another key were written of
+    other text, and are written again."""
     parts: int
     keep: float
     chars: int
@@ -101,7 +104,7 @@ class Plan:
 
     @property
     def key(self) -> str:
-        return f"{self.parts}x{self.keep:g}x{self.chars}" + (f"x{self.stride}" if self.stride > 1 else "")
+        return f"{self.parts}x{self.keep:g}x{self.chars}x{self.stride}x{CUT}"
 
     @property
     def skimmed(self) -> bool:
@@ -110,8 +113,8 @@ class Plan:
     @classmethod
     def of_key(cls, key: str) -> Plan | None:
         try:
-            parts, keep, chars, *stride = key.split("x")
-            return cls(int(parts), float(keep), int(chars), *(int(x) for x in stride[:1]))
+            parts, keep, chars, stride, cut = key.split("x")
+            return cls(int(parts), float(keep), int(chars), int(stride)) if cut == CUT else None
         except (ValueError, TypeError):
             return None
 
@@ -211,10 +214,11 @@ def plan(hits: Sequence[Hit], per_char: float, read_tokens: int, part_tokens: in
     even that is too much, only every `stride`-th chunk is read, evenly over the file."""
     part_tokens = min(part_tokens, MAX_PART_TOKENS)
     limit = min(read_tokens, MAX_PARTS * part_tokens * 0.8)
-    keep, read, spans = 1.0, max(1.0, sum(len(h.text) for h in hits) * per_char), None
+    texts = [_readable(h) for h in hits]
+    keep, read, spans = 1.0, max(1.0, sum(map(len, texts)) * per_char), None
     while read > limit and keep > 1 / 64:
         keep /= 2
-        spans = spans or [(len(h.text), sentences(h.text)) for h in hits]
+        spans = spans or [(len(t), sentences(t)) for t in texts]
         read = max(1.0, sum(_skim_end(n, s, keep) for n, s in spans) * per_char)   # what skimming really keeps
     stride = max(1, math.ceil(read / limit))
     parts = max(1, min(MAX_PARTS, math.ceil(len(hits) / stride), math.ceil(read / stride / PART_TOKENS)))
@@ -225,7 +229,8 @@ def cut(hits: Sequence[Hit], how: Plan) -> list[Part]:
     """The parts of a file (its chunks `hits`, in order) cut as `how` says: chunks skimmed to
     `keep` of their text, then grouped in order into parts of about equal length, whole pages. It depends on
     the text and `how` only, so summaries kept under `how.key` match the parts cut again."""
-    texts = ["" if i % how.stride else h.text if how.keep >= 1 else skim(h.text, how.keep) for i, h in enumerate(hits)]
+    texts = ["" if i % how.stride else _readable(h) if how.keep >= 1 else skim(_readable(h), how.keep)
+             for i, h in enumerate(hits)]
     sizes = [max(1, len(t)) for t in texts]
     total, parts, start, run = sum(sizes), [], 0, 0
     for i, n in enumerate(sizes):
@@ -325,6 +330,12 @@ def _within(text: str, tokens: int, count: Callable[[str], int]) -> str:
             break
         out = text[:b]
     return out if out and count(out) <= tokens else text[:tokens * 3].rsplit(" ", 1)[0] + "…"
+
+
+def _readable(hit: Hit) -> str:
+    """What the map round reads of a chunk: its text without index lines (layout.without_index),
+    which say nothing of what the file is about; a chunk of the index alone is left out."""
+    return layout.without_index(hit.text)
 
 
 def _with_heading(hit: Hit, text: str) -> str:
