@@ -324,6 +324,28 @@ def test_a_file_too_long_is_searched_for_the_latest_question(index, contract):
     assert index.get(report["file_id"]).pages == 300
 
 
+def test_a_long_file_sent_with_every_question_is_not_counted_whole_each_time(index, contract):
+    """The choice of whole or searched needs only to know that a file is over the budget: a 1 MB
+    file sent as file_data with every question was tokenized whole each time (1.2 s of every
+    first word on 2 CPU cores). A file asked to be read whole is counted exactly: its error says
+    how many tokens it takes."""
+    doc = contract[0]
+    counted: list[int] = []
+
+    def count(text: str) -> int:
+        counted.append(len(text))
+        return words(text)
+
+    file_messages = [R.FileMessage(0, [R.Attached("contract.pdf", doc=doc)], "Who maintains the water tower?")]
+    got = R.arrange([{"role": "user", "content": []}], file_messages, budget=3000, count=count, index=index, owner="m")
+    assert got.reports[0]["filename"] == "contract.pdf"        # searched, as when counted whole
+    assert max(counted) <= 3000 * R.MAX_CHARS_PER_TOKEN < len(doc.text) // 10
+    whole = D.format_message([("contract.pdf", doc.text)], "")
+    with pytest.raises(R.ReadingError, match=f"take {words(whole):,} tokens"):
+        _arrange(index, [{"role": "user", "content": []}], [(0, [R.Attached("contract.pdf", "whole", doc)], "Q")])
+    assert R.count_upto("short text " * 10, 3000, words) == words("short text " * 10) and R.count_upto(whole, 10**9, words) == words(whole)
+
+
 def test_whole_and_excerpts_are_honoured(index, contract):
     doc = contract[0]
     with pytest.raises(R.ReadingError) as info:

@@ -48,6 +48,9 @@ MIN_EXCERPT_ROOM = 64    # tokens: less than this left for a searched file and t
 # read for all 62 questions at 320 and 384, 60 at 288 (docs/BENCHMARKS.md, "A slower computer,
 # and a shorter reading" and "Headings, letters and 320 tokens").
 EXCERPT_TOKENS = 320
+# Characters a prefix of a file needs per token of budget to tell, counted alone, that the file is
+# over it (count_upto): text in the demo model's tokens is 2-4 characters a token (prose, code, CJK).
+MAX_CHARS_PER_TOKEN = 8
 FIRST_WORD_S = 3.0       # the wait for a first word that `auto` keeps a file whole for
 # The prompt speed assumed before the engine has measured one (the first request of a launch): the
 # 0.5B demo model on 2 CPU cores, so a first question on a slow computer is not the slow one.
@@ -104,8 +107,9 @@ def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, co
     summaries of all its parts (documents/overview.py); None: such a question is searched too."""
     files = [f for m in file_messages for f in m.files]
     for f in files:
-        if f.doc is not None:
-            f.cost = count(format_message([(f.doc.name, f.doc.text)], ""))
+        if f.doc is not None:   # read whole, as asked: its exact count, which the error for too long names
+            text = format_message([(f.doc.name, f.doc.text)], "")
+            f.cost = count(text) if f.mode == "whole" else count_upto(text, budget, count)
     rate = None if prompt_tok_s is None else (prompt_tok_s if prompt_tok_s > 0 else UNMEASURED_TOK_S)
     quick = budget if rate is None else min(budget, int(rate * FIRST_WORD_S))
     whole, searched = _choose(files, budget, quick)
@@ -174,6 +178,19 @@ def arrange(messages: list, file_messages: list[FileMessage], *, budget: int, co
         sections[-1] = (sections[-1][0], sections[-1][1] + "\n\n" + note)
     out[last] = {**target, "content": format_message(before + sections, own)}
     return Arranged(out, reports, Attribution(read + whole_places, question))
+
+
+def count_upto(text: str, limit: int, count: Callable[[str], int]) -> int:
+    """count(text) where it is at most about `limit`; for a text far longer, the count of a prefix
+    already over `limit` (fewer than the whole's): all the choice of whole or searched needs. A file
+    sent with every question (file_data, as API clients send it) was tokenized whole each time: 1.2 s
+    of the first word's wait for the 1 MB German Debian Reference on 2 CPU cores."""
+    head = text[:limit * MAX_CHARS_PER_TOKEN]
+    if len(head) < len(text):
+        n = count(head)
+        if n > limit + 8:      # the cut may split a word into a few more tokens than the whole has
+            return n
+    return count(text)
 
 
 def _choose(files: list[Attached], budget: int, quick: int | None = None) -> tuple[list[Attached], list[Attached]]:
