@@ -210,6 +210,8 @@ def main() -> None:
                     "(real_questions.HELD_OUT: files and places the search rules were not made on) instead")
     ap.add_argument("--web", action="store_true", help="real corpus: the questions on saved web pages "
                     "(real_questions.WEB: sqlite3-doc's and python3.11-doc's HTML) instead")
+    ap.add_argument("--by-id", action="store_true", help="real corpus: send each file by the file_id /v1/extract "
+                    "gave, as the chat page does, instead of its bytes with every question (as an API client may)")
     args = ap.parse_args()
     if args.corpus == "real" and args.read_only:
         from real_corpus import run_read

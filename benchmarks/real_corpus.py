@@ -107,16 +107,19 @@ def run_real(args) -> None:
     with live_server(demo_model_path("qwen")) as srv:
         client = srv.openai().with_options(timeout=900)
         print(f"demo model ready, n_ctx {srv.engine.n_ctx}", flush=True)
+        ids = {}
         for name, raw in data.items():   # as the page does when a file is dropped: read (and index) it once
             t = time.perf_counter()
             got = requests.post(srv.url + "/v1/extract", data=raw, timeout=600,
                                 headers={"Content-Type": _media(name), "X-Filename": quote(name)}).json()
+            ids[name] = got.get("file_id")
             print(f"  {name:26s} {got.get('tokens', 0):>8,} tokens  searched {str(got.get('searched')):5s} "
                   f"whole_s {got.get('whole_s')}  /v1/extract {time.perf_counter() - t:5.2f} s", flush=True)
         began = time.perf_counter()
         for i, q in enumerate(todo, 1):
-            content = [{"type": "file", "file": {"filename": n, "file_data":
-                        f"data:{_media(n)};base64,{base64.b64encode(data[n]).decode()}"}} for n in q.files]
+            content = [{"type": "file", "file": {"filename": n, "file_id": ids[n]} if args.by_id else
+                        {"filename": n, "file_data": f"data:{_media(n)};base64,{base64.b64encode(data[n]).decode()}"}}
+                       for n in q.files]
             messages = [{"role": "user", "content": [*content, {"type": "text", "text": q.first or q.question}]}]
             if q.first:
                 first, *_ = ask(client, messages)
