@@ -22,6 +22,7 @@ indexed (sent by its file_id), and the time /v1/extract takes to read and index 
     ./dev bench documents --corpus real --read-only   # only whether each answer is in what the model reads
     ./dev bench documents --corpus real --held-out    # questions on places the search was not tuned on
     ./dev bench documents --corpus real --web         # questions on saved web pages (SQLite's and Python's HTML docs)
+    ./dev bench documents --corpus real --by-id       # files sent by their file_id, as the chat page sends them
 
 `--corpus real` asks the questions written by reading real files (Debian's documentation
 packages: typeset PDFs, text wrapped at 72 columns, German, Japanese) and prints the same
