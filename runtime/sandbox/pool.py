@@ -156,8 +156,8 @@ _FAULT_CODES_NT = {0xC0000005, 0xC000001D, 0x80000003, 0xC0000094, 0xC00000FD}
 def _death(returncode: int | None) -> SandboxError:
     """Crashed for a worker that a fault ended, OutOfMemory otherwise (alive: its answer was too big)."""
     if returncode is not None and (-returncode in _FAULT_SIGNALS if os.name != "nt"
-                                   else returncode & 0xFFFFFFFF in _FAULT_CODES_NT):
-        return Crashed("the job's reader crashed on the input")
+                                   else (returncode & 0xFFFFFFFF) in _FAULT_CODES_NT):
+        return Crashed("the job's reader failed on the input")
     return OutOfMemory("the job needed more memory than allowed")
 
 
