@@ -293,3 +293,25 @@ def test_a_two_sided_books_left_page_header_is_furniture():
     clean = layout.clean_pages(pages)
     assert sum("GNU Octave" in p for p in pages) == 4 and not any("GNU Octave" in p for p in clean)
     assert clean[2] == entries[2] and clean[1] == entries[1]
+
+
+def test_a_chapters_running_header_that_carries_the_page_number_is_furniture():
+    """The Octave manual heads each right page with its chapter and the page's printed number
+    ("Chapter 15: Plotting 317" over PDF page 333): one chapter's header stands on a few dozen of
+    1,158 pages, under any share of the book, so it began each of those pages' text and quotes. A
+    line whose number follows the page index is the page's number. A chapter's own title
+    ("Kapitel 2", as the Debian Reference opens a chapter) and a cross-reference that happens to
+    end a page stay."""
+    words = "axes line marker colour legend grid label title figure handle property window".split()
+    pages = []
+    for n in range(30):   # printed pages 14-43: chapter 14 to PDF page 10, chapter 15 after it
+        printed = n + 14
+        head = ("Kapitel 2" if n == 10 else f"Chapter 15: Plotting {printed}" if n > 10 and n % 2
+                else f"Chapter 14: Input and Output {printed}" if n % 2 else f"{printed} GNU Octave (version 7.3.0)")
+        body = [f"The {words[(n + k) % 12]} of a plot is set with the {words[(n * 3 + k) % 12]} property." for k in range(6)]
+        end = "See also: [plot], page 316." if n in (4, 20, 27) else f"The {words[n % 12]} is drawn in the current axes."
+        pages.append("\n".join([head, *body, end]))
+    clean = layout.clean_pages(pages)
+    assert not any("Chapter 15: Plotting" in p or "Chapter 14: Input" in p or "GNU Octave" in p for p in clean)
+    assert clean[10].startswith("Kapitel 2\n") and sum(p.endswith("page 316.") for p in clean) == 3
+    assert all(p.split("\n")[1:] == c.split("\n")[-7:] for p, c in zip(pages, clean))   # the text itself whole

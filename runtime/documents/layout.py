@@ -39,6 +39,7 @@ MIN_WRAP = 40            # a line shorter than this ends where its writer ended 
 WRAP_SHARE = 0.6         # a wrapped line reaches at least this share of the text's longest line
 FURNITURE_SHARE = 0.5    # a top or bottom line on at least this share of the pages is a running header/footer
 MIN_FURNITURE_PAGES = 3
+MIN_NUMBERED_PAGES = 5   # pages a line that carries the page's own number stands on, to be a running header
 MAX_FURNITURE = 100      # characters: a running header or footer is a short line
 CONTENTS_RUN = 3         # numbered titles in a row that make a table of contents
 
@@ -66,6 +67,7 @@ _LONG_ENTRY = re.compile(r"^\* [^\s:][^:]{0,80}:\s{2,}\S.{0,60}$")   # its "(lin
 _LINE_POINTER = re.compile(r"\(line\s+(\d{1,7})\)\s*$")
 _PAGE_NUMBER = re.compile(r"^\s*(?:[-–—]\s*)?(?:\d{1,4}|[ivxlcdm]{1,7})(?:\s*[-–—])?\s*$", re.I)
 _PAGE_OF = re.compile(r"^\s*(?:page|p\.|seite|página|pagina)\s*\d{1,4}(?:\s*(?:of|/|von|de|sur)\s*\d{1,4})?\s*$", re.I)
+_NUMBER = re.compile(r"\d{1,5}")
 _HYPHEN = re.compile(r"(?<![\w-])([^\W\d_]*[a-zäöüßàâçéèêëîïôûùœæ]{2})-\n([a-zäöüßàâçéèêëîïôûùœæ]+)([,.;:]?)[ \t]*")
 
 
@@ -275,4 +277,29 @@ def _furniture(pages: list[str]) -> set[str]:
     need = max(MIN_FURNITURE_PAGES, FURNITURE_SHARE * len(pages))
     need_side = [max(MIN_FURNITURE_PAGES, FURNITURE_SHARE * len(pages[side::2])) for side in (0, 1)]
     return {k for k, n in seen.items() if k.strip("# ") and (
-        n >= need or any(sides[side][k] >= need_side[side] for side in (0, 1)))}
+        n >= need or any(sides[side][k] >= need_side[side] for side in (0, 1)))} | _page_numbered(pages)
+
+
+def _page_numbered(pages: list[str]) -> set[str]:
+    """The top or bottom lines that carry their page's own number: a chapter's running header
+    ("Chapter 15: Plotting 317" heads the right pages of that chapter alone, 97 of the Octave
+    manual's 1,158 pages, under any share of the book). Such a line's number is the PDF's page
+    index plus one offset, on at least MIN_NUMBERED_PAGES pages and on at least FURNITURE_SHARE
+    of one side's pages between its first and its last. A chapter's own title ("Kapitel 1" opening
+    the Debian Reference's first chapter, "Kapitel 2" its second) numbers chapters, not pages, and
+    a sentence that ends a page with "... see [plot], page 316." now and then is not on most of
+    the pages it spans: both stay. Three pages were too few: "The result of which can be seen in
+    Figure 28.1." ended three pages of the Octave manual whose figures were numbered as the pages."""
+    tracks: dict[tuple[str, int, int], list[int]] = {}
+    for n, page in enumerate(pages):
+        lines = [line for line in page.split("\n") if line.strip()]
+        if len(lines) > 2:
+            for i, line in enumerate(lines):
+                if _edge(i, len(lines)) and len(line) <= MAX_FURNITURE:
+                    key = _key(line)
+                    for j, m in enumerate(_NUMBER.findall(line)[:4]):
+                        at = tracks.setdefault((key, j, int(m) - n), [])
+                        if not at or at[-1] != n:
+                            at.append(n)
+    return {key for (key, _, _), at in tracks.items() if key.strip("# ") and len(at) >= MIN_NUMBERED_PAGES
+            and len(at) >= FURNITURE_SHARE * ((at[-1] - at[0]) // 2 + 1)}
