@@ -266,21 +266,31 @@ def _furniture(pages: list[str]) -> set[str]:
     pages, 95 % of its even ones, and was read as text on each)."""
     if len(pages) < MIN_FURNITURE_PAGES:
         return set()
+    edges = _edge_lines(pages)
     seen: Counter[str] = Counter()
     sides: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
-    for n, page in enumerate(pages):
-        lines = [line for line in page.split("\n") if line.strip()]
-        if len(lines) > 2:   # a page of one or two lines is all text, whatever repeats
-            keys = {_key(line) for i, line in enumerate(lines) if _edge(i, len(lines)) and len(line) <= MAX_FURNITURE}
-            seen.update(keys)
-            sides[n % 2].update(keys)
+    for n, lines in edges:
+        keys = {_key(line) for line in lines}
+        seen.update(keys)
+        sides[n % 2].update(keys)
     need = max(MIN_FURNITURE_PAGES, FURNITURE_SHARE * len(pages))
     need_side = [max(MIN_FURNITURE_PAGES, FURNITURE_SHARE * len(pages[side::2])) for side in (0, 1)]
     return {k for k, n in seen.items() if k.strip("# ") and (
-        n >= need or any(sides[side][k] >= need_side[side] for side in (0, 1)))} | _page_numbered(pages)
+        n >= need or any(sides[side][k] >= need_side[side] for side in (0, 1)))} | _page_numbered(edges)
 
 
-def _page_numbered(pages: list[str]) -> set[str]:
+def _edge_lines(pages: list[str]) -> list[tuple[int, list[str]]]:
+    """(page index, its top and bottom lines short enough for a header or footer) of every page of
+    more than two lines: a page of one or two lines is all text, whatever repeats."""
+    out = []
+    for n, page in enumerate(pages):
+        lines = [line for line in page.split("\n") if line.strip()]
+        if len(lines) > 2:
+            out.append((n, [line for i, line in enumerate(lines) if _edge(i, len(lines)) and len(line) <= MAX_FURNITURE]))
+    return out
+
+
+def _page_numbered(edges: list[tuple[int, list[str]]]) -> set[str]:
     """The top or bottom lines that carry their page's own number: a chapter's running header
     ("Chapter 15: Plotting 317" heads the right pages of that chapter alone, 97 of the Octave
     manual's 1,158 pages, under any share of the book). Such a line's number is the PDF's page
@@ -291,15 +301,12 @@ def _page_numbered(pages: list[str]) -> set[str]:
     the pages it spans: both stay. Three pages were too few: "The result of which can be seen in
     Figure 28.1." ended three pages of the Octave manual whose figures were numbered as the pages."""
     tracks: dict[tuple[str, int, int], list[int]] = {}
-    for n, page in enumerate(pages):
-        lines = [line for line in page.split("\n") if line.strip()]
-        if len(lines) > 2:
-            for i, line in enumerate(lines):
-                if _edge(i, len(lines)) and len(line) <= MAX_FURNITURE:
-                    key = _key(line)
-                    for j, m in enumerate(_NUMBER.findall(line)[:4]):
-                        at = tracks.setdefault((key, j, int(m) - n), [])
-                        if not at or at[-1] != n:
-                            at.append(n)
+    for n, lines in edges:
+        for line in lines:
+            key = _key(line)
+            for j, m in enumerate(_NUMBER.findall(line)[:4]):
+                at = tracks.setdefault((key, j, int(m) - n), [])
+                if not at or at[-1] != n:
+                    at.append(n)
     return {key for (key, _, _), at in tracks.items() if key.strip("# ") and len(at) >= MIN_NUMBERED_PAGES
             and len(at) >= FURNITURE_SHARE * ((at[-1] - at[0]) // 2 + 1)}
